@@ -1,0 +1,2 @@
+#![forbid(unsafe_code)]
+//! ONNX graphs lowered to QNN op lists.

@@ -1,0 +1,508 @@
+//! `Backend`: an opened QNN backend library, its logger and its backend handle.
+
+use std::ffi::c_char;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use qnn_sys::{BackendLibrary, Handle, LibraryKind, SystemLibrary};
+
+use crate::api::{owned_str, qnn_call, Api};
+use crate::error::{Error, Result};
+use crate::log::LogLevel;
+
+/// Which QNN backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// Hexagon NPU (`QnnHtp`); on x86_64 an emulator that really executes graphs.
+    Htp,
+    /// Adreno GPU (`QnnGpu`); cannot run on x86_64 (it needs a remote tuning server).
+    Gpu,
+    /// Reference CPU backend (`QnnCpu`, from the SDK only).
+    Cpu,
+}
+
+impl BackendKind {
+    pub(crate) fn library_kind(self) -> LibraryKind {
+        match self {
+            BackendKind::Htp => LibraryKind::Htp,
+            BackendKind::Gpu => LibraryKind::Gpu,
+            BackendKind::Cpu => LibraryKind::Cpu,
+        }
+    }
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<BackendKind, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "htp" | "npu" => Ok(BackendKind::Htp),
+            "gpu" => Ok(BackendKind::Gpu),
+            "cpu" => Ok(BackendKind::Cpu),
+            _ => Err(format!("unknown QNN backend {s:?} (htp, gpu, cpu)")),
+        }
+    }
+}
+
+/// How to open a backend.
+#[derive(Debug, Clone, Default)]
+pub struct BackendOptions {
+    /// An explicit library path; otherwise the search order of `qnn_sys::loader` applies.
+    pub library: Option<PathBuf>,
+    /// QNN's log level; otherwise `QNN_LOG_LEVEL`, or warnings.
+    pub log_level: Option<LogLevel>,
+}
+
+/// One op a backend reports as supported (`QnnBackend_OperationName_t`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationName {
+    pub package: String,
+    pub name: String,
+}
+
+/// One hardware device from `deviceGetPlatformInfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HardwareDevice {
+    pub device_id: u32,
+    pub device_type: u32,
+    pub num_cores: u32,
+    /// HTP only: the SoC model (`Qnn_SocModel_t`), arch (68, 73, ...), VTCM MB, signed PD.
+    pub htp: Option<HtpDeviceInfo>,
+}
+
+/// The HTP part of a device's platform info.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HtpDeviceInfo {
+    pub soc_model: u32,
+    pub arch: u32,
+    pub vtcm_mb: usize,
+    pub signed_pd: bool,
+}
+
+pub(crate) struct BackendInner {
+    pub(crate) api: Api,
+    pub(crate) kind: BackendKind,
+    pub(crate) log: Handle,
+    pub(crate) handle: Handle,
+    path: PathBuf,
+    provider_name: String,
+    api_version: qnn_sys::ApiVersion,
+    system: OnceLock<std::result::Result<Arc<SystemLibrary>, String>>,
+    /// Graph construction (tensor creation, validation, addNode, finalize) is serialised per
+    /// backend: QNN documents no re-entrancy for it and concurrent building is untested.
+    pub(crate) build_lock: Mutex<()>,
+}
+
+// SAFETY: the handles are opaque values owned by this struct; QNN calls made through them are
+// either documented thread-safe (execute on different graphs) or serialised by `build_lock` /
+// per-graph locks.
+unsafe impl Send for BackendInner {}
+// SAFETY: see above.
+unsafe impl Sync for BackendInner {}
+
+impl Drop for BackendInner {
+    fn drop(&mut self) {
+        // SAFETY: handles created in `Backend::open`; every child holds an Arc to us, so none
+        // is alive any more.
+        if let Err(e) = unsafe { qnn_call!(self.api, backendFree(self.handle)) } {
+            tracing::warn!(target: "qnn", "backendFree: {e}");
+        }
+        if !self.log.is_null() {
+            // SAFETY: as above.
+            if let Err(e) = unsafe { qnn_call!(self.api, logFree(self.log)) } {
+                tracing::warn!(target: "qnn", "logFree: {e}");
+            }
+        }
+    }
+}
+
+/// An initialised QNN backend. Cheap to clone; children (devices, contexts, graphs) keep it
+/// alive. `Send + Sync`: graph construction is serialised internally.
+#[derive(Clone)]
+pub struct Backend {
+    pub(crate) inner: Arc<BackendInner>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("kind", &self.inner.kind)
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+impl Backend {
+    /// Opens `kind` with default options (`logCreate` + `backendCreate`).
+    pub fn new(kind: BackendKind) -> Result<Backend> {
+        Backend::open(kind, &BackendOptions::default())
+    }
+
+    /// Opens `kind` with `options`.
+    pub fn open(kind: BackendKind, options: &BackendOptions) -> Result<Backend> {
+        let lib = Arc::new(BackendLibrary::find(
+            kind.library_kind(),
+            options.library.as_deref(),
+        )?);
+        let (path, name, version) = (
+            lib.path().to_path_buf(),
+            lib.provider_name().to_string(),
+            lib.api_version(),
+        );
+        let level = options.log_level.unwrap_or_else(LogLevel::from_env);
+        Backend::from_api(Api::from_library(lib), kind, path, name, version, level)
+    }
+
+    pub(crate) fn from_api(
+        api: Api,
+        kind: BackendKind,
+        path: PathBuf,
+        provider_name: String,
+        api_version: qnn_sys::ApiVersion,
+        level: LogLevel,
+    ) -> Result<Backend> {
+        let mut log: Handle = std::ptr::null_mut();
+        // SAFETY: the callback is a valid `extern "C"` fn for the life of the process; `log`
+        // is a valid out-pointer.
+        unsafe {
+            qnn_call!(
+                api,
+                logCreate(Some(crate::log::callback), level as u32, &mut log)
+            )
+        }?;
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: `log` was just created; NULL config is allowed.
+        let created = unsafe { qnn_call!(api, backendCreate(log, std::ptr::null(), &mut handle)) };
+        if let Err(e) = created {
+            // SAFETY: `log` is ours and unused elsewhere.
+            let _ = unsafe { qnn_call!(api, logFree(log)) };
+            return Err(e);
+        }
+        Ok(Backend {
+            inner: Arc::new(BackendInner {
+                api,
+                kind,
+                log,
+                handle,
+                path,
+                provider_name,
+                api_version,
+                system: OnceLock::new(),
+                build_lock: Mutex::new(()),
+            }),
+        })
+    }
+
+    /// Which backend this is.
+    pub fn kind(&self) -> BackendKind {
+        self.inner.kind
+    }
+
+    /// The library file in use.
+    pub fn library_path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The provider name, such as `HTP_QTI_AISW`.
+    pub fn provider_name(&self) -> &str {
+        &self.inner.provider_name
+    }
+
+    /// Core and backend API versions the provider declares.
+    pub fn api_version(&self) -> qnn_sys::ApiVersion {
+        self.inner.api_version
+    }
+
+    /// `backendGetBuildId`, such as `v2.51.0.260929181845`.
+    pub fn build_id(&self) -> Result<String> {
+        let mut id: *const c_char = std::ptr::null();
+        // SAFETY: valid out-pointer; the string is owned by the library.
+        unsafe { qnn_call!(self.inner.api, backendGetBuildId(&mut id)) }?;
+        Ok(owned_str(id))
+    }
+
+    /// `backendGetSupportedOperations`.
+    pub fn supported_operations(&self) -> Result<Vec<OperationName>> {
+        let mut n = 0u32;
+        let mut ops: *const qnn_sys::OperationName = std::ptr::null();
+        // SAFETY: valid out-pointers; the array is owned by the backend.
+        unsafe {
+            qnn_call!(
+                self.inner.api,
+                backendGetSupportedOperations(self.inner.handle, &mut n, &mut ops)
+            )
+        }?;
+        if ops.is_null() {
+            return Ok(Vec::new());
+        }
+        // SAFETY: QNN returned `n` entries.
+        let ops = unsafe { std::slice::from_raw_parts(ops, n as usize) };
+        Ok(ops
+            .iter()
+            .map(|o| OperationName {
+                package: owned_str(o.package_name),
+                name: owned_str(o.name),
+            })
+            .collect())
+    }
+
+    /// `deviceGetPlatformInfo`: the devices this backend sees. On the x86_64 emulator this is
+    /// the emulator's default part (SoC 30, v68), not the SoC a `Device` is configured for.
+    pub fn platform_info(&self) -> Result<Vec<HardwareDevice>> {
+        let api = &self.inner.api;
+        let mut info: *const qnn_sys::PlatformInfo = std::ptr::null();
+        // SAFETY: valid out-pointer; freed below with the matching call.
+        unsafe { qnn_call!(api, deviceGetPlatformInfo(self.inner.log, &mut info)) }?;
+        if info.is_null() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        // SAFETY: the library returned a valid platform info (version 1) that stays valid until
+        // deviceFreePlatformInfo.
+        unsafe {
+            let p = &*info;
+            for i in 0..p.v1.num_hw_devices as usize {
+                let d = &(*p.v1.hw_devices.add(i)).v1;
+                let htp =
+                    if self.inner.kind == BackendKind::Htp && !d.device_info_extension.is_null() {
+                        let ext =
+                            &*(d.device_info_extension as *const qnn_sys::htp::DeviceInfoExtension);
+                        let c = ext.on_chip_device;
+                        Some(HtpDeviceInfo {
+                            soc_model: c.soc_model,
+                            arch: c.arch,
+                            vtcm_mb: c.vtcm_size,
+                            signed_pd: c.signed_pd_support,
+                        })
+                    } else {
+                        None
+                    };
+                out.push(HardwareDevice {
+                    device_id: d.device_id,
+                    device_type: d.device_type,
+                    num_cores: d.num_cores,
+                    htp,
+                });
+            }
+        }
+        // SAFETY: frees what deviceGetPlatformInfo returned, once.
+        if let Err(e) = unsafe { qnn_call!(api, deviceFreePlatformInfo(self.inner.log, info)) } {
+            tracing::warn!(target: "qnn", "deviceFreePlatformInfo: {e}");
+        }
+        Ok(out)
+    }
+
+    /// The `QnnSystem` library beside this backend's library (or found by the usual search),
+    /// opened once per backend.
+    pub fn system(&self) -> Result<Arc<SystemLibrary>> {
+        self.inner
+            .system
+            .get_or_init(|| {
+                let sibling = self
+                    .inner
+                    .path
+                    .parent()
+                    .map(|d| {
+                        d.join(qnn_sys::loader::file_name(
+                            LibraryKind::System,
+                            qnn_sys::loader::Os::current(),
+                        ))
+                    })
+                    .filter(|p| p.is_file());
+                SystemLibrary::find(sibling.as_deref())
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|e| Error::InvalidArgument(format!("QnnSystem library unavailable: {e}")))
+    }
+
+    /// `backendValidateOpConfig` for a raw op config (used by `GraphBuilder`).
+    pub(crate) fn validate(
+        &self,
+        op: qnn_sys::OpConfig,
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
+        // SAFETY: the caller keeps every pointer inside `op` alive for this call.
+        unsafe { qnn_call!(self.inner.api, backendValidateOpConfig(self.inner.handle, op); what) }
+    }
+}
+
+/// Whether `kind` can be opened and initialised here (library found, provider compatible and
+/// `backendCreate` succeeds). Never panics.
+pub fn probe(kind: BackendKind) -> bool {
+    Backend::new(kind).is_ok()
+}
+
+#[cfg(test)]
+mod fake_tests {
+    //! The safe layer against a hand-made function table: faults injected at chosen calls must
+    //! come back as `ApiError`s naming the call, code, node and op, and handles must be freed.
+
+    use std::ffi::CStr;
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+
+    use qnn_sys::{Config, CoreFunctions, ErrorHandle, Handle, OpConfig, Tensor};
+
+    use super::*;
+    use crate::{Context, DataType, GraphOptions, Node};
+
+    static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+    static CONTEXT_FREES: AtomicU32 = AtomicU32::new(0);
+    static BACKEND_FREES: AtomicU32 = AtomicU32::new(0);
+
+    unsafe extern "C" fn log_create(
+        _: qnn_sys::LogCallback,
+        _: u32,
+        out: *mut Handle,
+    ) -> ErrorHandle {
+        // SAFETY: out-pointer from the safe layer.
+        unsafe { *out = 7 as Handle };
+        0
+    }
+    unsafe extern "C" fn free1(_: Handle) -> ErrorHandle {
+        0
+    }
+    unsafe extern "C" fn backend_free(_: Handle) -> ErrorHandle {
+        BACKEND_FREES.fetch_add(1, SeqCst);
+        0
+    }
+    unsafe extern "C" fn backend_create(
+        _: Handle,
+        _: *const *const Config,
+        out: *mut Handle,
+    ) -> ErrorHandle {
+        // SAFETY: as above.
+        unsafe { *out = 1 as Handle };
+        0
+    }
+    unsafe extern "C" fn context_create(
+        _: Handle,
+        _: Handle,
+        _: *const *const Config,
+        out: *mut Handle,
+    ) -> ErrorHandle {
+        // SAFETY: as above.
+        unsafe { *out = 2 as Handle };
+        0
+    }
+    unsafe extern "C" fn context_free(_: Handle, _: Handle) -> ErrorHandle {
+        CONTEXT_FREES.fetch_add(1, SeqCst);
+        0
+    }
+    unsafe extern "C" fn graph_create(
+        _: Handle,
+        _: *const std::ffi::c_char,
+        _: *const *const Config,
+        out: *mut Handle,
+    ) -> ErrorHandle {
+        // SAFETY: as above.
+        unsafe { *out = 3 as Handle };
+        0
+    }
+    unsafe extern "C" fn tensor_create(_: Handle, t: *mut Tensor) -> ErrorHandle {
+        // SAFETY: the safe layer passes a v2 tensor.
+        unsafe { (*t).v.v2.id = NEXT_ID.fetch_add(1, SeqCst) };
+        0
+    }
+    unsafe extern "C" fn validate(_: Handle, op: OpConfig) -> ErrorHandle {
+        // SAFETY: the type name is a valid C string for the call.
+        let ty = unsafe { CStr::from_ptr(op.v1.type_name) };
+        if ty.to_bytes() == b"Bogus" {
+            3110
+        } else {
+            0
+        }
+    }
+    unsafe extern "C" fn add_node(_: Handle, _: OpConfig) -> ErrorHandle {
+        0
+    }
+    unsafe extern "C" fn finalize_fails(_: Handle, _: Handle, _: Handle) -> ErrorHandle {
+        // A full error handle: the code is the low 16 bits.
+        (0xABCD_u64 << 32) | 6022
+    }
+
+    fn fake_backend() -> Backend {
+        // SAFETY: an all-NULL table is valid: every slot is an Option.
+        let mut f: CoreFunctions = unsafe { std::mem::zeroed() };
+        f.logCreate = Some(log_create);
+        f.logFree = Some(free1);
+        f.backendCreate = Some(backend_create);
+        f.backendFree = Some(backend_free);
+        f.contextCreate = Some(context_create);
+        f.contextFree = Some(context_free);
+        f.graphCreate = Some(graph_create);
+        f.tensorCreateGraphTensor = Some(tensor_create);
+        f.backendValidateOpConfig = Some(validate);
+        f.graphAddNode = Some(add_node);
+        f.graphFinalize = Some(finalize_fails);
+        Backend::from_api(
+            Api::from_table(f, "fake"),
+            BackendKind::Htp,
+            "fake".into(),
+            "FAKE".into(),
+            Default::default(),
+            LogLevel::Warn,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn validation_failure_names_node_and_op() {
+        let backend = fake_backend();
+        let ctx = Context::new(&backend, None).unwrap();
+        let mut g = ctx.build_graph("g", &GraphOptions::default()).unwrap();
+        let x = g.input("x", DataType::F32, &[4]).unwrap();
+        let y = g.output("y", DataType::F32, &[4]).unwrap();
+        let err = g
+            .add_node(&Node::new("blk3/odd", "Bogus").inputs(&[x]).outputs(&[y]))
+            .unwrap_err();
+        assert_eq!(err.code(), Some(3110));
+        let text = err.to_string();
+        assert!(text.contains("backendValidateOpConfig"), "{text}");
+        assert!(text.contains("\"blk3/odd\" (Bogus)"), "{text}");
+        assert!(
+            text.contains("QNN_OP_PACKAGE_ERROR_VALIDATION_FAILURE"),
+            "{text}"
+        );
+        g.add_node(&Node::new("relu", "Relu").inputs(&[x]).outputs(&[y]))
+            .unwrap();
+    }
+
+    #[test]
+    fn finalize_failure_carries_code_family_and_handle() {
+        let backend = fake_backend();
+        let ctx = Context::new(&backend, None).unwrap();
+        let g = ctx.build_graph("net", &GraphOptions::default()).unwrap();
+        let Error::Api(e) = g.finalize().unwrap_err() else {
+            panic!("not an API error")
+        };
+        assert_eq!((e.call, e.code, e.family), ("graphFinalize", 6022, "Graph"));
+        assert_eq!(e.name, Some("QNN_GRAPH_ERROR_FINALIZE_FAILED"));
+        assert_eq!(e.handle, (0xABCD_u64 << 32) | 6022);
+        assert_eq!(e.context.as_deref(), Some("graph \"net\""));
+    }
+
+    #[test]
+    fn missing_slot_is_not_provided_and_handles_are_freed() {
+        let before = (CONTEXT_FREES.load(SeqCst), BACKEND_FREES.load(SeqCst));
+        let backend = fake_backend();
+        let ctx = Context::new(&backend, None).unwrap();
+        let err = backend.build_id().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::NotProvided {
+                    call: "backendGetBuildId",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        drop(backend);
+        // The context keeps the backend alive: nothing freed yet.
+        assert!(BACKEND_FREES.load(SeqCst) == before.1 || CONTEXT_FREES.load(SeqCst) > before.0);
+        drop(ctx);
+        assert!(CONTEXT_FREES.load(SeqCst) > before.0);
+        assert!(BACKEND_FREES.load(SeqCst) > before.1);
+    }
+}

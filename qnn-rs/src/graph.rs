@@ -1,0 +1,695 @@
+//! `GraphBuilder` (tensors, validated nodes, finalize) and `Graph` (execute).
+
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::sync::{Arc, Mutex};
+
+use qnn_sys::htp::{
+    graph_option, optimization_type, GraphCustomConfig, GraphCustomValue, GraphOptimization,
+};
+use qnn_sys::{Config, ConfigValue, Handle};
+
+use crate::api::qnn_call;
+use crate::backend::{Backend, BackendKind};
+use crate::context::ContextInner;
+use crate::error::{Error, Result};
+use crate::tensor::{
+    check_buffer, DataType, Element, Input, Output, Quantization, RawTensor, TensorInfo, TensorKind,
+};
+
+/// The op package of QNN's built-in ops.
+pub const DEFAULT_PACKAGE: &str = "qti.aisw";
+
+/// Float precision the HTP computes a float graph in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Precision {
+    Fp32,
+    Fp16,
+}
+
+/// Graph options applied at `graphCreate` (HTP custom configs; ignored on other backends).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GraphOptions {
+    /// `QNN_HTP_GRAPH_CONFIG_OPTION_PRECISION`.
+    pub precision: Option<Precision>,
+    /// Finalize optimization level 1 to 3 (`FINALIZE_OPTIMIZATION_FLAG`): higher spends more
+    /// finalize time for a faster graph.
+    pub opt_level: Option<u8>,
+    /// `VTCM_SIZE_IN_MB`.
+    pub vtcm_mb: Option<u32>,
+    /// `NUM_HVX_THREADS`.
+    pub hvx_threads: Option<u64>,
+}
+
+/// A tensor of a graph under construction (an index into the builder).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorRef(usize);
+
+/// A scalar op parameter (`Qnn_Scalar_t`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    F32(f32),
+    U32(u32),
+    I32(i32),
+    U16(u16),
+    I16(i16),
+    U8(u8),
+    I8(i8),
+    Bool(bool),
+}
+
+impl Scalar {
+    fn raw(self) -> qnn_sys::Scalar {
+        use qnn_sys::consts::data_type as dt;
+        use qnn_sys::ScalarValue as V;
+        let (data_type, value) = match self {
+            Scalar::F32(v) => (dt::FLOAT_32, V { f32: v }),
+            Scalar::U32(v) => (dt::UINT_32, V { u32: v }),
+            Scalar::I32(v) => (dt::INT_32, V { i32: v }),
+            Scalar::U16(v) => (dt::UINT_16, V { u16: v }),
+            Scalar::I16(v) => (dt::INT_16, V { i16: v }),
+            Scalar::U8(v) => (dt::UINT_8, V { u8: v }),
+            Scalar::I8(v) => (dt::INT_8, V { i8: v }),
+            Scalar::Bool(v) => (dt::BOOL_8, V { bool8: v as u8 }),
+        };
+        // Zero the whole union first so no uninitialised bytes cross into C.
+        let mut s = qnn_sys::Scalar {
+            data_type,
+            value: V { u64: 0 },
+        };
+        s.value = value;
+        s
+    }
+}
+
+/// An op parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamValue {
+    Scalar(Scalar),
+    /// A static tensor parameter; registered with `tensorCreateGraphTensor` before the node is
+    /// added, as QNN requires (QNN-NOTES gotcha 6).
+    Tensor {
+        dtype: DataType,
+        dims: Vec<u32>,
+        data: Vec<u8>,
+    },
+}
+
+/// One op to add: name, type, tensors and params.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub name: String,
+    pub package: String,
+    pub op_type: String,
+    pub inputs: Vec<TensorRef>,
+    pub outputs: Vec<TensorRef>,
+    pub params: Vec<(String, ParamValue)>,
+}
+
+impl Node {
+    /// A node of QNN's built-in package.
+    pub fn new(name: impl Into<String>, op_type: impl Into<String>) -> Node {
+        Node {
+            name: name.into(),
+            package: DEFAULT_PACKAGE.into(),
+            op_type: op_type.into(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            params: Vec::new(),
+        }
+    }
+    /// Appends inputs.
+    pub fn inputs(mut self, t: &[TensorRef]) -> Node {
+        self.inputs.extend_from_slice(t);
+        self
+    }
+    /// Appends outputs.
+    pub fn outputs(mut self, t: &[TensorRef]) -> Node {
+        self.outputs.extend_from_slice(t);
+        self
+    }
+    /// Adds a scalar parameter.
+    pub fn scalar(mut self, name: impl Into<String>, v: Scalar) -> Node {
+        self.params.push((name.into(), ParamValue::Scalar(v)));
+        self
+    }
+    /// Adds a tensor parameter of element type `T`.
+    pub fn tensor_param<T: Element>(
+        mut self,
+        name: impl Into<String>,
+        dims: &[u32],
+        data: &[T],
+    ) -> Node {
+        self.params.push((
+            name.into(),
+            ParamValue::Tensor {
+                dtype: T::DTYPE,
+                dims: dims.to_vec(),
+                data: Input::new(data).bytes.to_vec(),
+            },
+        ));
+        self
+    }
+}
+
+/// Builds one graph. Methods take `&mut self`: QNN graph construction is not re-entrant.
+pub struct GraphBuilder {
+    ctx: Arc<ContextInner>,
+    handle: Handle,
+    name: String,
+    tensors: Vec<TensorInfo>,
+    tensor_names: HashSet<String>,
+    node_names: HashSet<String>,
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+}
+
+// SAFETY: the graph handle is used only through `&mut self` (or after finalize, by `Graph`).
+unsafe impl Send for GraphBuilder {}
+
+impl GraphBuilder {
+    pub(crate) fn new(
+        ctx: Arc<ContextInner>,
+        name: &str,
+        options: &GraphOptions,
+    ) -> Result<GraphBuilder> {
+        let b = &ctx.backend;
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument(format!("graph name {name:?} contains NUL")))?;
+        let mut customs: Vec<GraphCustomConfig> = Vec::new();
+        if b.kind == BackendKind::Htp {
+            let custom = |option, value| GraphCustomConfig { option, value };
+            if let Some(p) = options.precision {
+                let v = match p {
+                    Precision::Fp32 => qnn_sys::htp::precision::FLOAT32,
+                    Precision::Fp16 => qnn_sys::htp::precision::FLOAT16,
+                };
+                customs.push(custom(
+                    graph_option::PRECISION,
+                    value_u32(|u| u.precision = v),
+                ));
+            }
+            if let Some(level) = options.opt_level {
+                if !(1..=3).contains(&level) {
+                    return Err(Error::InvalidArgument(format!(
+                        "opt_level {level}: must be 1, 2 or 3"
+                    )));
+                }
+                customs.push(custom(
+                    graph_option::OPTIMIZATION,
+                    value_u32(|u| {
+                        u.optimization = GraphOptimization {
+                            option_type: optimization_type::FINALIZE_OPTIMIZATION_FLAG,
+                            float_value: level as f32,
+                        }
+                    }),
+                ));
+            }
+            if let Some(mb) = options.vtcm_mb {
+                customs.push(custom(
+                    graph_option::VTCM_SIZE_IN_MB,
+                    value_u32(|u| u.vtcm_size_in_mb = mb),
+                ));
+            }
+            if let Some(n) = options.hvx_threads {
+                customs.push(custom(
+                    graph_option::NUM_HVX_THREADS,
+                    value_u32(|u| u.num_hvx_threads = n),
+                ));
+            }
+        }
+        let configs: Vec<Config> = customs
+            .iter_mut()
+            .map(|c| Config {
+                option: qnn_sys::consts::CONFIG_OPTION_CUSTOM,
+                value: ConfigValue {
+                    custom_config: (c as *mut GraphCustomConfig).cast(),
+                },
+            })
+            .collect();
+        let mut list: Vec<*const Config> = configs.iter().map(|c| c as *const Config).collect();
+        list.push(std::ptr::null());
+        let list_ptr = if configs.is_empty() {
+            std::ptr::null()
+        } else {
+            list.as_ptr()
+        };
+        let mut handle: Handle = std::ptr::null_mut();
+        let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: name and config list outlive the call; the context handle is live.
+        unsafe {
+            qnn_call!(b.api, graphCreate(ctx.handle, cname.as_ptr(), list_ptr, &mut handle);
+                || format!("graph {name:?}"))
+        }?;
+        drop(_lock);
+        Ok(GraphBuilder {
+            ctx,
+            handle,
+            name: name.to_string(),
+            tensors: Vec::new(),
+            tensor_names: HashSet::new(),
+            node_names: HashSet::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        })
+    }
+
+    /// The graph's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A graph input (`APP_WRITE`).
+    pub fn input(&mut self, name: &str, dtype: DataType, dims: &[u32]) -> Result<TensorRef> {
+        self.tensor(
+            name,
+            TensorKind::Input,
+            dtype,
+            dims,
+            Quantization::None,
+            None,
+        )
+    }
+
+    /// A graph output (`APP_READ`).
+    pub fn output(&mut self, name: &str, dtype: DataType, dims: &[u32]) -> Result<TensorRef> {
+        self.tensor(
+            name,
+            TensorKind::Output,
+            dtype,
+            dims,
+            Quantization::None,
+            None,
+        )
+    }
+
+    /// An intermediate tensor (`NATIVE`).
+    pub fn native(&mut self, name: &str, dtype: DataType, dims: &[u32]) -> Result<TensorRef> {
+        self.tensor(
+            name,
+            TensorKind::Native,
+            dtype,
+            dims,
+            Quantization::None,
+            None,
+        )
+    }
+
+    /// A constant (`STATIC`) of element type `T`; QNN copies the data.
+    pub fn constant<T: Element>(
+        &mut self,
+        name: &str,
+        dims: &[u32],
+        data: &[T],
+    ) -> Result<TensorRef> {
+        let bytes = Input::new(data).bytes;
+        self.tensor(
+            name,
+            TensorKind::Static,
+            T::DTYPE,
+            dims,
+            Quantization::None,
+            Some(bytes),
+        )
+    }
+
+    /// Any tensor, with quantization and, for `Static`, its data. The data size must equal the
+    /// tensor's size (QNN would over-read a short buffer).
+    pub fn tensor(
+        &mut self,
+        name: &str,
+        kind: TensorKind,
+        dtype: DataType,
+        dims: &[u32],
+        quantization: Quantization,
+        data: Option<&[u8]>,
+    ) -> Result<TensorRef> {
+        if !self.tensor_names.insert(name.to_string()) {
+            return Err(Error::InvalidArgument(format!(
+                "graph {:?}: tensor name {name:?} is used twice",
+                self.name
+            )));
+        }
+        let mut info = TensorInfo {
+            id: 0,
+            name: name.to_string(),
+            kind,
+            dtype,
+            dims: dims.to_vec(),
+            quantization,
+        };
+        match (kind, data) {
+            (TensorKind::Static, Some(d)) => check_buffer(&info, dtype, d.len(), "constant")?,
+            (TensorKind::Static, None) => {
+                return Err(Error::InvalidArgument(format!(
+                    "constant {name:?} needs data"
+                )))
+            }
+            (_, Some(_)) => {
+                return Err(Error::InvalidArgument(format!(
+                    "tensor {name:?}: only constants carry data at creation"
+                )))
+            }
+            _ => {}
+        }
+        info.id = self.create_tensor(&info, data)?;
+        let idx = self.tensors.len();
+        self.tensors.push(info);
+        match kind {
+            TensorKind::Input => self.inputs.push(idx),
+            TensorKind::Output => self.outputs.push(idx),
+            _ => {}
+        }
+        Ok(TensorRef(idx))
+    }
+
+    fn create_tensor(&mut self, info: &TensorInfo, data: Option<&[u8]>) -> Result<u32> {
+        let mut raw = RawTensor::new(info, data)?;
+        let b = &self.ctx.backend;
+        let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: `raw` and the data it points at live across the call; QNN writes the id.
+        unsafe {
+            qnn_call!(b.api, tensorCreateGraphTensor(self.handle, raw.raw_mut());
+                || format!("tensor {:?} of graph {:?}", info.name, self.name))
+        }?;
+        // SAFETY: we built a v2 tensor.
+        Ok(unsafe { raw.raw().v.v2.id })
+    }
+
+    /// The description of a tensor of this graph.
+    pub fn info(&self, t: TensorRef) -> &TensorInfo {
+        &self.tensors[t.0]
+    }
+
+    /// Validates `node` with `backendValidateOpConfig`, then adds it (`graphAddNode`). QNN's
+    /// addNode accepts ops the backend cannot run and fails only at finalize, or computes
+    /// garbage (QNN-NOTES gotchas 4 and 5), so a validation failure is an error here, naming
+    /// the node and op.
+    pub fn add_node(&mut self, node: &Node) -> Result<()> {
+        let graph_name = self.name.clone();
+        let what = || {
+            format!(
+                "node {:?} ({}) of graph {:?}",
+                node.name, node.op_type, graph_name
+            )
+        };
+        if !self.node_names.insert(node.name.clone()) {
+            return Err(Error::InvalidArgument(format!(
+                "{}: node name used twice",
+                what()
+            )));
+        }
+        for &t in node.inputs.iter().chain(&node.outputs) {
+            if t.0 >= self.tensors.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: unknown tensor",
+                    what()
+                )));
+            }
+        }
+        let cstr = |s: &str| {
+            CString::new(s)
+                .map_err(|_| Error::InvalidArgument(format!("{}: {s:?} contains NUL", what())))
+        };
+        let name = cstr(&node.name)?;
+        let package = cstr(&node.package)?;
+        let op_type = cstr(&node.op_type)?;
+
+        // Tensor params become STATIC graph tensors first; scalars need no registration.
+        let mut param_names = Vec::with_capacity(node.params.len());
+        let mut param_tensors: Vec<Option<RawTensor>> = Vec::with_capacity(node.params.len());
+        for (pname, value) in &node.params {
+            param_names.push(cstr(pname)?);
+            param_tensors.push(match value {
+                ParamValue::Scalar(_) => None,
+                ParamValue::Tensor { dtype, dims, data } => {
+                    let tname = format!("{}__{}", node.name, pname);
+                    if !self.tensor_names.insert(tname.clone()) {
+                        return Err(Error::InvalidArgument(format!(
+                            "{}: tensor name {tname:?} is taken",
+                            what()
+                        )));
+                    }
+                    let mut info = TensorInfo {
+                        id: 0,
+                        name: tname,
+                        kind: TensorKind::Static,
+                        dtype: *dtype,
+                        dims: dims.clone(),
+                        quantization: Quantization::None,
+                    };
+                    check_buffer(&info, *dtype, data.len(), "tensor parameter")?;
+                    info.id = self.create_tensor(&info, Some(data))?;
+                    Some(RawTensor::new(&info, Some(data))?)
+                }
+            });
+        }
+        let mut params: Vec<qnn_sys::Param> = node
+            .params
+            .iter()
+            .zip(&param_names)
+            .zip(&param_tensors)
+            .map(|(((_, value), pname), tensor)| match (value, tensor) {
+                (ParamValue::Scalar(s), _) => qnn_sys::Param {
+                    param_type: qnn_sys::consts::PARAMTYPE_SCALAR,
+                    name: pname.as_ptr(),
+                    value: zeroed_param_value(|v| v.scalar = s.raw()),
+                },
+                (ParamValue::Tensor { .. }, Some(t)) => qnn_sys::Param {
+                    param_type: qnn_sys::consts::PARAMTYPE_TENSOR,
+                    name: pname.as_ptr(),
+                    value: qnn_sys::ParamValue { tensor: *t.raw() },
+                },
+                (ParamValue::Tensor { .. }, None) => {
+                    unreachable!("tensor params were registered above")
+                }
+            })
+            .collect();
+        let raws = |list: &[TensorRef]| -> Result<Vec<RawTensor>> {
+            list.iter()
+                .map(|t| RawTensor::new(&self.tensors[t.0], None))
+                .collect()
+        };
+        let in_owned = raws(&node.inputs)?;
+        let out_owned = raws(&node.outputs)?;
+        let mut ins: Vec<qnn_sys::Tensor> = in_owned.iter().map(|t| *t.raw()).collect();
+        let mut outs: Vec<qnn_sys::Tensor> = out_owned.iter().map(|t| *t.raw()).collect();
+        let op = qnn_sys::OpConfig {
+            version: qnn_sys::consts::OPCONFIG_VERSION_1,
+            v1: qnn_sys::OpConfigV1 {
+                name: name.as_ptr(),
+                package_name: package.as_ptr(),
+                type_name: op_type.as_ptr(),
+                num_of_params: params.len() as u32,
+                params: params.as_mut_ptr(),
+                num_of_inputs: ins.len() as u32,
+                input_tensors: ins.as_mut_ptr(),
+                num_of_outputs: outs.len() as u32,
+                output_tensors: outs.as_mut_ptr(),
+            },
+        };
+        let backend = Backend {
+            inner: self.ctx.backend.clone(),
+        };
+        let b = &self.ctx.backend;
+        let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
+        backend.validate(op, what)?;
+        // SAFETY: every pointer in `op` targets memory owned by locals of this function.
+        unsafe { qnn_call!(b.api, graphAddNode(self.handle, op); what) }
+    }
+
+    /// `graphFinalize`: prepares the graph for execution.
+    pub fn finalize(self) -> Result<Graph> {
+        let b = &self.ctx.backend;
+        {
+            let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: live graph handle; no profile or signal.
+            unsafe {
+                qnn_call!(b.api, graphFinalize(self.handle, std::ptr::null_mut(), std::ptr::null_mut());
+                    || format!("graph {:?}", self.name))
+            }?;
+        }
+        let pick = |idx: &[usize]| {
+            idx.iter()
+                .map(|&i| self.tensors[i].clone())
+                .collect::<Vec<_>>()
+        };
+        Graph::new(
+            self.ctx.clone(),
+            self.handle,
+            self.name.clone(),
+            pick(&self.inputs),
+            pick(&self.outputs),
+        )
+    }
+}
+
+fn value_u32(set: impl FnOnce(&mut GraphCustomValue)) -> GraphCustomValue {
+    let mut v = GraphCustomValue { raw: [0; 6] };
+    set(&mut v);
+    v
+}
+
+fn zeroed_param_value(set: impl FnOnce(&mut qnn_sys::ParamValue)) -> qnn_sys::ParamValue {
+    // A zeroed Tensor is the largest member: start from it so no bytes are uninitialised.
+    // SAFETY: all-zero is a valid `Qnn_Tensor_t` (null pointers, zero counts).
+    let mut v = qnn_sys::ParamValue {
+        tensor: unsafe { std::mem::zeroed() },
+    };
+    set(&mut v);
+    v
+}
+
+struct ExecState {
+    ins: Vec<RawTensor>,
+    outs: Vec<RawTensor>,
+}
+
+/// A finalized or retrieved graph, ready to execute. `Send + Sync`: calls on one graph are
+/// serialised by an internal lock (QNN asks callers to serialise per graph handle); different
+/// graphs execute concurrently.
+pub struct Graph {
+    ctx: Arc<ContextInner>,
+    handle: Handle,
+    name: String,
+    inputs: Vec<TensorInfo>,
+    outputs: Vec<TensorInfo>,
+    state: Mutex<ExecState>,
+}
+
+// SAFETY: the handle is only used under `state`'s lock.
+unsafe impl Send for Graph {}
+// SAFETY: see above.
+unsafe impl Sync for Graph {}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("name", &self.name)
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .finish()
+    }
+}
+
+impl Graph {
+    fn new(
+        ctx: Arc<ContextInner>,
+        handle: Handle,
+        name: String,
+        inputs: Vec<TensorInfo>,
+        outputs: Vec<TensorInfo>,
+    ) -> Result<Graph> {
+        // Execute descriptors are built once; each call only points them at its buffers.
+        let ins = inputs
+            .iter()
+            .map(|t| RawTensor::new(t, None))
+            .collect::<Result<_>>()?;
+        let outs = outputs
+            .iter()
+            .map(|t| RawTensor::new(t, None))
+            .collect::<Result<_>>()?;
+        Ok(Graph {
+            ctx,
+            handle,
+            name,
+            inputs,
+            outputs,
+            state: Mutex::new(ExecState { ins, outs }),
+        })
+    }
+
+    pub(crate) fn retrieve(
+        ctx: Arc<ContextInner>,
+        name: &str,
+        inputs: Vec<TensorInfo>,
+        outputs: Vec<TensorInfo>,
+    ) -> Result<Graph> {
+        let cname = CString::new(name)
+            .map_err(|_| Error::InvalidArgument(format!("graph name {name:?} contains NUL")))?;
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: live context; valid name and out-pointer.
+        unsafe {
+            qnn_call!(ctx.backend.api, graphRetrieve(ctx.handle, cname.as_ptr(), &mut handle);
+                || format!("graph {name:?}"))
+        }?;
+        Graph::new(ctx, handle, name.to_string(), inputs, outputs)
+    }
+
+    /// The graph's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Inputs, in the order `execute` takes them.
+    pub fn inputs(&self) -> &[TensorInfo] {
+        &self.inputs
+    }
+
+    /// Outputs, in the order `execute` fills them.
+    pub fn outputs(&self) -> &[TensorInfo] {
+        &self.outputs
+    }
+
+    /// `graphExecute`. Every buffer is checked against its tensor (count, dtype, exact byte size)
+    /// before QNN is called: QNN itself ignores `dataSize` and would overflow a short output.
+    pub fn execute(&self, inputs: &[Input<'_>], outputs: &mut [Output<'_>]) -> Result<()> {
+        if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "graph {:?} takes {} inputs and {} outputs, got {} and {}",
+                self.name,
+                self.inputs.len(),
+                self.outputs.len(),
+                inputs.len(),
+                outputs.len()
+            )));
+        }
+        for (info, b) in self.inputs.iter().zip(inputs) {
+            check_buffer(info, b.dtype, b.bytes.len(), "input")?;
+        }
+        for (info, b) in self.outputs.iter().zip(outputs.iter()) {
+            check_buffer(info, b.dtype, b.bytes.len(), "output")?;
+        }
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let ExecState { ins, outs } = &mut *state;
+        for (raw, b) in ins.iter_mut().zip(inputs) {
+            set_client_buf(raw, b.bytes.as_ptr() as *mut _, b.bytes.len());
+        }
+        for (raw, b) in outs.iter_mut().zip(outputs.iter_mut()) {
+            set_client_buf(raw, b.bytes.as_mut_ptr().cast(), b.bytes.len());
+        }
+        // The descriptor arrays are contiguous `Qnn_Tensor_t`s (RawTensor keeps its raw struct
+        // inline, but with owned data beside it), so copy them into plain arrays for the call.
+        let in_arr: Vec<qnn_sys::Tensor> = ins.iter().map(|t| *t.raw()).collect();
+        let mut out_arr: Vec<qnn_sys::Tensor> = outs.iter().map(|t| *t.raw()).collect();
+        let api = &self.ctx.backend.api;
+        // SAFETY: input buffers are read-only for QNN (the `*mut` is the C signature), outputs
+        // are exclusively borrowed and exactly sized; descriptors point at owned names/dims.
+        let result = unsafe {
+            qnn_call!(api, graphExecute(
+                self.handle,
+                in_arr.as_ptr(),
+                in_arr.len() as u32,
+                out_arr.as_mut_ptr(),
+                out_arr.len() as u32,
+                std::ptr::null_mut(),
+                std::ptr::null_mut()
+            ); || format!("graph {:?}", self.name))
+        };
+        // Do not leave pointers to the caller's buffers behind.
+        for raw in ins.iter_mut().chain(outs.iter_mut()) {
+            set_client_buf(raw, std::ptr::null_mut(), 0);
+        }
+        result
+    }
+}
+
+fn set_client_buf(raw: &mut RawTensor, data: *mut std::ffi::c_void, len: usize) {
+    // Sizes were checked against the tensor, whose byte size fits in u32 (QNN's limit) or the
+    // tensor could not have been created; saturate rather than wrap regardless.
+    let size = u32::try_from(len).unwrap_or(u32::MAX);
+    raw.raw_mut().v.v2.memory.client_buf = qnn_sys::ClientBuffer {
+        data,
+        data_size: size,
+    };
+}

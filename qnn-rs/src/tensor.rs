@@ -1,0 +1,531 @@
+//! Tensor descriptions, data types and host buffers.
+
+use std::ffi::CString;
+
+use half::f16;
+use qnn_sys::consts::{data_type as dt, tensor_type as tt};
+
+use crate::error::{Error, Result};
+
+/// `Qnn_DataType_t` values this crate builds tensors of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataType {
+    F32,
+    F16,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    /// `QNN_DATATYPE_BOOL_8`: one byte per element, 0 or 1.
+    Bool,
+    /// `UFIXED_POINT_8`: quantized, needs [`Quantization`].
+    QU8,
+    /// `SFIXED_POINT_8`.
+    QI8,
+    /// `UFIXED_POINT_16`.
+    QU16,
+    /// `SFIXED_POINT_16`.
+    QI16,
+    /// `SFIXED_POINT_32` (quantized bias).
+    QI32,
+}
+
+impl DataType {
+    /// The raw `Qnn_DataType_t`.
+    pub fn raw(self) -> u32 {
+        match self {
+            DataType::F32 => dt::FLOAT_32,
+            DataType::F16 => dt::FLOAT_16,
+            DataType::I8 => dt::INT_8,
+            DataType::U8 => dt::UINT_8,
+            DataType::I16 => dt::INT_16,
+            DataType::U16 => dt::UINT_16,
+            DataType::I32 => dt::INT_32,
+            DataType::U32 => dt::UINT_32,
+            DataType::I64 => dt::INT_64,
+            DataType::U64 => dt::UINT_64,
+            DataType::Bool => dt::BOOL_8,
+            DataType::QU8 => dt::UFIXED_POINT_8,
+            DataType::QI8 => dt::SFIXED_POINT_8,
+            DataType::QU16 => dt::UFIXED_POINT_16,
+            DataType::QI16 => dt::SFIXED_POINT_16,
+            DataType::QI32 => dt::SFIXED_POINT_32,
+        }
+    }
+
+    /// The data type of a raw `Qnn_DataType_t`, if this crate knows it.
+    pub fn from_raw(raw: u32) -> Option<DataType> {
+        [
+            DataType::F32,
+            DataType::F16,
+            DataType::I8,
+            DataType::U8,
+            DataType::I16,
+            DataType::U16,
+            DataType::I32,
+            DataType::U32,
+            DataType::I64,
+            DataType::U64,
+            DataType::Bool,
+            DataType::QU8,
+            DataType::QI8,
+            DataType::QU16,
+            DataType::QI16,
+            DataType::QI32,
+        ]
+        .into_iter()
+        .find(|d| d.raw() == raw)
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DataType::I8 | DataType::U8 | DataType::Bool | DataType::QU8 | DataType::QI8 => 1,
+            DataType::F16 | DataType::I16 | DataType::U16 | DataType::QU16 | DataType::QI16 => 2,
+            DataType::F32 | DataType::I32 | DataType::U32 | DataType::QI32 => 4,
+            DataType::I64 | DataType::U64 => 8,
+        }
+    }
+
+    /// Whether the type needs quantization parameters.
+    pub fn is_quantized(self) -> bool {
+        matches!(
+            self,
+            DataType::QU8 | DataType::QI8 | DataType::QU16 | DataType::QI16 | DataType::QI32
+        )
+    }
+}
+
+/// Rust element types that map to a QNN data type.
+pub trait Element: Copy + 'static {
+    const DTYPE: DataType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),*) => { $(impl Element for $t { const DTYPE: DataType = DataType::$d; })* };
+}
+element!(f32 => F32, f16 => F16, i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32, u32 => U32, i64 => I64, u64 => U64);
+
+/// How a graph tensor is used (`Qnn_TensorType_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorKind {
+    /// Graph input written by the application (`APP_WRITE`).
+    Input,
+    /// Graph output read by the application (`APP_READ`).
+    Output,
+    /// Intermediate tensor owned by the graph (`NATIVE`).
+    Native,
+    /// Constant data copied into the graph at creation (`STATIC`).
+    Static,
+}
+
+impl TensorKind {
+    pub(crate) fn raw(self) -> u32 {
+        match self {
+            TensorKind::Input => tt::APP_WRITE,
+            TensorKind::Output => tt::APP_READ,
+            TensorKind::Native => tt::NATIVE,
+            TensorKind::Static => tt::STATIC,
+        }
+    }
+
+    pub(crate) fn from_raw(raw: u32) -> Option<TensorKind> {
+        match raw {
+            tt::APP_WRITE => Some(TensorKind::Input),
+            tt::APP_READ => Some(TensorKind::Output),
+            tt::NATIVE => Some(TensorKind::Native),
+            tt::STATIC => Some(TensorKind::Static),
+            _ => None,
+        }
+    }
+}
+
+/// Quantization of a fixed-point tensor: `real = scale * (q + offset)` (QNN's sign convention:
+/// `offset` is the negated ONNX zero point).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Quantization {
+    /// Float or plain integer tensor.
+    None,
+    /// One scale and offset for the whole tensor.
+    ScaleOffset { scale: f32, offset: i32 },
+    /// One scale and offset per slice along `axis`.
+    PerAxis {
+        axis: i32,
+        scale_offsets: Vec<(f32, i32)>,
+    },
+}
+
+/// A tensor of a graph, as created or as read back from a context binary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorInfo {
+    /// The id QNN assigned; execution binds buffers by id.
+    pub id: u32,
+    pub name: String,
+    pub kind: TensorKind,
+    pub dtype: DataType,
+    pub dims: Vec<u32>,
+    pub quantization: Quantization,
+}
+
+impl TensorInfo {
+    /// Number of elements.
+    pub fn num_elements(&self) -> usize {
+        self.dims.iter().map(|&d| d as usize).product()
+    }
+
+    /// Size of the tensor's data in bytes.
+    pub fn num_bytes(&self) -> usize {
+        self.num_elements() * self.dtype.size()
+    }
+}
+
+/// An owned raw `Qnn_Tensor_t` with the memory its pointers refer to. The raw struct is only
+/// handed out while `self` is borrowed.
+pub(crate) struct RawTensor {
+    raw: qnn_sys::Tensor,
+    _name: CString,
+    _dims: Box<[u32]>,
+    _scale_offsets: Box<[qnn_sys::ScaleOffset]>,
+}
+
+impl RawTensor {
+    pub(crate) fn new(info: &TensorInfo, data: Option<&[u8]>) -> Result<RawTensor> {
+        let name = CString::new(info.name.as_str()).map_err(|_| {
+            Error::InvalidArgument(format!("tensor name {:?} contains NUL", info.name))
+        })?;
+        let mut dims: Box<[u32]> = info.dims.clone().into_boxed_slice();
+        let (quantize_params, mut scale_offsets) = quantize_params(&info.quantization, info.dtype)?;
+        let mut raw = qnn_sys::TensorV2 {
+            id: info.id,
+            name: name.as_ptr(),
+            tensor_type: info.kind.raw(),
+            data_format: qnn_sys::consts::DATA_FORMAT_DENSE,
+            data_type: info.dtype.raw(),
+            quantize_params,
+            rank: dims.len() as u32,
+            dimensions: dims.as_mut_ptr(),
+            mem_type: qnn_sys::consts::mem_type::RAW,
+            memory: qnn_sys::TensorMemory {
+                client_buf: qnn_sys::ClientBuffer::NULL,
+            },
+            is_dynamic_dimensions: std::ptr::null_mut(),
+            sparse_params: Default::default(),
+            is_produced: 0,
+        };
+        if let Some(data) = data {
+            let size = u32::try_from(data.len()).map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "tensor {:?}: {} bytes exceed 4 GiB",
+                    info.name,
+                    data.len()
+                ))
+            })?;
+            // QNN copies STATIC data during tensorCreateGraphTensor and never writes through this
+            // pointer, so casting away const is sound.
+            raw.memory.client_buf = qnn_sys::ClientBuffer {
+                data: data.as_ptr() as *mut _,
+                data_size: size,
+            };
+        }
+        if let Quantization::PerAxis { .. } = info.quantization {
+            // SAFETY: writing, not reading, a union field; the pointer targets the boxed slice
+            // owned by `self`, which does not move when `self` moves.
+            raw.quantize_params.encoding.axis_scale_offset.scale_offset =
+                scale_offsets.as_mut_ptr();
+        }
+        Ok(RawTensor {
+            raw: qnn_sys::Tensor {
+                version: qnn_sys::consts::TENSOR_VERSION_2,
+                v: qnn_sys::TensorVersions { v2: raw },
+            },
+            _name: name,
+            _dims: dims,
+            _scale_offsets: scale_offsets,
+        })
+    }
+
+    pub(crate) fn raw(&self) -> &qnn_sys::Tensor {
+        &self.raw
+    }
+
+    pub(crate) fn raw_mut(&mut self) -> &mut qnn_sys::Tensor {
+        &mut self.raw
+    }
+}
+
+fn quantize_params(
+    q: &Quantization,
+    dtype: DataType,
+) -> Result<(qnn_sys::QuantizeParams, Box<[qnn_sys::ScaleOffset]>)> {
+    use qnn_sys::consts::*;
+    match (q, dtype.is_quantized()) {
+        (Quantization::None, false) => Ok((qnn_sys::QuantizeParams::UNDEFINED, Box::new([]))),
+        (Quantization::None, true) => {
+            Err(Error::InvalidArgument(format!("{dtype:?} tensors need quantization parameters")))
+        }
+        (_, false) => Err(Error::InvalidArgument(format!(
+            "{dtype:?} is not a fixed-point type; quantization parameters need QU8/QI8/QU16/QI16/QI32"
+        ))),
+        (Quantization::ScaleOffset { scale, offset }, true) => Ok((
+            qnn_sys::QuantizeParams {
+                encoding_definition: DEFINITION_DEFINED,
+                quantization_encoding: QUANTIZATION_ENCODING_SCALE_OFFSET,
+                encoding: qnn_sys::QuantizeEncoding {
+                    scale_offset: qnn_sys::ScaleOffset { scale: *scale, offset: *offset },
+                },
+            },
+            Box::new([]),
+        )),
+        (Quantization::PerAxis { axis, scale_offsets }, true) => {
+            let list: Box<[qnn_sys::ScaleOffset]> = scale_offsets
+                .iter()
+                .map(|&(scale, offset)| qnn_sys::ScaleOffset { scale, offset })
+                .collect();
+            Ok((
+                qnn_sys::QuantizeParams {
+                    encoding_definition: DEFINITION_DEFINED,
+                    quantization_encoding: QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET,
+                    encoding: qnn_sys::QuantizeEncoding {
+                        axis_scale_offset: qnn_sys::AxisScaleOffset {
+                            axis: *axis,
+                            num_scale_offsets: list.len() as u32,
+                            scale_offset: std::ptr::null_mut(),
+                        },
+                    },
+                },
+                list,
+            ))
+        }
+    }
+}
+
+/// Reads a tensor description returned by QNN (binary info). Works for v1 and v2 tensors: the
+/// fields read are the shared prefix.
+///
+/// # Safety
+/// `t` must point at a valid `Qnn_Tensor_t` whose pointers are valid.
+pub(crate) unsafe fn info_from_raw(t: &qnn_sys::Tensor) -> Result<TensorInfo> {
+    // SAFETY: v1 is a prefix of v2, so reading v1 is valid for both versions.
+    let v = unsafe { t.v.v1 };
+    let name = crate::api::owned_str(v.name);
+    let dtype = DataType::from_raw(v.data_type).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "tensor {name:?} has unsupported data type {:#x}",
+            v.data_type
+        ))
+    })?;
+    let dims = if v.dimensions.is_null() || v.rank == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: QNN gives `rank` dimensions.
+        unsafe { std::slice::from_raw_parts(v.dimensions, v.rank as usize) }.to_vec()
+    };
+    let q = v.quantize_params;
+    let quantization = if q.encoding_definition == qnn_sys::consts::DEFINITION_DEFINED
+        && q.quantization_encoding == qnn_sys::consts::QUANTIZATION_ENCODING_SCALE_OFFSET
+    {
+        // SAFETY: the encoding tag says which union member is live.
+        let so = unsafe { q.encoding.scale_offset };
+        Quantization::ScaleOffset {
+            scale: so.scale,
+            offset: so.offset,
+        }
+    } else {
+        Quantization::None
+    };
+    Ok(TensorInfo {
+        id: v.id,
+        name,
+        kind: TensorKind::from_raw(v.tensor_type).unwrap_or(TensorKind::Native),
+        dtype,
+        dims,
+        quantization,
+    })
+}
+
+/// A host buffer read by `Graph::execute`.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub(crate) dtype: DataType,
+    pub(crate) bytes: &'a [u8],
+}
+
+/// A host buffer written by `Graph::execute`.
+#[derive(Debug)]
+pub struct Output<'a> {
+    pub(crate) dtype: DataType,
+    pub(crate) bytes: &'a mut [u8],
+}
+
+fn as_bytes<T: Element>(data: &[T]) -> &[u8] {
+    // SAFETY: every `Element` is a plain number type without padding or invalid bit patterns.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast(), std::mem::size_of_val(data)) }
+}
+
+fn as_bytes_mut<T: Element>(data: &mut [T]) -> &mut [u8] {
+    // SAFETY: as above; any byte pattern QNN writes is a valid value of these types.
+    unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr().cast(), std::mem::size_of_val(data)) }
+}
+
+impl<'a> Input<'a> {
+    /// A typed slice.
+    pub fn new<T: Element>(data: &'a [T]) -> Input<'a> {
+        Input {
+            dtype: T::DTYPE,
+            bytes: as_bytes(data),
+        }
+    }
+    /// Raw bytes of a given type (bool tensors: one byte per element, 0 or 1).
+    pub fn from_bytes(dtype: DataType, bytes: &'a [u8]) -> Input<'a> {
+        Input { dtype, bytes }
+    }
+}
+
+impl<'a> Output<'a> {
+    /// A typed slice.
+    pub fn new<T: Element>(data: &'a mut [T]) -> Output<'a> {
+        Output {
+            dtype: T::DTYPE,
+            bytes: as_bytes_mut(data),
+        }
+    }
+    /// Raw bytes of a given type.
+    pub fn from_bytes(dtype: DataType, bytes: &'a mut [u8]) -> Output<'a> {
+        Output { dtype, bytes }
+    }
+}
+
+impl<'a, T: Element> From<&'a [T]> for Input<'a> {
+    fn from(d: &'a [T]) -> Self {
+        Input::new(d)
+    }
+}
+
+impl<'a, T: Element> From<&'a Vec<T>> for Input<'a> {
+    fn from(d: &'a Vec<T>) -> Self {
+        Input::new(d)
+    }
+}
+
+impl<'a, T: Element> From<&'a mut [T]> for Output<'a> {
+    fn from(d: &'a mut [T]) -> Self {
+        Output::new(d)
+    }
+}
+
+impl<'a, T: Element> From<&'a mut Vec<T>> for Output<'a> {
+    fn from(d: &'a mut Vec<T>) -> Self {
+        Output::new(d)
+    }
+}
+
+/// Checks one buffer against its tensor: same dtype (QNN does not check it) and exactly the
+/// tensor's byte size (QNN neither checks nor honours `dataSize`, and writes past short output
+/// buffers: QNN-NOTES gotcha 8).
+pub(crate) fn check_buffer(
+    info: &TensorInfo,
+    dtype: DataType,
+    len: usize,
+    what: &str,
+) -> Result<()> {
+    if dtype != info.dtype {
+        return Err(Error::InvalidArgument(format!(
+            "{what} {:?}: buffer is {dtype:?} but the tensor is {:?}",
+            info.name, info.dtype
+        )));
+    }
+    let want = info.num_bytes();
+    if len != want {
+        return Err(Error::InvalidArgument(format!(
+            "{what} {:?}: buffer has {len} bytes but the tensor {:?} {:?} needs {want}",
+            info.name, info.dtype, info.dims
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(dtype: DataType, dims: &[u32]) -> TensorInfo {
+        TensorInfo {
+            id: 1,
+            name: "x".into(),
+            kind: TensorKind::Input,
+            dtype,
+            dims: dims.to_vec(),
+            quantization: Quantization::None,
+        }
+    }
+
+    #[test]
+    fn raw_codes_round_trip() {
+        for d in [
+            DataType::F32,
+            DataType::F16,
+            DataType::Bool,
+            DataType::QU8,
+            DataType::I64,
+        ] {
+            assert_eq!(DataType::from_raw(d.raw()), Some(d));
+        }
+        assert_eq!(DataType::F16.raw(), 0x0216);
+        assert_eq!(DataType::from_raw(0x1234), None);
+    }
+
+    #[test]
+    fn buffer_size_and_dtype_are_checked() {
+        let t = info(DataType::F32, &[1, 4, 4, 8]);
+        assert!(check_buffer(&t, DataType::F32, 512, "input").is_ok());
+        let short = check_buffer(&t, DataType::F32, 256, "input")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            short.contains("256 bytes") && short.contains("needs 512"),
+            "{short}"
+        );
+        assert!(check_buffer(&t, DataType::F16, 512, "input").is_err());
+        assert!(check_buffer(&t, DataType::F32, 516, "input").is_err());
+    }
+
+    #[test]
+    fn raw_tensor_points_at_owned_memory() {
+        let mut t = info(DataType::F32, &[2, 3]);
+        t.kind = TensorKind::Static;
+        let data = [0u8; 24];
+        let raw = RawTensor::new(&t, Some(&data)).unwrap();
+        // SAFETY: we built v2.
+        let v2 = unsafe { raw.raw().v.v2 };
+        assert_eq!(v2.rank, 2);
+        // SAFETY: dims points into the RawTensor's boxed slice.
+        assert_eq!(
+            unsafe { std::slice::from_raw_parts(v2.dimensions, 2) },
+            &[2, 3]
+        );
+        // SAFETY: RAW memory type: client_buf is live.
+        assert_eq!(unsafe { v2.memory.client_buf.data_size }, 24);
+        assert_eq!(v2.tensor_type, qnn_sys::consts::tensor_type::STATIC);
+    }
+
+    #[test]
+    fn quantized_types_need_parameters() {
+        let t = info(DataType::QU8, &[4]);
+        assert!(RawTensor::new(&t, None).is_err());
+        let mut t = t;
+        t.quantization = Quantization::PerAxis {
+            axis: 0,
+            scale_offsets: vec![(0.5, -3); 4],
+        };
+        let raw = RawTensor::new(&t, None).unwrap();
+        // SAFETY: per-axis encoding was written above.
+        let enc = unsafe { raw.raw().v.v2.quantize_params.encoding.axis_scale_offset };
+        assert_eq!(enc.num_scale_offsets, 4);
+        // SAFETY: points into the owned list.
+        assert_eq!(unsafe { (*enc.scale_offset).offset }, -3);
+    }
+}

@@ -1,0 +1,189 @@
+//! HTP (and GPU) backend custom config structs. These change layout between SDK releases more
+//! than the core types do; every layout here is the one the 2.4x libraries accept.
+
+use std::ffi::{c_char, c_void};
+
+/// `QnnHtpDevice_ConfigOption_t` values.
+pub mod device_option {
+    pub const SOC: u32 = 0;
+    pub const ARCH: u32 = 1;
+    pub const SIGNEDPD: u32 = 2;
+    /// Deprecated by Qualcomm: returns NOT_SUPPORTED at run time.
+    pub const SECUREPD: u32 = 3;
+    pub const ASYNC_EXECUTE: u32 = 4;
+    pub const DYNAMIC_PARTITIONING: u32 = 5;
+    pub const APP_UID: u32 = 6;
+}
+
+/// `QnnHtpDevice_Arch_t` values.
+pub mod arch {
+    pub const NONE: u32 = 0;
+    pub const V68: u32 = 68;
+    pub const V69: u32 = 69;
+    pub const V73: u32 = 73;
+    pub const V75: u32 = 75;
+    pub const V79: u32 = 79;
+    pub const V81: u32 = 81;
+    pub const V85: u32 = 85;
+    pub const V89: u32 = 89;
+}
+
+/// `QnnHtpDevice_Minimum_Arch_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceArch {
+    pub device_id: u32,
+    pub arch: u32,
+}
+
+/// `QnnHtpDevice_UseDynamicPartitioning_t`: the member that makes the union pointer-aligned.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceDynamicPartitioning {
+    pub device_id: u32,
+    pub use_dynamic_partitioning: bool,
+    pub rsm_handle: *mut c_void,
+}
+
+/// The union of [`DeviceCustomConfig`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DeviceCustomValue {
+    pub soc_model: u32,
+    pub arch: DeviceArch,
+    /// `{deviceId, bool}` for SIGNEDPD and ASYNC_EXECUTE.
+    pub device_flag: DeviceArch,
+    pub dynamic_partitioning: DeviceDynamicPartitioning,
+    pub app_uid: u32,
+}
+
+/// `QnnHtpDevice_CustomConfig_t`, 2.4x layout: the union gained a pointer member, so it sits at
+/// offset 8. The 2.36-era layout (union at 4) makes `deviceCreate` fail with 14001
+/// (QNN-NOTES gotcha 1).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DeviceCustomConfig {
+    pub option: u32,
+    pub value: DeviceCustomValue,
+}
+
+/// `QnnHtpDevice_OnChipDeviceInfoExtension_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct OnChipDeviceInfo {
+    /// VTCM size in MB.
+    pub vtcm_size: usize,
+    pub soc_model: u32,
+    pub signed_pd_support: bool,
+    pub dlbc_support: bool,
+    pub arch: u32,
+}
+
+/// `QnnHtpDevice_DeviceInfoExtension_t`: what `deviceGetPlatformInfo` points at for HTP.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceInfoExtension {
+    pub dev_type: u32,
+    pub on_chip_device: OnChipDeviceInfo,
+}
+
+/// `QnnHtpGraph_ConfigOption_t` values.
+pub mod graph_option {
+    pub const OPTIMIZATION: u32 = 1;
+    pub const PRECISION: u32 = 2;
+    pub const VTCM_SIZE_IN_MB: u32 = 3;
+    pub const FOLD_RELU_ACTIVATION_INTO_CONV_OFF: u32 = 4;
+    pub const SHORT_DEPTH_CONV_ON_HMX_OFF: u32 = 5;
+    pub const NUM_HVX_THREADS: u32 = 6;
+    pub const FINALIZE_CONFIG: u32 = 7;
+    pub const NUM_CORES: u32 = 8;
+    pub const PARALLEL_GRAPH_EXECUTION_CONFIG: u32 = 9;
+    pub const VTCM_SIZE_IN_BYTES: u32 = 10;
+    pub const HMX_BOUNDING: u32 = 11;
+    pub const WEIGHTS_PACKING: u32 = 12;
+    pub const ASSUME_SAME_QUANT: u32 = 13;
+    pub const SHARE_IO_BUFFER: u32 = 14;
+}
+
+/// `QnnHtpGraph_OptimizationType_t` values.
+pub mod optimization_type {
+    pub const SCHEDULE_THRESHOLD: u32 = 1;
+    pub const FINALIZE_RETRIES: u32 = 2;
+    /// `floatValue` 1 to 3: higher spends more finalize time for a faster graph.
+    pub const FINALIZE_OPTIMIZATION_FLAG: u32 = 3;
+    pub const ENABLE_DLBC: u32 = 4;
+    pub const ENABLE_DLBC_WEIGHTS: u32 = 5;
+}
+
+/// `Qnn_Precision_t` values.
+pub mod precision {
+    pub const FLOAT32: u32 = 0;
+    pub const FLOAT16: u32 = 1;
+}
+
+/// `QnnHtpGraph_OptimizationOption_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GraphOptimization {
+    pub option_type: u32,
+    pub float_value: f32,
+}
+
+/// The union of [`GraphCustomConfig`] (48 bytes: its largest members are finalize and parallel
+/// execution configs we do not build).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union GraphCustomValue {
+    pub optimization: GraphOptimization,
+    pub precision: u32,
+    pub vtcm_size_in_mb: u32,
+    pub num_hvx_threads: u64,
+    pub num_cores: u32,
+    pub vtcm_size_in_bytes: u32,
+    pub flag: bool,
+    pub raw: [u64; 6],
+}
+
+/// `QnnHtpGraph_CustomConfig_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GraphCustomConfig {
+    pub option: u32,
+    pub value: GraphCustomValue,
+}
+
+/// `QnnGpuBackend_ConfigOption_t` values of the GPU backend's custom backend config.
+pub mod gpu_backend_option {
+    pub const ENABLE_TUNING_MODE: u32 = 1;
+    pub const PERFORMANCE_CACHE_DIR: u32 = 2;
+}
+
+/// The union of [`GpuBackendCustomConfig`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union GpuBackendCustomValue {
+    pub enable: u8,
+    pub path: *const c_char,
+}
+
+/// `QnnGpuBackend_CustomConfig_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GpuBackendCustomConfig {
+    pub option: u32,
+    pub value: GpuBackendCustomValue,
+}
+
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(DeviceCustomConfig, value) == 8);
+    assert!(size_of::<DeviceCustomConfig>() == 24);
+    assert!(size_of::<DeviceInfoExtension>() == 32);
+    assert!(offset_of!(DeviceInfoExtension, on_chip_device) == 8);
+    assert!(offset_of!(OnChipDeviceInfo, soc_model) == 8);
+    assert!(offset_of!(OnChipDeviceInfo, signed_pd_support) == 12);
+    assert!(offset_of!(OnChipDeviceInfo, arch) == 16);
+    assert!(size_of::<GraphCustomConfig>() == 56);
+    assert!(offset_of!(GraphCustomConfig, value) == 8);
+    assert!(size_of::<GpuBackendCustomConfig>() == 16);
+};

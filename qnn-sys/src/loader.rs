@@ -1,0 +1,757 @@
+//! Finding and opening QNN libraries at run time.
+//!
+//! # Search order
+//!
+//! [`candidates`] lists, in this order, where a backend library is looked for; the first file
+//! that exists is opened (the last step lets the system loader search):
+//!
+//! 1. an explicit path given by the caller;
+//! 2. `QNN_<KIND>_LIB` (`QNN_HTP_LIB`, `QNN_GPU_LIB`, `QNN_SYSTEM_LIB`, ...): a full file path;
+//! 3. `QNN_LIB_DIR`: a folder holding the libraries;
+//! 4. `$QNN_SDK_ROOT/lib/<target>`, where `<target>` is `x86_64-linux-clang`,
+//!    `aarch64-windows-msvc`, `aarch64-oe-linux-gcc11.2` (or another `aarch64-oe-linux-gcc*`
+//!    folder present), `aarch64-ubuntu-gcc9.4` or `aarch64-android`;
+//! 5. the `onnxruntime_qnn` folder of an installed `onnxruntime-qnn` Python package (found
+//!    through `$VIRTUAL_ENV`, then by asking `python3` where the package is; nothing is imported);
+//! 6. the project's runtime folder made by `scripts/setup-runtime`: `$QNNX_RUNTIME_DIR/qnn`, then
+//!    `<source checkout>/runtime/qnn` (for builds from a checkout), then
+//!    `$XDG_DATA_HOME/qnnx/runtime/qnn` (`%LOCALAPPDATA%\qnnx\runtime\qnn` on Windows);
+//! 7. the bare file name, resolved by the system loader (`LD_LIBRARY_PATH`, `PATH`, ...).
+//!
+//! File names: `libQnnHtp.so` on Linux and Android, `QnnHtp.dll` on Windows.
+//!
+//! The x86_64 HTP library prints a banner to **stdout** from a constructor while it is being
+//! opened; on Unix we point fd 1 at `/dev/null` for the duration of `dlopen` so that programs
+//! whose stdout carries data stay clean.
+
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+
+use crate::interface::{CoreFunctions, GetProvidersFn, Interface, GET_PROVIDERS_SYMBOL};
+use crate::system::{
+    GetSystemProvidersFn, SystemFunctions, SystemInterface, GET_SYSTEM_PROVIDERS_SYMBOL,
+};
+use crate::types::{ApiVersion, Version};
+
+/// Which QNN library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LibraryKind {
+    /// The Hexagon NPU backend (an emulator on x86_64).
+    Htp,
+    /// The Adreno GPU backend.
+    Gpu,
+    /// The reference CPU backend (shipped with the SDK, not in the onnxruntime-qnn wheel).
+    Cpu,
+    /// Context-binary introspection (`QnnSystem`).
+    System,
+}
+
+impl LibraryKind {
+    /// The stem shared by every OS: `QnnHtp`, `QnnGpu`, ...
+    pub fn stem(self) -> &'static str {
+        match self {
+            LibraryKind::Htp => "QnnHtp",
+            LibraryKind::Gpu => "QnnGpu",
+            LibraryKind::Cpu => "QnnCpu",
+            LibraryKind::System => "QnnSystem",
+        }
+    }
+
+    /// The environment variable naming this library's full path.
+    pub fn env_var(self) -> &'static str {
+        match self {
+            LibraryKind::Htp => "QNN_HTP_LIB",
+            LibraryKind::Gpu => "QNN_GPU_LIB",
+            LibraryKind::Cpu => "QNN_CPU_LIB",
+            LibraryKind::System => "QNN_SYSTEM_LIB",
+        }
+    }
+}
+
+/// Target operating systems whose naming rules differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Os {
+    Linux,
+    Android,
+    Windows,
+}
+
+impl Os {
+    /// The OS this crate was compiled for.
+    pub const fn current() -> Os {
+        if cfg!(target_os = "windows") {
+            Os::Windows
+        } else if cfg!(target_os = "android") {
+            Os::Android
+        } else {
+            Os::Linux
+        }
+    }
+}
+
+/// The library file name for `kind` on `os`.
+pub fn file_name(kind: LibraryKind, os: Os) -> String {
+    match os {
+        Os::Windows => format!("{}.dll", kind.stem()),
+        Os::Linux | Os::Android => format!("lib{}.so", kind.stem()),
+    }
+}
+
+/// The `$QNN_SDK_ROOT/lib/<target>` folder names to try for an OS and CPU, most specific first.
+pub fn sdk_lib_targets(os: Os, arch: &str) -> &'static [&'static str] {
+    match (os, arch) {
+        (Os::Windows, "aarch64") => &["aarch64-windows-msvc", "arm64x-windows-msvc"],
+        (Os::Windows, _) => &["x86_64-windows-msvc"],
+        (Os::Android, _) => &["aarch64-android"],
+        (Os::Linux, "aarch64") => &[
+            "aarch64-oe-linux-gcc11.2",
+            "aarch64-oe-linux-gcc9.3",
+            "aarch64-oe-linux-gcc8.2",
+            "aarch64-ubuntu-gcc9.4",
+        ],
+        (Os::Linux, _) => &["x86_64-linux-clang"],
+    }
+}
+
+/// One place a library may be found, and which rule produced it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The rule: `explicit`, `QNN_HTP_LIB`, `QNN_LIB_DIR`, `QNN_SDK_ROOT`, `onnxruntime_qnn`,
+    /// `runtime`, `system`.
+    pub source: &'static str,
+    /// A path, or for the `system` rule a bare file name.
+    pub path: PathBuf,
+}
+
+/// The environment that [`candidates_in`] reads; separated out so the order is unit-testable.
+#[derive(Debug, Clone, Default)]
+pub struct SearchEnv {
+    pub kind_lib: Option<PathBuf>,
+    pub lib_dir: Option<PathBuf>,
+    pub sdk_root: Option<PathBuf>,
+    pub python_package_dirs: Vec<PathBuf>,
+    pub runtime_dirs: Vec<PathBuf>,
+}
+
+impl SearchEnv {
+    /// Reads the process environment. Asking `python3` where `onnxruntime_qnn` lives costs a
+    /// process spawn, so it is done only when `probe_python` is set.
+    pub fn from_process(kind: LibraryKind, probe_python: bool) -> SearchEnv {
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        let mut python_package_dirs = Vec::new();
+        if let Some(venv) = var("VIRTUAL_ENV") {
+            python_package_dirs.extend(site_packages_under(&venv));
+        }
+        if probe_python {
+            python_package_dirs.extend(python_find_package());
+        }
+        let mut runtime_dirs = Vec::new();
+        if let Some(d) = var("QNNX_RUNTIME_DIR") {
+            runtime_dirs.push(d);
+        }
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join("runtime");
+        runtime_dirs.push(checkout.canonicalize().unwrap_or(checkout));
+        if let Some(d) = user_data_dir() {
+            runtime_dirs.push(d.join("qnnx").join("runtime"));
+        }
+        SearchEnv {
+            kind_lib: var(kind.env_var()),
+            lib_dir: var("QNN_LIB_DIR"),
+            sdk_root: var("QNN_SDK_ROOT"),
+            python_package_dirs,
+            runtime_dirs,
+        }
+    }
+}
+
+fn user_data_dir() -> Option<PathBuf> {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if cfg!(target_os = "windows") {
+        var("LOCALAPPDATA")
+    } else {
+        var("XDG_DATA_HOME").or_else(|| var("HOME").map(|h| h.join(".local").join("share")))
+    }
+}
+
+fn site_packages_under(prefix: &Path) -> Vec<PathBuf> {
+    let mut out = vec![prefix
+        .join("Lib")
+        .join("site-packages")
+        .join("onnxruntime_qnn")];
+    if let Ok(entries) = std::fs::read_dir(prefix.join("lib")) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with("python") {
+                out.push(e.path().join("site-packages").join("onnxruntime_qnn"));
+            }
+        }
+    }
+    out
+}
+
+/// Asks the Python on PATH where `onnxruntime_qnn` is, without importing it (`find_spec` of a
+/// top-level package only locates it, so ONNX Runtime is never loaded).
+fn python_find_package() -> Option<PathBuf> {
+    let python = std::env::var_os("QNNX_PYTHON").unwrap_or_else(|| {
+        if cfg!(target_os = "windows") {
+            "python"
+        } else {
+            "python3"
+        }
+        .into()
+    });
+    let out = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import importlib.util as u; s = u.find_spec('onnxruntime_qnn'); \
+             print(s.submodule_search_locations[0] if s else '')",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| PathBuf::from(text))
+}
+
+/// Every place `kind` is looked for, in order, given `explicit` and the process environment.
+pub fn candidates(kind: LibraryKind, explicit: Option<&Path>) -> Vec<Candidate> {
+    candidates_in(
+        kind,
+        explicit,
+        &SearchEnv::from_process(kind, true),
+        Os::current(),
+        std::env::consts::ARCH,
+    )
+}
+
+/// [`candidates`] for a given environment, OS and CPU.
+pub fn candidates_in(
+    kind: LibraryKind,
+    explicit: Option<&Path>,
+    env: &SearchEnv,
+    os: Os,
+    arch: &str,
+) -> Vec<Candidate> {
+    let name = file_name(kind, os);
+    let mut out = Vec::new();
+    let mut push = |source, path: PathBuf| out.push(Candidate { source, path });
+    if let Some(p) = explicit {
+        push("explicit", p.to_path_buf());
+    }
+    if let Some(p) = &env.kind_lib {
+        push(kind.env_var(), p.clone());
+    }
+    if let Some(d) = &env.lib_dir {
+        push("QNN_LIB_DIR", d.join(&name));
+    }
+    if let Some(root) = &env.sdk_root {
+        for t in sdk_lib_targets(os, arch) {
+            push("QNN_SDK_ROOT", root.join("lib").join(t).join(&name));
+        }
+    }
+    for d in &env.python_package_dirs {
+        push("onnxruntime_qnn", d.join(&name));
+    }
+    for d in &env.runtime_dirs {
+        push("runtime", d.join("qnn").join(&name));
+    }
+    push("system", PathBuf::from(&name));
+    out
+}
+
+/// Why a library could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The dynamic loader refused the file.
+    #[error("cannot load {path}: {reason}")]
+    Dlopen { path: PathBuf, reason: String },
+    /// The file loaded but lacks the provider entry point: not a QNN library of this kind.
+    #[error("{path} is not a QNN {what} library: symbol {symbol} not found")]
+    MissingSymbol {
+        path: PathBuf,
+        what: &'static str,
+        symbol: &'static str,
+    },
+    /// The entry point failed or returned no provider.
+    #[error("{path}: {symbol} returned error {code} with {count} providers")]
+    NoProviders {
+        path: PathBuf,
+        symbol: &'static str,
+        code: u64,
+        count: u32,
+    },
+    /// No provider has an API version we can talk to.
+    #[error(
+        "{path}: no provider with API {required_major}.x (>= {required_major}.{required_minor}); \
+         found {found}"
+    )]
+    NoCompatibleProvider {
+        path: PathBuf,
+        required_major: u32,
+        required_minor: u32,
+        found: String,
+    },
+    /// No candidate file exists.
+    #[error(
+        "QNN library {name} not found; looked in: {searched}. Run `scripts/setup-runtime` to fetch \
+         the x86_64 QNN libraries, or set {env_var} / QNN_LIB_DIR / QNN_SDK_ROOT"
+    )]
+    NotFound {
+        name: String,
+        env_var: &'static str,
+        searched: String,
+    },
+}
+
+/// An opened core backend library and its selected provider.
+pub struct BackendLibrary {
+    path: PathBuf,
+    provider_name: String,
+    backend_id: u32,
+    api_version: ApiVersion,
+    functions: CoreFunctions,
+    // Declared last so the table above is never used after the library is unloaded.
+    _lib: libloading::Library,
+}
+
+// SAFETY: the table holds plain function pointers into a library that stays loaded while `self`
+// lives; which calls may run concurrently is decided by the safe layer, not here.
+unsafe impl Send for BackendLibrary {}
+// SAFETY: as above; the struct is immutable after construction.
+unsafe impl Sync for BackendLibrary {}
+
+impl BackendLibrary {
+    /// Opens the library at `path` (any file name) and selects a core provider whose API major
+    /// equals ours and whose minor is at least ours.
+    pub fn open(path: &Path) -> Result<BackendLibrary, LoadError> {
+        let lib = open_quietly(path)?;
+        // SAFETY: the symbol has this C signature in every QNN release.
+        let get: libloading::Symbol<GetProvidersFn> = unsafe { lib.get(GET_PROVIDERS_SYMBOL) }
+            .map_err(|_| LoadError::MissingSymbol {
+                path: path.to_path_buf(),
+                what: "backend",
+                symbol: "QnnInterface_getProviders",
+            })?;
+        let mut list: *const *const Interface = std::ptr::null();
+        let mut n = 0u32;
+        // SAFETY: both out-pointers are valid for writes.
+        let rc = unsafe { get(&mut list, &mut n) };
+        if rc != 0 || list.is_null() || n == 0 {
+            return Err(LoadError::NoProviders {
+                path: path.to_path_buf(),
+                symbol: "QnnInterface_getProviders",
+                code: rc,
+                count: n,
+            });
+        }
+        let required = crate::consts::CORE_API_VERSION;
+        let mut found = Vec::new();
+        for i in 0..n as usize {
+            // SAFETY: the library returned `n` valid provider pointers that live as long as it.
+            let p = unsafe { *list.add(i) };
+            if p.is_null() {
+                continue;
+            }
+            // Read the header fields first: the function table may only be read as our 68-slot
+            // prefix once the version says the library's table is at least that long.
+            // SAFETY: every provider record starts with these fields.
+            let (backend_id, name_ptr, api) = unsafe {
+                (
+                    std::ptr::addr_of!((*p).backend_id).read(),
+                    std::ptr::addr_of!((*p).provider_name).read(),
+                    std::ptr::addr_of!((*p).api_version).read(),
+                )
+            };
+            let name = cstr_or(name_ptr, "<unnamed>");
+            let core = api.core_api_version;
+            found.push(format!(
+                "{name} core {}.{}.{}",
+                core.major, core.minor, core.patch
+            ));
+            if core.major == required.major && core.minor >= required.minor {
+                // SAFETY: version checked above: the record holds at least our table.
+                let functions = unsafe { std::ptr::addr_of!((*p).functions).read() };
+                return Ok(BackendLibrary {
+                    path: path.to_path_buf(),
+                    provider_name: name,
+                    backend_id,
+                    api_version: api,
+                    functions,
+                    _lib: lib,
+                });
+            }
+        }
+        Err(LoadError::NoCompatibleProvider {
+            path: path.to_path_buf(),
+            required_major: required.major,
+            required_minor: required.minor,
+            found: if found.is_empty() {
+                "none".into()
+            } else {
+                found.join(", ")
+            },
+        })
+    }
+
+    /// Searches the [`candidates`] for `kind` and opens the first file that exists. A file that
+    /// exists but fails to open is an error (we never silently fall through to another copy).
+    pub fn find(kind: LibraryKind, explicit: Option<&Path>) -> Result<BackendLibrary, LoadError> {
+        let path = locate(kind, explicit)?;
+        BackendLibrary::open(&path)
+    }
+
+    /// The file that was opened.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The provider name, such as `HTP_QTI_AISW`.
+    pub fn provider_name(&self) -> &str {
+        &self.provider_name
+    }
+    /// `QnnInterface_t.backendId` (HTP 6, GPU 4).
+    pub fn backend_id(&self) -> u32 {
+        self.backend_id
+    }
+    /// Core and backend API versions of the provider.
+    pub fn api_version(&self) -> ApiVersion {
+        self.api_version
+    }
+    /// The function table (slots may be NULL).
+    pub fn functions(&self) -> &CoreFunctions {
+        &self.functions
+    }
+}
+
+/// An opened `QnnSystem` library.
+pub struct SystemLibrary {
+    path: PathBuf,
+    api_version: Version,
+    functions: SystemFunctions,
+    _lib: libloading::Library,
+}
+
+// SAFETY: see `BackendLibrary`.
+unsafe impl Send for SystemLibrary {}
+// SAFETY: see `BackendLibrary`.
+unsafe impl Sync for SystemLibrary {}
+
+impl SystemLibrary {
+    /// Opens a `QnnSystem` library and selects a provider with system API 1.x (>= 1.4).
+    pub fn open(path: &Path) -> Result<SystemLibrary, LoadError> {
+        let lib = open_quietly(path)?;
+        // SAFETY: the symbol has this C signature in every QNN release.
+        let get: libloading::Symbol<GetSystemProvidersFn> = unsafe {
+            lib.get(GET_SYSTEM_PROVIDERS_SYMBOL)
+        }
+        .map_err(|_| LoadError::MissingSymbol {
+            path: path.to_path_buf(),
+            what: "system",
+            symbol: "QnnSystemInterface_getProviders",
+        })?;
+        let mut list: *const *const SystemInterface = std::ptr::null();
+        let mut n = 0u32;
+        // SAFETY: both out-pointers are valid for writes.
+        let rc = unsafe { get(&mut list, &mut n) };
+        if rc != 0 || list.is_null() || n == 0 {
+            return Err(LoadError::NoProviders {
+                path: path.to_path_buf(),
+                symbol: "QnnSystemInterface_getProviders",
+                code: rc,
+                count: n,
+            });
+        }
+        let required = crate::consts::SYSTEM_API_VERSION;
+        let mut found = Vec::new();
+        for i in 0..n as usize {
+            // SAFETY: the library returned `n` provider pointers.
+            let p = unsafe { *list.add(i) };
+            if p.is_null() {
+                continue;
+            }
+            // SAFETY: every provider record starts with these fields.
+            let v = unsafe { std::ptr::addr_of!((*p).system_api_version).read() };
+            found.push(format!("system {}.{}.{}", v.major, v.minor, v.patch));
+            if v.major == required.major && v.minor >= required.minor {
+                // SAFETY: version checked: the record holds at least our 13-slot table.
+                let functions = unsafe { std::ptr::addr_of!((*p).functions).read() };
+                return Ok(SystemLibrary {
+                    path: path.to_path_buf(),
+                    api_version: v,
+                    functions,
+                    _lib: lib,
+                });
+            }
+        }
+        Err(LoadError::NoCompatibleProvider {
+            path: path.to_path_buf(),
+            required_major: required.major,
+            required_minor: required.minor,
+            found: found.join(", "),
+        })
+    }
+
+    /// Searches like [`BackendLibrary::find`] for `QnnSystem`.
+    pub fn find(explicit: Option<&Path>) -> Result<SystemLibrary, LoadError> {
+        let path = locate(LibraryKind::System, explicit)?;
+        SystemLibrary::open(&path)
+    }
+
+    /// The file that was opened.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The system API version of the provider.
+    pub fn api_version(&self) -> Version {
+        self.api_version
+    }
+    /// The function table (slots may be NULL).
+    pub fn functions(&self) -> &SystemFunctions {
+        &self.functions
+    }
+}
+
+/// The first existing candidate for `kind`, or the bare name for the system loader when nothing
+/// exists on disk (the loader may still find it through `LD_LIBRARY_PATH`/`PATH`).
+pub fn locate(kind: LibraryKind, explicit: Option<&Path>) -> Result<PathBuf, LoadError> {
+    // An explicit path that does not exist is the caller's mistake: say so instead of finding
+    // some other copy.
+    if let Some(p) = explicit {
+        if !p.exists() {
+            return Err(LoadError::Dlopen {
+                path: p.to_path_buf(),
+                reason: "no such file".into(),
+            });
+        }
+        return Ok(p.to_path_buf());
+    }
+    let list = candidates(kind, None);
+    if let Some(c) = list
+        .iter()
+        .find(|c| c.source != "system" && c.path.is_file())
+    {
+        return Ok(c.path.clone());
+    }
+    let bare = list.last().map(|c| c.path.clone()).unwrap_or_default();
+    // Only hand the bare name to the loader if it can resolve it; otherwise report the search.
+    match open_quietly(&bare) {
+        Ok(_) => Ok(bare),
+        Err(_) => Err(LoadError::NotFound {
+            name: file_name(kind, Os::current()),
+            env_var: kind.env_var(),
+            searched: list
+                .iter()
+                .filter(|c| c.source != "system")
+                .map(|c| c.path.display().to_string())
+                .chain(std::iter::once("the system loader path".to_string()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+/// Whether `kind` can be found and opened with a compatible provider.
+pub fn probe(kind: LibraryKind) -> bool {
+    match kind {
+        LibraryKind::System => SystemLibrary::find(None).is_ok(),
+        _ => BackendLibrary::find(kind, None).is_ok(),
+    }
+}
+
+fn cstr_or(p: *const std::ffi::c_char, default: &str) -> String {
+    if p.is_null() {
+        return default.to_string();
+    }
+    // SAFETY: QNN strings are NUL-terminated and live as long as the library.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// Opens a library with stdout silenced (see the module docs).
+fn open_quietly(path: &Path) -> Result<libloading::Library, LoadError> {
+    let _quiet = StdoutSilencer::new();
+    open_raw(path).map_err(|e| LoadError::Dlopen {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(unix)]
+fn open_raw(path: &Path) -> Result<libloading::Library, libloading::Error> {
+    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+    // SAFETY: loading a library runs its constructors; QNN libraries are trusted code chosen by
+    // the search order above.
+    unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }.map(Into::into)
+}
+
+#[cfg(windows)]
+fn open_raw(path: &Path) -> Result<libloading::Library, libloading::Error> {
+    use libloading::os::windows::{Library, LOAD_WITH_ALTERED_SEARCH_PATH};
+    // The HTP stub DLL (`QnnHtpV73Stub.dll`, ...) sits beside `QnnHtp.dll`: altered search path
+    // makes Windows resolve it from the library's own folder.
+    // SAFETY: as on Unix.
+    unsafe { Library::load_with_flags(path, LOAD_WITH_ALTERED_SEARCH_PATH) }.map(Into::into)
+}
+
+/// Redirects fd 1 to `/dev/null` while alive. Process-wide, so a global lock serialises users.
+struct StdoutSilencer {
+    #[cfg(unix)]
+    saved: Option<i32>,
+    #[cfg(unix)]
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+#[cfg(unix)]
+static STDOUT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl StdoutSilencer {
+    #[cfg(unix)]
+    fn new() -> StdoutSilencer {
+        use std::io::Write;
+        let guard = STDOUT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = std::io::stdout().flush();
+        // SAFETY: plain fd syscalls on fds we own; every failure leaves stdout untouched.
+        let saved = unsafe {
+            let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+            if devnull < 0 {
+                None
+            } else {
+                let saved = libc::dup(1);
+                if saved >= 0 && libc::dup2(devnull, 1) < 0 {
+                    libc::close(saved);
+                    libc::close(devnull);
+                    None
+                } else {
+                    libc::close(devnull);
+                    (saved >= 0).then_some(saved)
+                }
+            }
+        };
+        StdoutSilencer {
+            saved,
+            _guard: guard,
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn new() -> StdoutSilencer {
+        StdoutSilencer {}
+    }
+}
+
+impl Drop for StdoutSilencer {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(saved) = self.saved.take() {
+            // SAFETY: restores the fd saved in `new`.
+            unsafe {
+                libc::fflush(std::ptr::null_mut());
+                libc::dup2(saved, 1);
+                libc::close(saved);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_per_os() {
+        assert_eq!(file_name(LibraryKind::Htp, Os::Linux), "libQnnHtp.so");
+        assert_eq!(file_name(LibraryKind::Htp, Os::Android), "libQnnHtp.so");
+        assert_eq!(file_name(LibraryKind::Htp, Os::Windows), "QnnHtp.dll");
+        assert_eq!(file_name(LibraryKind::System, Os::Windows), "QnnSystem.dll");
+        assert_eq!(file_name(LibraryKind::Gpu, Os::Linux), "libQnnGpu.so");
+    }
+
+    #[test]
+    fn search_order_is_documented_order() {
+        let env = SearchEnv {
+            kind_lib: Some("/k/libQnnHtp.so".into()),
+            lib_dir: Some("/d".into()),
+            sdk_root: Some("/sdk".into()),
+            python_package_dirs: vec!["/py/onnxruntime_qnn".into()],
+            runtime_dirs: vec!["/rt".into()],
+        };
+        let c = candidates_in(
+            LibraryKind::Htp,
+            Some(Path::new("/x.so")),
+            &env,
+            Os::Linux,
+            "x86_64",
+        );
+        let got: Vec<_> = c
+            .iter()
+            .map(|c| (c.source, c.path.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("explicit", "/x.so"),
+                ("QNN_HTP_LIB", "/k/libQnnHtp.so"),
+                ("QNN_LIB_DIR", "/d/libQnnHtp.so"),
+                ("QNN_SDK_ROOT", "/sdk/lib/x86_64-linux-clang/libQnnHtp.so"),
+                ("onnxruntime_qnn", "/py/onnxruntime_qnn/libQnnHtp.so"),
+                ("runtime", "/rt/qnn/libQnnHtp.so"),
+                ("system", "libQnnHtp.so"),
+            ]
+        );
+    }
+
+    #[test]
+    fn sdk_targets_per_platform() {
+        let env = SearchEnv {
+            sdk_root: Some("/sdk".into()),
+            ..Default::default()
+        };
+        let win = candidates_in(LibraryKind::Htp, None, &env, Os::Windows, "aarch64");
+        assert_eq!(
+            win[0].path,
+            Path::new("/sdk/lib/aarch64-windows-msvc/QnnHtp.dll")
+        );
+        let android = candidates_in(LibraryKind::Htp, None, &env, Os::Android, "aarch64");
+        assert_eq!(
+            android[0].path,
+            Path::new("/sdk/lib/aarch64-android/libQnnHtp.so")
+        );
+        let board = candidates_in(LibraryKind::Htp, None, &env, Os::Linux, "aarch64");
+        assert!(board[0]
+            .path
+            .starts_with("/sdk/lib/aarch64-oe-linux-gcc11.2"));
+    }
+
+    #[test]
+    fn missing_explicit_path_is_an_error_naming_it() {
+        let err = locate(
+            LibraryKind::Htp,
+            Some(Path::new("/nonexistent/libQnnHtp.so")),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("/nonexistent/libQnnHtp.so"), "{err}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_library_is_a_dlopen_error() {
+        let dir = std::env::temp_dir().join(format!("qnn-sys-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("libQnnHtp.so");
+        std::fs::write(&fake, b"not an ELF file").unwrap();
+        let err = BackendLibrary::open(&fake).err().expect("must fail");
+        assert!(matches!(err, LoadError::Dlopen { .. }), "{err}");
+        assert!(err.to_string().contains(fake.to_str().unwrap()));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

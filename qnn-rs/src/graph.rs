@@ -153,6 +153,15 @@ impl Node {
 }
 
 /// Builds one graph. Methods take `&mut self`: QNN graph construction is not re-entrant.
+///
+/// Only [`GraphBuilder::finalize`] yields a [`Graph`], so executing an unfinalized graph (QNN's
+/// error 6023) cannot be written:
+///
+/// ```compile_fail
+/// # fn f(g: qnn::GraphBuilder) {
+/// g.execute(&[], &mut []);
+/// # }
+/// ```
 pub struct GraphBuilder {
     ctx: Arc<ContextInner>,
     handle: Handle,

@@ -1,0 +1,59 @@
+//! Shared setup for the live tests: the real HTP library (the emulator on x86_64, SoC 60).
+//! Without the library a test prints why and returns; with `QNNX_REQUIRE_HTP=1` (set by CI) a
+//! missing library fails the test instead, so CI can never pass by skipping.
+
+#![allow(dead_code)]
+
+use qnn::{Backend, BackendKind, Context, Device, DeviceOptions};
+
+pub fn htp() -> Option<(Backend, Device)> {
+    match Backend::new(BackendKind::Htp) {
+        Ok(b) => {
+            let d = Device::new(&b, &DeviceOptions::host_default()).expect("deviceCreate");
+            Some((b, d))
+        }
+        Err(e) if std::env::var_os("QNNX_REQUIRE_HTP").is_some() => {
+            panic!("QNNX_REQUIRE_HTP is set but the HTP library is unavailable: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped: HTP library unavailable ({e}); run scripts/setup-runtime");
+            None
+        }
+    }
+}
+
+pub fn context() -> Option<(Backend, Device, Context)> {
+    let (b, d) = htp()?;
+    let c = Context::new(&b, Some(&d)).expect("contextCreate");
+    Some((b, d, c))
+}
+
+/// Deterministic values in [-scale, scale].
+pub fn values(seed: u32, n: usize, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ((s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+pub fn max_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// fp16 computation on SoC 60 gives errors around 1e-3 for unit-scale data (QNN-NOTES §7); an
+/// error of exactly 0 would mean the emulator ran in fp32, i.e. the SoC setting was lost.
+pub fn assert_fp16_close(got: &[f32], want: &[f32], tol: f32) {
+    let e = max_err(got, want);
+    assert!(e <= tol, "max error {e} above {tol}");
+    assert!(
+        e > 0.0,
+        "bit-exact result: the emulator computed in fp32, not the NPU's fp16"
+    );
+}

@@ -1,0 +1,349 @@
+//! Graphs built by hand and run on the real HTP library, each against a Rust reference.
+
+mod common;
+
+use common::{assert_fp16_close, context, values};
+use qnn::{DataType, GraphOptions, Input, Node, Output, Precision, Scalar};
+
+fn options() -> GraphOptions {
+    GraphOptions {
+        precision: Some(Precision::Fp16),
+        opt_level: Some(2),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn fully_connected_relu() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let (k, n) = (32usize, 64usize);
+    let x = values(1, k, 1.0);
+    let w = values(2, n * k, 0.5);
+    let bias = values(3, n, 0.1);
+    let mut g = ctx.build_graph("mlp", &options()).unwrap();
+    let xi = g.input("x", DataType::F32, &[1, k as u32]).unwrap();
+    let wi = g.constant("w", &[n as u32, k as u32], &w).unwrap();
+    let bi = g.constant("b", &[n as u32], &bias).unwrap();
+    let h = g.native("h", DataType::F32, &[1, n as u32]).unwrap();
+    let y = g.output("y", DataType::F32, &[1, n as u32]).unwrap();
+    g.add_node(
+        &Node::new("fc", "FullyConnected")
+            .inputs(&[xi, wi, bi])
+            .outputs(&[h]),
+    )
+    .unwrap();
+    g.add_node(&Node::new("relu", "Relu").inputs(&[h]).outputs(&[y]))
+        .unwrap();
+    let graph = g.finalize().unwrap();
+    let mut got = vec![0f32; n];
+    graph
+        .execute(&[Input::new(&x)], &mut [Output::new(&mut got)])
+        .unwrap();
+    let want: Vec<f32> = (0..n)
+        .map(|j| (bias[j] + (0..k).map(|i| x[i] * w[j * k + i]).sum::<f32>()).max(0.0))
+        .collect();
+    assert_fp16_close(&got, &want, 1e-2);
+}
+
+/// Conv2d with NHWC input, HWIO filter, and asymmetric stride and padding, so that a swapped
+/// stride or pad pair shows up as a wrong shape or wrong values.
+#[test]
+fn conv2d_nhwc_asymmetric_stride_and_pad() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let (h, w, cin, kh, kw, cout) = (6usize, 5usize, 3usize, 3usize, 2usize, 4usize);
+    let (sh, sw) = (2usize, 1usize);
+    let (pt, pb, pl, pr) = (2usize, 0usize, 0usize, 1usize);
+    let oh = (h + pt + pb - kh) / sh + 1;
+    let ow = (w + pl + pr - kw) / sw + 1;
+    assert_eq!((oh, ow), (3, 5));
+    let x = values(4, h * w * cin, 1.0);
+    let f = values(5, kh * kw * cin * cout, 0.5);
+    let bias = values(6, cout, 0.1);
+    let mut g = ctx.build_graph("conv", &options()).unwrap();
+    let xi = g
+        .input("x", DataType::F32, &[1, h as u32, w as u32, cin as u32])
+        .unwrap();
+    let fi = g
+        .constant("f", &[kh as u32, kw as u32, cin as u32, cout as u32], &f)
+        .unwrap();
+    let bi = g.constant("b", &[cout as u32], &bias).unwrap();
+    let y = g
+        .output("y", DataType::F32, &[1, oh as u32, ow as u32, cout as u32])
+        .unwrap();
+    g.add_node(
+        &Node::new("conv", "Conv2d")
+            .inputs(&[xi, fi, bi])
+            .outputs(&[y])
+            .tensor_param("stride", &[2], &[sh as u32, sw as u32])
+            .tensor_param(
+                "pad_amount",
+                &[2, 2],
+                &[pt as u32, pb as u32, pl as u32, pr as u32],
+            ),
+    )
+    .unwrap();
+    let graph = g.finalize().unwrap();
+    let mut got = vec![0f32; oh * ow * cout];
+    graph
+        .execute(&[Input::new(&x)], &mut [Output::new(&mut got)])
+        .unwrap();
+    let mut want = vec![0f32; oh * ow * cout];
+    for oy in 0..oh {
+        for ox in 0..ow {
+            for co in 0..cout {
+                let mut acc = bias[co];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let iy = (oy * sh + ky) as isize - pt as isize;
+                        let ix = (ox * sw + kx) as isize - pl as isize;
+                        if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                            continue;
+                        }
+                        for ci in 0..cin {
+                            acc += x[(iy as usize * w + ix as usize) * cin + ci]
+                                * f[((ky * kw + kx) * cin + ci) * cout + co];
+                        }
+                    }
+                }
+                want[(oy * ow + ox) * cout + co] = acc;
+            }
+        }
+    }
+    assert_fp16_close(&got, &want, 1e-2);
+}
+
+#[test]
+fn elementwise_add() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let n = 4 * 4 * 8;
+    let a = values(7, n, 2.0);
+    let c = values(8, n, 2.0);
+    let mut g = ctx.build_graph("add", &options()).unwrap();
+    let ai = g.input("a", DataType::F32, &[1, 4, 4, 8]).unwrap();
+    let ci = g.input("c", DataType::F32, &[1, 4, 4, 8]).unwrap();
+    let y = g.output("y", DataType::F32, &[1, 4, 4, 8]).unwrap();
+    g.add_node(
+        &Node::new("add", "ElementWiseAdd")
+            .inputs(&[ai, ci])
+            .outputs(&[y]),
+    )
+    .unwrap();
+    let graph = g.finalize().unwrap();
+    let mut got = vec![0f32; n];
+    graph
+        .execute(
+            &[Input::new(&a), Input::new(&c)],
+            &mut [Output::new(&mut got)],
+        )
+        .unwrap();
+    let want: Vec<f32> = a.iter().zip(&c).map(|(x, y)| x + y).collect();
+    assert_fp16_close(&got, &want, 1e-2);
+}
+
+#[test]
+fn softmax_with_scalar_beta() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let (rows, cols) = (3usize, 10usize);
+    let x = values(9, rows * cols, 3.0);
+    let beta = 0.5f32;
+    let mut g = ctx.build_graph("softmax", &options()).unwrap();
+    let xi = g
+        .input("x", DataType::F32, &[rows as u32, cols as u32])
+        .unwrap();
+    let y = g
+        .output("y", DataType::F32, &[rows as u32, cols as u32])
+        .unwrap();
+    g.add_node(
+        &Node::new("sm", "Softmax")
+            .inputs(&[xi])
+            .outputs(&[y])
+            .scalar("beta", Scalar::F32(beta)),
+    )
+    .unwrap();
+    let graph = g.finalize().unwrap();
+    let mut got = vec![0f32; rows * cols];
+    graph
+        .execute(&[Input::new(&x)], &mut [Output::new(&mut got)])
+        .unwrap();
+    let mut want = Vec::new();
+    for r in x.chunks(cols) {
+        let m = r.iter().cloned().fold(f32::MIN, f32::max);
+        let e: Vec<f32> = r.iter().map(|v| ((v - m) * beta).exp()).collect();
+        let s: f32 = e.iter().sum();
+        want.extend(e.iter().map(|v| v / s));
+    }
+    assert_fp16_close(&got, &want, 5e-3);
+}
+
+/// ReduceMean with a tensor param (axes) and a bool scalar param (keep_dims), and two outputs
+/// from one execute (the mean, and the input passed through Relu).
+#[test]
+fn reduce_mean_tensor_and_bool_params() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let (a, b) = (4usize, 6usize);
+    let x = values(10, a * b, 1.0);
+    let mut g = ctx.build_graph("mean", &options()).unwrap();
+    let xi = g.input("x", DataType::F32, &[a as u32, b as u32]).unwrap();
+    let m = g.output("m", DataType::F32, &[a as u32, 1]).unwrap();
+    let r = g.output("r", DataType::F32, &[a as u32, b as u32]).unwrap();
+    g.add_node(
+        &Node::new("mean", "ReduceMean")
+            .inputs(&[xi])
+            .outputs(&[m])
+            .tensor_param("axes", &[1], &[1u32])
+            .scalar("keep_dims", Scalar::Bool(true)),
+    )
+    .unwrap();
+    g.add_node(&Node::new("relu", "Relu").inputs(&[xi]).outputs(&[r]))
+        .unwrap();
+    let graph = g.finalize().unwrap();
+    assert_eq!(graph.outputs().len(), 2);
+    let (mut got_m, mut got_r) = (vec![0f32; a], vec![0f32; a * b]);
+    graph
+        .execute(
+            &[Input::new(&x)],
+            &mut [Output::new(&mut got_m), Output::new(&mut got_r)],
+        )
+        .unwrap();
+    let want_m: Vec<f32> = x
+        .chunks(b)
+        .map(|r| r.iter().sum::<f32>() / b as f32)
+        .collect();
+    let want_r: Vec<f32> = x.iter().map(|v| v.max(0.0)).collect();
+    assert_fp16_close(&got_m, &want_m, 5e-3);
+    assert!(common::max_err(&got_r, &want_r) <= 5e-3);
+}
+
+/// All-fp16 graph I/O through `half::f16` buffers.
+#[test]
+fn fp16_io() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    use qnn::f16;
+    let x: Vec<f16> = values(11, 16, 4.0).into_iter().map(f16::from_f32).collect();
+    let mut g = ctx.build_graph("relu16", &options()).unwrap();
+    let xi = g.input("x", DataType::F16, &[16]).unwrap();
+    let y = g.output("y", DataType::F16, &[16]).unwrap();
+    g.add_node(&Node::new("relu", "Relu").inputs(&[xi]).outputs(&[y]))
+        .unwrap();
+    let graph = g.finalize().unwrap();
+    let mut got = vec![f16::ZERO; 16];
+    graph
+        .execute(&[Input::new(&x)], &mut [Output::new(&mut got)])
+        .unwrap();
+    for (g, x) in got.iter().zip(&x) {
+        assert_eq!(g.to_f32(), x.to_f32().max(0.0));
+    }
+}
+
+#[test]
+fn execute_checks_buffers_before_calling_qnn() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let mut g = ctx.build_graph("relu", &options()).unwrap();
+    let xi = g.input("x", DataType::F32, &[8]).unwrap();
+    let y = g.output("y", DataType::F32, &[8]).unwrap();
+    g.add_node(&Node::new("relu", "Relu").inputs(&[xi]).outputs(&[y]))
+        .unwrap();
+    let graph = g.finalize().unwrap();
+    let x = vec![1f32; 8];
+    // QNN would write 32 bytes into this 16-byte buffer (QNN-NOTES gotcha 8).
+    let mut short = vec![7f32; 4];
+    let err = graph
+        .execute(&[Input::new(&x)], &mut [Output::new(&mut short)])
+        .unwrap_err();
+    assert!(matches!(err, qnn::Error::InvalidArgument(_)), "{err}");
+    assert!(err.to_string().contains("needs 32"), "{err}");
+    assert_eq!(short, vec![7f32; 4], "the buffer was written");
+    let mut out = vec![0f32; 8];
+    let err = graph
+        .execute(&[Input::new(&x[..7])], &mut [Output::new(&mut out)])
+        .unwrap_err();
+    assert!(err.to_string().contains("input \"x\""), "{err}");
+    let wrong_type = vec![1i32; 8];
+    assert!(graph
+        .execute(&[Input::new(&wrong_type)], &mut [Output::new(&mut out)])
+        .is_err());
+    assert!(graph.execute(&[], &mut [Output::new(&mut out)]).is_err());
+    graph
+        .execute(&[Input::new(&x)], &mut [Output::new(&mut out)])
+        .unwrap();
+    // The emulator's fp32 -> fp16 -> fp32 path returns 1.0000001 for 1.0.
+    assert!(common::max_err(&out, &x) < 1e-3, "{out:?}");
+}
+
+#[test]
+fn unknown_op_is_rejected_at_add_node_naming_it() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let mut g = ctx.build_graph("bad", &options()).unwrap();
+    let xi = g.input("x", DataType::F32, &[8]).unwrap();
+    let y = g.output("y", DataType::F32, &[8]).unwrap();
+    let err = g
+        .add_node(
+            &Node::new("mystery_node", "NoSuchOp")
+                .inputs(&[xi])
+                .outputs(&[y]),
+        )
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.code(), Some(4005), "{text}");
+    assert!(text.contains("\"mystery_node\" (NoSuchOp)"), "{text}");
+    // An op the HTP does not support (QNN-NOTES §3.4) fails validation too.
+    let err = g
+        .add_node(
+            &Node::new("sp", "ElementWiseSoftplus")
+                .inputs(&[xi])
+                .outputs(&[y]),
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), Some(3110), "{err}");
+}
+
+/// Mixed float widths validate as errors instead of computing garbage (QNN-NOTES gotcha 4).
+#[test]
+fn mixed_float_widths_fail_validation() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let mut g = ctx.build_graph("mixed", &options()).unwrap();
+    let xi = g.input("x", DataType::F32, &[1, 4]).unwrap();
+    let w: Vec<qnn::f16> = vec![qnn::f16::ONE; 16];
+    let wi = g.constant("w", &[4, 4], &w).unwrap();
+    let y = g.output("y", DataType::F32, &[1, 4]).unwrap();
+    let err = g
+        .add_node(
+            &Node::new("fc", "FullyConnected")
+                .inputs(&[xi, wi])
+                .outputs(&[y]),
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), Some(3110), "{err}");
+}
+
+#[test]
+fn duplicate_names_are_refused() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let mut g = ctx.build_graph("dup", &options()).unwrap();
+    g.input("x", DataType::F32, &[8]).unwrap();
+    assert!(g.input("x", DataType::F32, &[8]).is_err());
+    assert!(
+        g.constant::<f32>("c", &[4], &[1.0; 3]).is_err(),
+        "short constant data accepted"
+    );
+}

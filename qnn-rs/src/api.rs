@@ -4,7 +4,7 @@
 use std::ffi::{c_char, CStr};
 use std::sync::Arc;
 
-use qnn_sys::{BackendLibrary, CoreFunctions};
+use qnn_sys::{BackendLibrary, Config, ConfigValue, CoreFunctions};
 
 use crate::error::ApiError;
 
@@ -115,4 +115,43 @@ pub(crate) fn owned_str(p: *const c_char) -> String {
     }
     // SAFETY: QNN returns NUL-terminated strings that outlive this call.
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// A NULL-terminated `Q*_Config_t*` list whose entries are CUSTOM configs pointing at
+/// backend-specific structs. Borrows the structs, so they outlive every call using the list.
+pub(crate) struct CustomConfigs<'a> {
+    // The pointers in `list` target this Vec's heap buffer, which does not move with `self`.
+    _configs: Vec<Config>,
+    list: Vec<*const Config>,
+    _customs: std::marker::PhantomData<&'a mut ()>,
+}
+
+impl<'a> CustomConfigs<'a> {
+    pub(crate) fn new<T>(customs: &'a mut [T]) -> CustomConfigs<'a> {
+        let configs: Vec<Config> = customs
+            .iter_mut()
+            .map(|c| Config {
+                option: qnn_sys::consts::CONFIG_OPTION_CUSTOM,
+                value: ConfigValue {
+                    custom_config: (c as *mut T).cast(),
+                },
+            })
+            .collect();
+        let mut list: Vec<*const Config> = configs.iter().map(|c| c as *const Config).collect();
+        list.push(std::ptr::null());
+        CustomConfigs {
+            _configs: configs,
+            list,
+            _customs: std::marker::PhantomData,
+        }
+    }
+
+    /// The list for a QNN call, or NULL when empty (QNN accepts NULL for "no configs").
+    pub(crate) fn as_ptr(&self) -> *const *const Config {
+        if self.list.len() == 1 {
+            std::ptr::null()
+        } else {
+            self.list.as_ptr()
+        }
+    }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use qnn_sys::htp::{device_option, DeviceArch, DeviceCustomConfig, DeviceCustomValue};
-use qnn_sys::{Config, ConfigValue, Handle};
+use qnn_sys::Handle;
 
 use crate::api::qnn_call;
 use crate::backend::{Backend, BackendInner, BackendKind};
@@ -89,22 +89,8 @@ impl Device {
                 b.kind
             )));
         }
-        let configs: Vec<Config> = customs
-            .iter_mut()
-            .map(|c| Config {
-                option: qnn_sys::consts::CONFIG_OPTION_CUSTOM,
-                value: ConfigValue {
-                    custom_config: (c as *mut DeviceCustomConfig).cast(),
-                },
-            })
-            .collect();
-        let mut list: Vec<*const Config> = configs.iter().map(|c| c as *const Config).collect();
-        list.push(std::ptr::null());
-        let list_ptr = if configs.is_empty() {
-            std::ptr::null()
-        } else {
-            list.as_ptr()
-        };
+        let configs = crate::api::CustomConfigs::new(&mut customs);
+        let list_ptr = configs.as_ptr();
         let mut handle: Handle = std::ptr::null_mut();
         // SAFETY: `list` is NULL-terminated and points at configs that live until after the call.
         unsafe {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use qnn_sys::htp::{
     graph_option, optimization_type, GraphCustomConfig, GraphCustomValue, GraphOptimization,
 };
-use qnn_sys::{Config, ConfigValue, Handle};
+use qnn_sys::Handle;
 
 use crate::api::qnn_call;
 use crate::backend::{Backend, BackendKind};
@@ -227,22 +227,8 @@ impl GraphBuilder {
                 ));
             }
         }
-        let configs: Vec<Config> = customs
-            .iter_mut()
-            .map(|c| Config {
-                option: qnn_sys::consts::CONFIG_OPTION_CUSTOM,
-                value: ConfigValue {
-                    custom_config: (c as *mut GraphCustomConfig).cast(),
-                },
-            })
-            .collect();
-        let mut list: Vec<*const Config> = configs.iter().map(|c| c as *const Config).collect();
-        list.push(std::ptr::null());
-        let list_ptr = if configs.is_empty() {
-            std::ptr::null()
-        } else {
-            list.as_ptr()
-        };
+        let configs = crate::api::CustomConfigs::new(&mut customs);
+        let list_ptr = configs.as_ptr();
         let mut handle: Handle = std::ptr::null_mut();
         let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: name and config list outlive the call; the context handle is live.

@@ -7,7 +7,7 @@
 //! for the duration of one QNN call and attached to the `ApiError` if the call fails.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, CStr};
 
 use qnn_sys::consts::log_level;
 
@@ -108,7 +108,12 @@ pub(crate) unsafe extern "C" fn callback(
 #[cfg(unix)]
 unsafe fn format(fmt: *const c_char, args: qnn_sys::VaListRaw) -> String {
     extern "C" {
-        fn vsnprintf(buf: *mut c_char, n: usize, fmt: *const c_char, ap: *mut c_void) -> i32;
+        fn vsnprintf(
+            buf: *mut c_char,
+            n: usize,
+            fmt: *const c_char,
+            ap: *mut std::ffi::c_void,
+        ) -> i32;
     }
     let mut buf = vec![0u8; 1024];
     // SAFETY: the buffer is writable for its length; a va_list may be consumed only once, so a

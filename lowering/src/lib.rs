@@ -1,2 +1,217 @@
 #![forbid(unsafe_code)]
 //! ONNX graphs lowered to QNN op lists.
+//!
+//! [`lower`] loads a model, runs the passes in [`passes`], and applies the rules in [`ops`]
+//! to produce a [`plan::Plan`] that `emit.rs` turns into QNN API calls. [`check`] reports every
+//! node that cannot run on a backend without touching QNN.
+
+pub mod attr;
+pub mod dtype;
+pub mod error;
+pub mod ir;
+pub mod load;
+pub mod onnx;
+pub mod ops;
+pub mod passes;
+pub mod plan;
+pub mod qnn_names;
+pub mod table;
+pub mod tensor;
+pub mod testing;
+
+use std::collections::{BTreeMap, HashMap};
+
+pub use dtype::DType;
+pub use error::{LowerError, Unsupported};
+pub use load::{Model, ModelSource};
+pub use plan::Plan;
+
+/// QNN backend a plan is lowered for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    #[default]
+    Htp,
+    Gpu,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Htp => "HTP",
+            Backend::Gpu => "GPU",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct LowerOptions {
+    pub backend: Backend,
+    /// Compute in fp16: float weights are stored as f16 and float activations are f16. Graph
+    /// I/O keeps the model's dtypes; Casts are inserted inside the graph.
+    pub fp16: bool,
+    /// Static shapes for graph inputs, by name. Required for inputs with symbolic dims.
+    pub input_shapes: BTreeMap<String, Vec<usize>>,
+}
+
+/// What [`lower`] accepts: a loaded model or a source to load.
+pub enum LowerInput {
+    Model(Box<Model>),
+    Source(ModelSource),
+}
+
+impl From<Model> for LowerInput {
+    fn from(m: Model) -> Self {
+        LowerInput::Model(Box::new(m))
+    }
+}
+impl<T: Into<ModelSource>> From<T> for LowerInput {
+    fn from(s: T) -> Self {
+        LowerInput::Source(s.into())
+    }
+}
+
+/// Lowers a model to a QNN plan for `opts.backend`. Collects every unsupported node; one
+/// problem is returned as its own error, several as [`LowerError::Unsupported`].
+pub fn lower(model: impl Into<LowerInput>, opts: &LowerOptions) -> Result<Plan, LowerError> {
+    let model = match model.into() {
+        LowerInput::Model(m) => *m,
+        LowerInput::Source(s) => Model::load(s)?,
+    };
+    let prepared = passes::prepare(&model, opts)?;
+    let (plan, mut errors) = lower_graph(&prepared, opts.backend);
+    match errors.len() {
+        0 => plan,
+        1 => Err(errors.pop().expect("len is 1")),
+        _ => Err(LowerError::Unsupported(
+            errors
+                .iter()
+                .flat_map(|e| e.to_unsupported("", ""))
+                .collect(),
+        )),
+    }
+}
+
+/// Every node of `model` that cannot run on `backend`, without touching QNN. Symbolic input
+/// dims are taken as 1; a model-level problem is reported as one entry with an empty node.
+pub fn check(model: &Model, backend: Backend) -> Vec<Unsupported> {
+    let mut opts = LowerOptions {
+        backend,
+        ..Default::default()
+    };
+    for (k, &v) in model.graph.inputs.iter().enumerate() {
+        if let Some(Some(dims)) = model.input_dims.get(k) {
+            opts.input_shapes.insert(
+                model.graph.value(v).name.clone(),
+                dims.iter().map(|d| d.unwrap_or(1)).collect(),
+            );
+        }
+    }
+    match check_with(model, &opts) {
+        Ok(v) => v,
+        Err(e) => e.to_unsupported("", ""),
+    }
+}
+
+/// Like [`check`] with explicit options; model-level problems are errors.
+pub fn check_with(model: &Model, opts: &LowerOptions) -> Result<Vec<Unsupported>, LowerError> {
+    let prepared = passes::prepare(model, opts)?;
+    let (_, errors) = lower_graph(&prepared, opts.backend);
+    Ok(errors
+        .iter()
+        .flat_map(|e| e.to_unsupported("", ""))
+        .collect())
+}
+
+fn lower_graph(
+    p: &passes::Prepared,
+    backend: Backend,
+) -> (Result<Plan, LowerError>, Vec<LowerError>) {
+    let g = &p.graph;
+    let table = table::OpTable::get(backend);
+    let mut errors: Vec<LowerError> = Vec::new();
+    let infer_errors: HashMap<&str, &LowerError> =
+        p.node_errors.iter().map(|(n, e)| (n.as_str(), e)).collect();
+    let mut cx = match ops::LowerCx::new(g, backend, &p.input_host_dtypes) {
+        Ok(cx) => cx,
+        Err(e) => return (Err(e), vec![]),
+    };
+    for node in &g.nodes {
+        if let Err(e) = table.check_node(node, g, backend) {
+            errors.push(e);
+            continue;
+        }
+        if let Some(e) = infer_errors.get(node.name.as_str()) {
+            errors.push(clone_err(e));
+            continue;
+        }
+        if node
+            .inputs
+            .iter()
+            .flatten()
+            .chain(node.outputs.iter().flatten())
+            .any(|&v| !g.values[v].known)
+        {
+            // Downstream of a node already reported.
+            continue;
+        }
+        let Some(rule) = ops::rule(&node.op_type, backend) else {
+            errors.push(node.err_op(format!(
+                "no lowering rule for {} on {}",
+                node.op_type,
+                backend.name()
+            )));
+            continue;
+        };
+        if let Err(e) = rule(&mut cx, node) {
+            errors.push(e);
+        }
+    }
+    if !errors.is_empty() {
+        return (Err(LowerError::Unsupported(vec![])), errors);
+    }
+    for &o in &g.outputs {
+        let produced = g.nodes.iter().any(|n| n.outputs.contains(&Some(o)));
+        if !produced {
+            if let Err(e) = cx.copy_to_output(o) {
+                return (Err(e), vec![]);
+            }
+        }
+    }
+    (cx.finish(&p.output_host_dtypes), vec![])
+}
+
+fn clone_err(e: &LowerError) -> LowerError {
+    match e {
+        LowerError::UnsupportedOp {
+            node,
+            op_type,
+            reason,
+        } => LowerError::UnsupportedOp {
+            node: node.clone(),
+            op_type: op_type.clone(),
+            reason: reason.clone(),
+        },
+        LowerError::UnsupportedAttr {
+            node,
+            op_type,
+            attr,
+            reason,
+        } => LowerError::UnsupportedAttr {
+            node: node.clone(),
+            op_type: op_type.clone(),
+            attr: attr.clone(),
+            reason: reason.clone(),
+        },
+        LowerError::UnsupportedDtype {
+            node,
+            op_type,
+            reason,
+        } => LowerError::UnsupportedDtype {
+            node: node.clone(),
+            op_type: op_type.clone(),
+            reason: reason.clone(),
+        },
+        LowerError::InvalidModel(m) => LowerError::InvalidModel(m.clone()),
+        LowerError::Unsupported(v) => LowerError::Unsupported(v.clone()),
+    }
+}

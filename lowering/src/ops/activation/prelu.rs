@@ -1,0 +1,36 @@
+//! PRelu — <https://onnx.ai/onnx/operators/onnx__PRelu.html>, opset 9+ (unidirectional
+//! broadcast of `slope` to `X`). QNN `Prelu`; the slope is brought to the input's rank.
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::LowerCx;
+use crate::qnn_names::op;
+
+pub fn prelu(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let rank = cx.shape(node, 0).len();
+    let x = cx.input(node, 0)?;
+    let s = cx.input_at_rank(node, 1, rank)?;
+    let y = cx.output(node, 0)?;
+    cx.op(node, op::PRELU, vec![x, s], vec![y], vec![]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::lower;
+    use crate::tensor::Tensor;
+    use crate::testing::ModelBuilder;
+
+    #[test]
+    fn prelu_slope_reshaped() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 3])
+            .init("s", Tensor::from_f32(vec![3], &[0.1, 0.2, 0.3]))
+            .node("PRelu", &["x", "s"], &["y"], &[])
+            .output("y");
+        assert!(lower(&b)
+            .dump()
+            .contains("Prelu(x:f32[2, 3], static s_r2:f32[1, 3]) -> y:f32[2, 3]"));
+    }
+}

@@ -1,0 +1,49 @@
+//! Cast / CastLike — <https://onnx.ai/onnx/operators/onnx__Cast.html>, opset 6+. QNN `Cast`
+//! (no params; the output tensor's dtype is the target). Casts to int64 were narrowed to int32
+//! by `narrow_int64`; casts to f32 inside an fp16 graph were turned into f16 by `fp16`.
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::{LowerCx, Rule};
+use crate::qnn_names::op;
+
+pub const RULES: &[(&str, Rule)] = &[("Cast", cast), ("CastLike", cast)];
+
+pub fn cast(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let x = cx.input(node, 0)?;
+    let y = cx.output(node, 0)?;
+    let q = if cx.tensor_dtype(x) == cx.tensor_dtype(y) {
+        op::RESHAPE
+    } else {
+        op::CAST
+    };
+    cx.op(node, q, vec![x], vec![y], vec![]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::{lower, lower_err};
+    use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn cast_to_int64_becomes_int32() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[4])
+            .node("Cast", &["x"], &["y"], &[("to", A::I(7))])
+            .output("y");
+        let p = lower(&b);
+        assert!(p.dump().contains("Cast(x:f32[4]) -> y:i32[4]"));
+        assert_eq!(p.outputs[0].host_dtype, DType::I64);
+    }
+
+    #[test]
+    fn cast_to_string_unsupported() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[4])
+            .node("Cast", &["x"], &["y"], &[("to", A::I(8))])
+            .output("y");
+        assert!(lower_err(&b).contains("attribute 'to': unsupported target type 8"));
+    }
+}

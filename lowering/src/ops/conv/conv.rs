@@ -1,0 +1,175 @@
+//! Conv — <https://onnx.ai/onnx/operators/onnx__Conv.html>, opset 1+ (2-D only).
+//!
+//! QNN `Conv2d`: in[0] NHWC data, in[1] HWIO filter `[KH, KW, Cin/group, Cout]`, in[2] bias
+//! `[Cout]` (zeros when the model has none); params `stride` UINT_32 `[2]`, `pad_amount`
+//! UINT_32 `[2, 2]` = `{{top, bottom}, {left, right}}`, `dilation` UINT_32 `[2]` (all tensor
+//! params) and `group` UINT_32 scalar. `group == Cin == Cout` becomes `DepthWiseConv2d`
+//! (filter `[KH, KW, 1, Cout]`, no `group`).
+//! Constraints: 2-D spatial, constant weights, weights/bias in the activation's float type.
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::{u32s, LowerCx};
+use crate::passes::const_fold::transpose;
+use crate::passes::infer::Spatial;
+use crate::plan::Param;
+use crate::qnn_names::{op, param};
+use crate::tensor::Tensor;
+
+/// The spatial params shared by Conv2d, DepthWiseConv2d, TransposeConv2d and the pools.
+pub fn spatial_params(
+    node: &Node,
+    sp: &Spatial,
+    with_dilation: bool,
+) -> Result<Vec<(&'static str, Param)>> {
+    let mut p = vec![
+        (
+            param::STRIDE,
+            Param::u32_vec(&u32s(node, "strides", &sp.strides)?),
+        ),
+        (
+            param::PAD_AMOUNT,
+            Param::u32s(
+                &[2, 2],
+                &u32s(
+                    node,
+                    "pads",
+                    &[sp.pads[0], sp.pads[2], sp.pads[1], sp.pads[3]],
+                )?,
+            ),
+        ),
+    ];
+    if with_dilation {
+        p.push((
+            param::DILATION,
+            Param::u32_vec(&u32s(node, "dilations", &sp.dilations)?),
+        ));
+    }
+    Ok(p)
+}
+
+pub fn require_2d_nhwc(node: &Node, rank: usize) -> Result<()> {
+    match rank {
+        4 if node.nhwc => Ok(()),
+        4 => Err(node.err_invalid("internal: layout pass did not convert this node to NHWC")),
+        3 => Err(node.err_op("1-D spatial input is not supported (HTP has no Conv1d/Pool1d)")),
+        r => Err(node.err_op(format!(
+            "{}-D spatial input is not supported",
+            r.saturating_sub(2)
+        ))),
+    }
+}
+
+pub fn conv(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let xs = cx.shape(node, 0);
+    require_2d_nhwc(node, xs.len())?;
+    let w = cx
+        .konst(node, 1)
+        .ok_or_else(|| node.err_op("weights must be constant"))?;
+    let xdt = cx.dtype(node, 0);
+    if w.dtype != xdt {
+        return Err(node.err_dtype(format!("weights are {} but the input is {xdt}", w.dtype)));
+    }
+    let (cout, cin_g) = (w.shape[0], w.shape[1]);
+    let cin = xs[3];
+    let in_sp = [xs[1], xs[2]];
+    let sp = Spatial::parse(node, &in_sp, Some(&w.shape[2..]), None)?;
+    let group = node.attr_i("group", 1)? as usize;
+    let depthwise = group > 1 && group == cin && cout == cin && cin_g == 1;
+    let hwio = transpose(w, &[2, 3, 1, 0]);
+    let wt = cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio)?;
+    let bias = match node.input(2) {
+        Some(_) => cx.input(node, 2)?,
+        None => cx.static_tensor(
+            node,
+            &format!("{}_bias", node.name),
+            &Tensor::from_f64_as(xdt, vec![cout], &vec![0.0; cout]),
+        )?,
+    };
+    let x = cx.input(node, 0)?;
+    let y = cx.output(node, 0)?;
+    let mut params = spatial_params(node, &sp, true)?;
+    let q = if depthwise {
+        op::DEPTH_WISE_CONV_2D
+    } else {
+        params.push((param::GROUP, Param::u32(group as u32)));
+        op::CONV_2D
+    };
+    cx.op(node, q, vec![x, wt, bias], vec![y], params);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::{lower, lower_err};
+    use crate::tensor::Tensor;
+    use crate::testing::{rand_f32, ModelBuilder, A};
+
+    fn w(o: usize, i: usize, k: usize) -> Tensor {
+        Tensor::from_f32(vec![o, i, k, k], &rand_f32(3, o * i * k * k))
+    }
+
+    #[test]
+    fn conv_snapshot() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 6, 5])
+            .init("w", w(4, 3, 3))
+            .init("b", Tensor::from_f32(vec![4], &[0.0; 4]))
+            .node(
+                "Conv",
+                &["x", "w", "b"],
+                &["y"],
+                &[
+                    ("strides", A::Is(vec![2, 1])),
+                    ("pads", A::Is(vec![2, 0, 0, 1])),
+                ],
+            )
+            .output("y");
+        assert_eq!(
+            lower(&b).dump(),
+            "input x:f32[1, 3, 6, 5]\n\
+             Transpose(x:f32[1, 3, 6, 5]) perm=u32[4]{0,2,3,1} -> x_nhwc:f32[1, 6, 5, 3]\n\
+             Conv2d(x_nhwc:f32[1, 6, 5, 3], static Conv_0_w_hwio:f32[3, 3, 3, 4], static b:f32[4]) stride=u32[2]{2,1} pad_amount=u32[2, 2]{2,0,0,1} dilation=u32[2]{1,1} group=1u -> y_nhwc:f32[1, 3, 4, 4]\n\
+             Transpose(y_nhwc:f32[1, 3, 4, 4]) perm=u32[4]{0,3,1,2} -> y:f32[1, 4, 3, 4]\n\
+             output y:f32[1, 4, 3, 4]\n"
+        );
+    }
+
+    #[test]
+    fn depthwise_conv() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 4, 5, 5])
+            .init("w", w(4, 1, 3))
+            .node(
+                "Conv",
+                &["x", "w"],
+                &["y"],
+                &[("group", A::I(4)), ("pads", A::Is(vec![1, 1, 1, 1]))],
+            )
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(d.contains("DepthWiseConv2d(x_nhwc:f32[1, 5, 5, 4], static Conv_0_w_hwio:f32[3, 3, 1, 4], static Conv_0_bias:f32[4])"), "{d}");
+        assert!(!d.contains("group="), "{d}");
+    }
+
+    #[test]
+    fn conv1d_unsupported() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 2, 8])
+            .init("w", Tensor::from_f32(vec![2, 2, 3], &[0.1; 12]))
+            .node("Conv", &["x", "w"], &["y"], &[])
+            .output("y");
+        assert!(lower_err(&b).contains("1-D spatial input is not supported"));
+    }
+
+    #[test]
+    fn dynamic_weights_unsupported() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 2, 4, 4])
+            .input("w", DType::F32, &[2, 2, 3, 3])
+            .node("Conv", &["x", "w"], &["y"], &[])
+            .output("y");
+        assert!(lower_err(&b).ends_with("weights must be constant"));
+    }
+}

@@ -1,0 +1,112 @@
+//! ConvTranspose — <https://onnx.ai/onnx/operators/onnx__ConvTranspose.html>, opset 1+.
+//!
+//! QNN `TransposeConv2d`: in[0] NHWC, in[1] filter `[KH, KW, Cin, Cout]` (ONNX weights are
+//! `[Cin, Cout, KH, KW]`), in[2] bias `[Cout]`; params `stride` UINT_32 `[2]`, `pad_amount`
+//! UINT_32 `[2, 2]`, `output_padding` UINT_32 `[2]` (tensor params), `group` UINT_32 scalar.
+//! Constraints: 2-D, group 1, dilation 1, constant weights, no explicit `output_shape`.
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::conv::conv::{require_2d_nhwc, spatial_params};
+use crate::ops::{u32s, LowerCx};
+use crate::passes::const_fold::transpose;
+use crate::passes::infer::Spatial;
+use crate::plan::Param;
+use crate::qnn_names::{op, param};
+use crate::tensor::Tensor;
+
+pub fn conv_transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let xs = cx.shape(node, 0);
+    require_2d_nhwc(node, xs.len())?;
+    if node.attr_i("group", 1)? != 1 {
+        return Err(node.err_attr("group", "only group = 1 is supported"));
+    }
+    if node.has_attr("output_shape") {
+        return Err(node.err_attr(
+            "output_shape",
+            "is not supported; give pads and output_padding",
+        ));
+    }
+    let w = cx
+        .konst(node, 1)
+        .ok_or_else(|| node.err_op("weights must be constant"))?;
+    let xdt = cx.dtype(node, 0);
+    if w.dtype != xdt {
+        return Err(node.err_dtype(format!("weights are {} but the input is {xdt}", w.dtype)));
+    }
+    let sp = Spatial::parse(node, &[xs[1], xs[2]], Some(&w.shape[2..]), Some(&[]))?;
+    if sp.dilations.iter().any(|&d| d != 1) {
+        return Err(node.err_attr("dilations", "only dilation 1 is supported"));
+    }
+    let out_pad = node.attr_ints("output_padding", &[0, 0])?;
+    let out_pad: Vec<usize> = out_pad.iter().map(|&v| v.max(0) as usize).collect();
+    let cout = w.shape[1];
+    let hwio = transpose(w, &[2, 3, 0, 1]);
+    let wt = cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio)?;
+    let bias = match node.input(2) {
+        Some(_) => cx.input(node, 2)?,
+        None => cx.static_tensor(
+            node,
+            &format!("{}_bias", node.name),
+            &Tensor::from_f64_as(xdt, vec![cout], &vec![0.0; cout]),
+        )?,
+    };
+    let x = cx.input(node, 0)?;
+    let y = cx.output(node, 0)?;
+    let mut params = spatial_params(node, &sp, false)?;
+    params.push((
+        param::OUTPUT_PADDING,
+        Param::u32_vec(&u32s(node, "output_padding", &out_pad)?),
+    ));
+    params.push((param::GROUP, Param::u32(1)));
+    cx.op(
+        node,
+        op::TRANSPOSE_CONV_2D,
+        vec![x, wt, bias],
+        vec![y],
+        params,
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::{lower, lower_err};
+    use crate::tensor::Tensor;
+    use crate::testing::{ModelBuilder, A};
+
+    fn model(attrs: &[(&str, A)]) -> ModelBuilder {
+        ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 2, 4, 4])
+            .init("w", Tensor::from_f32(vec![2, 3, 2, 2], &[0.1; 24]))
+            .node("ConvTranspose", &["x", "w"], &["y"], attrs)
+            .output("y")
+    }
+
+    #[test]
+    fn conv_transpose_snapshot() {
+        let d = lower(&model(&[("strides", A::Is(vec![2, 2]))])).dump();
+        assert!(
+            d.contains("TransposeConv2d(x_nhwc:f32[1, 4, 4, 2], static ConvTranspose_0_w_hwio:f32[2, 2, 2, 3], static ConvTranspose_0_bias:f32[3]) stride=u32[2]{2,2} pad_amount=u32[2, 2]{0,0,0,0} output_padding=u32[2]{0,0} group=1u -> y_nhwc:f32[1, 8, 8, 3]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn grouped_conv_transpose_unsupported() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 2, 4, 4])
+            .init("w", Tensor::from_f32(vec![2, 1, 2, 2], &[0.1; 8]))
+            .node("ConvTranspose", &["x", "w"], &["y"], &[("group", A::I(2))])
+            .output("y");
+        assert!(lower_err(&b).contains("attribute 'group': only group = 1 is supported"));
+    }
+
+    #[test]
+    fn dilated_and_output_shape_unsupported() {
+        assert!(lower_err(&model(&[("dilations", A::Is(vec![2, 2]))])).contains("only dilation 1"));
+        assert!(lower_err(&model(&[("output_shape", A::Is(vec![5, 5]))]))
+            .contains("attribute 'output_shape'"));
+    }
+}

@@ -1,0 +1,237 @@
+//! Element-wise ops that map 1:1 onto a QNN op: rows of the tables below.
+//!
+//! Spec: <https://onnx.ai/onnx/operators/> (Abs, Add, ..., Where). Binary ops broadcast like
+//! numpy; QNN's element-wise ops broadcast too, and operands are first brought to equal rank
+//! (static reshape for constants, a Reshape op otherwise). Variadic Max/Min/Sum become a chain.
+//! Reciprocal is `ElementWiseDivide(1, x)`.
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::{LowerCx, Rule};
+use crate::passes::infer::broadcast;
+use crate::qnn_names::op;
+
+/// ONNX unary op → QNN op with the same semantics and no params.
+pub const UNARY: &[(&str, &str)] = &[
+    ("Abs", op::ELEMENT_WISE_ABS),
+    ("Neg", op::ELEMENT_WISE_NEG),
+    ("Exp", op::ELEMENT_WISE_EXP),
+    ("Log", op::ELEMENT_WISE_LOG),
+    ("Sqrt", op::ELEMENT_WISE_SQUARE_ROOT),
+    ("Floor", op::ELEMENT_WISE_FLOOR),
+    ("Ceil", op::ELEMENT_WISE_CEIL),
+    ("Round", op::ELEMENT_WISE_ROUND),
+    ("Sign", op::ELEMENT_WISE_SIGN),
+    ("Sin", op::ELEMENT_WISE_SIN),
+    ("Cos", op::ELEMENT_WISE_COS),
+    ("Asin", op::ELEMENT_WISE_ASIN),
+    ("Atan", op::ELEMENT_WISE_ATAN),
+    ("Not", op::ELEMENT_WISE_NOT),
+    ("Relu", op::RELU),
+    ("Sigmoid", op::SIGMOID),
+    ("Tanh", op::TANH),
+    ("HardSwish", op::HARD_SWISH),
+    ("Erf", op::ERF),
+];
+
+/// ONNX binary (or variadic) op → QNN binary op.
+pub const BINARY: &[(&str, &str)] = &[
+    ("Add", op::ELEMENT_WISE_ADD),
+    ("Sub", op::ELEMENT_WISE_SUBTRACT),
+    ("Mul", op::ELEMENT_WISE_MULTIPLY),
+    ("Div", op::ELEMENT_WISE_DIVIDE),
+    ("Pow", op::ELEMENT_WISE_POWER),
+    ("Max", op::ELEMENT_WISE_MAXIMUM),
+    ("Min", op::ELEMENT_WISE_MINIMUM),
+    ("Sum", op::ELEMENT_WISE_ADD),
+    ("And", op::ELEMENT_WISE_AND),
+    ("Or", op::ELEMENT_WISE_OR),
+    ("Xor", op::ELEMENT_WISE_XOR),
+    ("Equal", op::ELEMENT_WISE_EQUAL),
+    ("Less", op::ELEMENT_WISE_LESS),
+    ("Greater", op::ELEMENT_WISE_GREATER),
+    ("LessOrEqual", op::ELEMENT_WISE_LESS_EQUAL),
+    ("GreaterOrEqual", op::ELEMENT_WISE_GREATER_EQUAL),
+];
+
+pub const RULES: &[(&str, Rule)] = &[
+    ("Abs", unary),
+    ("Neg", unary),
+    ("Exp", unary),
+    ("Log", unary),
+    ("Sqrt", unary),
+    ("Floor", unary),
+    ("Ceil", unary),
+    ("Round", unary),
+    ("Sign", unary),
+    ("Sin", unary),
+    ("Cos", unary),
+    ("Asin", unary),
+    ("Atan", unary),
+    ("Not", unary),
+    ("Relu", unary),
+    ("Sigmoid", unary),
+    ("Tanh", unary),
+    ("HardSwish", unary),
+    ("Erf", unary),
+    ("Add", binary),
+    ("Sub", binary),
+    ("Mul", binary),
+    ("Div", binary),
+    ("Pow", binary),
+    ("Max", binary),
+    ("Min", binary),
+    ("Sum", binary),
+    ("And", binary),
+    ("Or", binary),
+    ("Xor", binary),
+    ("Equal", binary),
+    ("Less", binary),
+    ("Greater", binary),
+    ("LessOrEqual", binary),
+    ("GreaterOrEqual", binary),
+    ("Where", where_),
+    ("Reciprocal", reciprocal),
+];
+
+fn lookup(table: &[(&str, &'static str)], op_type: &str) -> &'static str {
+    table
+        .iter()
+        .find(|(o, _)| *o == op_type)
+        .map(|(_, q)| *q)
+        .expect("rule registered with a table row")
+}
+
+pub fn unary(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let q = lookup(UNARY, &node.op_type);
+    let x = cx.input(node, 0)?;
+    let y = cx.output(node, 0)?;
+    cx.op(node, q, vec![x], vec![y], vec![]);
+    Ok(())
+}
+
+pub fn binary(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let q = lookup(BINARY, &node.op_type);
+    let n = node.inputs.len();
+    let out_shape = cx.out_shape(node, 0);
+    let rank = out_shape.len();
+    let y = cx.output(node, 0)?;
+    if n == 1 {
+        let x = cx.input(node, 0)?;
+        cx.op(node, op::RESHAPE, vec![x], vec![y], vec![]);
+        return Ok(());
+    }
+    let mut acc = cx.input_at_rank(node, 0, rank)?;
+    let mut acc_shape = cx.shape(node, 0);
+    for i in 1..n {
+        let b = cx.input_at_rank(node, i, rank)?;
+        let s = broadcast(node, &[&acc_shape, &cx.shape(node, i)])?;
+        if i + 1 == n {
+            cx.op(node, q, vec![acc, b], vec![y], vec![]);
+        } else {
+            let dt = cx.tensor_dtype(acc);
+            acc = cx.emit(node, q, vec![acc, b], dt, &s, vec![]);
+            acc_shape = s;
+        }
+    }
+    Ok(())
+}
+
+fn where_(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let rank = cx.out_shape(node, 0).len();
+    let ins = (0..3)
+        .map(|i| cx.input_at_rank(node, i, rank))
+        .collect::<Result<Vec<_>>>()?;
+    let y = cx.output(node, 0)?;
+    cx.op(node, op::ELEMENT_WISE_SELECT, ins, vec![y], vec![]);
+    Ok(())
+}
+
+fn reciprocal(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let dt = cx.dtype(node, 0);
+    let one = cx.scalar(node, "one", 1.0, dt)?;
+    let rank = cx.shape(node, 0).len();
+    let one = if rank > 1 {
+        cx.reshape(node, one, &vec![1; rank])
+    } else {
+        one
+    };
+    let x = cx.input(node, 0)?;
+    let y = cx.output(node, 0)?;
+    cx.op(node, op::ELEMENT_WISE_DIVIDE, vec![one, x], vec![y], vec![]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::lower;
+    use crate::tensor::Tensor;
+    use crate::testing::ModelBuilder;
+
+    #[test]
+    fn add_broadcasts_constant_to_equal_rank() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 3])
+            .init("c", Tensor::from_f32(vec![3], &[1., 2., 3.]))
+            .node("Add", &["x", "c"], &["y"], &[])
+            .output("y");
+        assert_eq!(
+            lower(&b).dump(),
+            "input x:f32[2, 3]\n\
+             ElementWiseAdd(x:f32[2, 3], static c_r2:f32[1, 3]) -> y:f32[2, 3]\n\
+             output y:f32[2, 3]\n"
+        );
+    }
+
+    #[test]
+    fn variadic_max_is_a_chain() {
+        let b = ModelBuilder::new(17)
+            .input("a", DType::F32, &[4])
+            .input("b", DType::F32, &[4])
+            .input("c", DType::F32, &[4])
+            .node("Max", &["a", "b", "c"], &["y"], &[])
+            .output("y");
+        assert_eq!(
+            lower(&b).op_types(),
+            vec!["ElementWiseMaximum", "ElementWiseMaximum"]
+        );
+    }
+
+    #[test]
+    fn unary_and_compare_and_where() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[4])
+            .init("z", Tensor::scalar_f32(0.0))
+            .node("Exp", &["x"], &["e"], &[])
+            .node("Less", &["x", "z"], &["m"], &[])
+            .node("Where", &["m", "x", "e"], &["y"], &[])
+            .output("y");
+        assert_eq!(
+            lower(&b).op_types(),
+            vec!["ElementWiseExp", "ElementWiseLess", "ElementWiseSelect"]
+        );
+    }
+
+    #[test]
+    fn reciprocal_is_divide() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[4])
+            .node("Reciprocal", &["x"], &["y"], &[])
+            .output("y");
+        assert_eq!(lower(&b).op_types(), vec!["ElementWiseDivide"]);
+    }
+
+    #[test]
+    fn erf_is_unsupported_on_htp() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[4])
+            .node("Erf", &["x"], &["y"], &[])
+            .output("y");
+        let e = crate::ops::test_util::lower_err(&b);
+        assert!(
+            e.starts_with("Node \"Erf_0\" (Erf): Erf is not supported on HTP"),
+            "{e}"
+        );
+    }
+}

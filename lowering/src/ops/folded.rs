@@ -1,0 +1,72 @@
+//! Ops that only exist on the host: Shape, Size, ConstantOfShape, Range, and the
+//! quantization ops. With static shapes the first four always fold to constants
+//! (`passes::const_fold`); DequantizeLinear of constant weights folds to float weights. What
+//! reaches these rules did not fold and cannot run on QNN without quantized tensors.
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::{LowerCx, Rule};
+
+pub const RULES: &[(&str, Rule)] = &[
+    ("Shape", not_folded),
+    ("Size", not_folded),
+    ("ConstantOfShape", not_folded),
+    ("Range", not_folded),
+    ("QuantizeLinear", quantized),
+    ("DequantizeLinear", quantized),
+];
+
+fn not_folded(_: &mut LowerCx, node: &Node) -> Result<()> {
+    Err(node.err_op("its inputs must be constant after folding (dynamic shapes are not supported)"))
+}
+
+fn quantized(_: &mut LowerCx, node: &Node) -> Result<()> {
+    Err(node.err_dtype("quantized activations are not supported yet (only constant weights are dequantized at compile time)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::{lower, lower_err};
+    use crate::tensor::Tensor;
+    use crate::testing::ModelBuilder;
+
+    #[test]
+    fn dequantized_constant_weights_fold() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 2])
+            .init(
+                "wq",
+                Tensor::from_i64_as(DType::I8, vec![2, 2], &[2, -4, 6, 8]),
+            )
+            .init("s", Tensor::scalar_f32(0.5))
+            .node("DequantizeLinear", &["wq", "s"], &["w"], &[])
+            .node("MatMul", &["x", "w"], &["y"], &[])
+            .output("y");
+        let p = lower(&b);
+        assert_eq!(p.op_types(), vec!["FullyConnected"]);
+    }
+
+    #[test]
+    fn quantize_activation_unsupported() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[4])
+            .init("s", Tensor::scalar_f32(0.5))
+            .node("QuantizeLinear", &["x", "s"], &["y"], &[])
+            .output("y");
+        assert!(lower_err(&b).contains(
+            "QuantizeLinear is not supported on HTP (quantized tensors not in the plan yet"
+        ));
+    }
+
+    #[test]
+    fn dynamic_range_unsupported() {
+        let b = ModelBuilder::new(17)
+            .input("n", DType::I64, &[])
+            .init("z", Tensor::from_i64(vec![], &[0]))
+            .init("o", Tensor::from_i64(vec![], &[1]))
+            .node("Range", &["z", "n", "o"], &["y"], &[])
+            .output("y");
+        assert!(lower_err(&b).contains("must be a constant scalar"));
+    }
+}

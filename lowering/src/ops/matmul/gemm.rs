@@ -1,0 +1,194 @@
+//! Gemm — <https://onnx.ai/onnx/operators/onnx__Gemm.html>, opset 7+ (`alpha*A'B' + beta*C`).
+//!
+//! Constant B: QNN `FullyConnected` with weights `[N, K]` (B transposed statically unless
+//! `transB = 1`; `alpha` folded in) and bias `[N]` from a constant C of `N` elements (`beta`
+//! folded in). Otherwise QNN `MatMul` (`transpose_in0`/`transpose_in1` BOOL_8 scalars), then
+//! `ElementWiseMultiply` by alpha and `ElementWiseAdd` of `beta*C`.
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::LowerCx;
+use crate::passes::const_fold::transpose;
+use crate::plan::Param;
+use crate::qnn_names::{op, param};
+use crate::tensor::Tensor;
+
+pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let alpha = node.attr_f("alpha", 1.0)? as f64;
+    let beta = node.attr_f("beta", 1.0)? as f64;
+    let trans_a = node.attr_i("transA", 0)? != 0;
+    let trans_b = node.attr_i("transB", 0)? != 0;
+    let out_shape = cx.out_shape(node, 0);
+    let n = out_shape[1];
+    let xdt = cx.dtype(node, 0);
+    let c_const = cx.konst(node, 2);
+    let bias_vec = match (node.input(2), c_const) {
+        (None, _) => Some(vec![0.0; n]),
+        (Some(_), Some(c)) if c.numel() == n && c.shape.last() == Some(&n) => Some(c.to_f64()),
+        _ => None,
+    };
+    if let (Some(b), Some(bias)) = (cx.konst(node, 1), bias_vec) {
+        if b.dtype != xdt {
+            return Err(node.err_dtype(format!("weights are {} but the input is {xdt}", b.dtype)));
+        }
+        let w = if trans_b {
+            b.clone()
+        } else {
+            transpose(b, &[1, 0])
+        };
+        let w = if alpha != 1.0 {
+            Tensor::from_f64_as(
+                w.dtype,
+                w.shape.clone(),
+                &w.to_f64().iter().map(|v| v * alpha).collect::<Vec<_>>(),
+            )
+        } else {
+            w
+        };
+        let bias: Vec<f64> = bias.iter().map(|v| v * beta).collect();
+        let wt = cx.static_tensor(node, &format!("{}_w", node.name), &w)?;
+        let bt = cx.static_tensor(
+            node,
+            &format!("{}_b", node.name),
+            &Tensor::from_f64_as(xdt, vec![n], &bias),
+        )?;
+        let mut a = cx.input(node, 0)?;
+        if trans_a {
+            let s = cx.shape(node, 0);
+            let dt = cx.tensor_dtype(a);
+            a = cx.emit(
+                node,
+                op::TRANSPOSE,
+                vec![a],
+                dt,
+                &[s[1], s[0]],
+                vec![(param::PERM, Param::u32_vec(&[1, 0]))],
+            );
+        }
+        let y = cx.output(node, 0)?;
+        cx.op(node, op::FULLY_CONNECTED, vec![a, wt, bt], vec![y], vec![]);
+        return Ok(());
+    }
+    let a = cx.input(node, 0)?;
+    let b = cx.input(node, 1)?;
+    let dt = cx.tensor_dtype(a);
+    let params = vec![
+        (param::TRANSPOSE_IN0, Param::bool(trans_a)),
+        (param::TRANSPOSE_IN1, Param::bool(trans_b)),
+    ];
+    let has_c = node.input(2).is_some() && beta != 0.0;
+    let y = cx.output(node, 0)?;
+    if alpha == 1.0 && !has_c {
+        cx.op(node, op::MAT_MUL, vec![a, b], vec![y], params);
+        return Ok(());
+    }
+    let mut acc = cx.emit(node, op::MAT_MUL, vec![a, b], dt, &out_shape, params);
+    if alpha != 1.0 {
+        let s = cx.scalar(node, "alpha", alpha, xdt)?;
+        let s = cx.reshape(node, s, &[1, 1]);
+        acc = if has_c {
+            cx.emit(
+                node,
+                op::ELEMENT_WISE_MULTIPLY,
+                vec![acc, s],
+                dt,
+                &out_shape,
+                vec![],
+            )
+        } else {
+            cx.op(
+                node,
+                op::ELEMENT_WISE_MULTIPLY,
+                vec![acc, s],
+                vec![y],
+                vec![],
+            );
+            return Ok(());
+        };
+    }
+    let c = match c_const {
+        Some(c) if beta != 1.0 => {
+            let v: Vec<f64> = c.to_f64().iter().map(|x| x * beta).collect();
+            let mut shape = vec![1; 2 - c.shape.len().min(2)];
+            shape.extend_from_slice(&c.shape);
+            cx.static_tensor(
+                node,
+                &format!("{}_c", node.name),
+                &Tensor::from_f64_as(xdt, shape, &v),
+            )?
+        }
+        Some(_) => cx.input_at_rank(node, 2, 2)?,
+        None => {
+            if beta != 1.0 {
+                return Err(
+                    node.err_attr("beta", "beta != 1 with a non-constant C is not supported")
+                );
+            }
+            cx.input_at_rank(node, 2, 2)?
+        }
+    };
+    cx.op(node, op::ELEMENT_WISE_ADD, vec![acc, c], vec![y], vec![]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::{lower, lower_err};
+    use crate::tensor::Tensor;
+    use crate::testing::{rand_f32, ModelBuilder, A};
+
+    #[test]
+    fn linear_is_fully_connected() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 4])
+            .init("w", Tensor::from_f32(vec![3, 4], &rand_f32(1, 12)))
+            .init("b", Tensor::from_f32(vec![3], &[1., 2., 3.]))
+            .node("Gemm", &["x", "w", "b"], &["y"], &[("transB", A::I(1))])
+            .output("y");
+        assert_eq!(
+            lower(&b).dump(),
+            "input x:f32[1, 4]\n\
+             FullyConnected(x:f32[1, 4], static Gemm_0_w:f32[3, 4], static Gemm_0_b:f32[3]) -> y:f32[1, 3]\n\
+             output y:f32[1, 3]\n"
+        );
+    }
+
+    #[test]
+    fn gemm_untransposed_weights_are_transposed_statically() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 4])
+            .init("w", Tensor::from_f32(vec![4, 3], &rand_f32(1, 12)))
+            .node("Gemm", &["x", "w"], &["y"], &[("alpha", A::F(2.0))])
+            .output("y");
+        let p = lower(&b);
+        assert!(p.dump().contains("static Gemm_0_w:f32[3, 4]"));
+    }
+
+    #[test]
+    fn dynamic_gemm_is_matmul_plus_add() {
+        let b = ModelBuilder::new(17)
+            .input("a", DType::F32, &[2, 4])
+            .input("b", DType::F32, &[3, 4])
+            .input("c", DType::F32, &[3])
+            .node("Gemm", &["a", "b", "c"], &["y"], &[("transB", A::I(1))])
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(
+            d.contains("MatMul(a:f32[2, 4], b:f32[3, 4]) transpose_in0=false transpose_in1=true"),
+            "{d}"
+        );
+        assert!(d.contains("ElementWiseAdd"), "{d}");
+    }
+
+    #[test]
+    fn dynamic_c_with_beta_unsupported() {
+        let b = ModelBuilder::new(17)
+            .input("a", DType::F32, &[2, 4])
+            .input("b", DType::F32, &[4, 3])
+            .input("c", DType::F32, &[3])
+            .node("Gemm", &["a", "b", "c"], &["y"], &[("beta", A::F(0.5))])
+            .output("y");
+        assert!(lower_err(&b).contains("attribute 'beta'"));
+    }
+}

@@ -1,0 +1,150 @@
+//! MatMul — <https://onnx.ai/onnx/operators/onnx__MatMul.html>, opset 1+ (numpy semantics,
+//! batched and broadcast).
+//!
+//! Constant 2-D B: QNN `FullyConnected` with weights `[N, K]` (B transposed statically) on A
+//! reshaped to `[rows, K]`, reshaped back. Otherwise QNN `MatMul` (`transpose_in0`,
+//! `transpose_in1` BOOL_8 scalars, false) with operands brought to equal rank; 1-D operands
+//! are promoted and the output reshaped.
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::LowerCx;
+use crate::passes::const_fold::transpose;
+use crate::plan::Param;
+use crate::qnn_names::{op, param};
+
+pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let a_shape = cx.shape(node, 0);
+    let b_shape = cx.shape(node, 1);
+    let out_shape = cx.out_shape(node, 0);
+    let xdt = cx.dtype(node, 0);
+    if let Some(b) = cx.konst(node, 1) {
+        if b.shape.len() == 2 && a_shape.len() >= 2 {
+            if b.dtype != xdt {
+                return Err(
+                    node.err_dtype(format!("weights are {} but the input is {xdt}", b.dtype))
+                );
+            }
+            let (k, n) = (b.shape[0], b.shape[1]);
+            let rows: usize = a_shape[..a_shape.len() - 1].iter().product();
+            let w = transpose(b, &[1, 0]);
+            let wt = cx.static_tensor(node, &format!("{}_w", node.name), &w)?;
+            let mut a = cx.input(node, 0)?;
+            if a_shape.len() != 2 {
+                a = cx.reshape(node, a, &[rows, k]);
+            }
+            let y = cx.output(node, 0)?;
+            if a_shape.len() == 2 {
+                cx.op(node, op::FULLY_CONNECTED, vec![a, wt], vec![y], vec![]);
+            } else {
+                let dt = cx.tensor_dtype(a);
+                let f = cx.emit(
+                    node,
+                    op::FULLY_CONNECTED,
+                    vec![a, wt],
+                    dt,
+                    &[rows, n],
+                    vec![],
+                );
+                cx.op(node, op::RESHAPE, vec![f], vec![y], vec![]);
+            }
+            return Ok(());
+        }
+    }
+    let a2: Vec<usize> = if a_shape.len() == 1 {
+        vec![1, a_shape[0]]
+    } else {
+        a_shape.clone()
+    };
+    let b2: Vec<usize> = if b_shape.len() == 1 {
+        vec![b_shape[0], 1]
+    } else {
+        b_shape.clone()
+    };
+    let rank = a2.len().max(b2.len());
+    let pad = |s: &[usize]| {
+        let mut v = vec![1; rank - s.len()];
+        v.extend_from_slice(s);
+        v
+    };
+    let (a2, b2) = (pad(&a2), pad(&b2));
+    let mut a = cx.input(node, 0)?;
+    if a2 != a_shape {
+        a = match cx.konst(node, 0) {
+            Some(t) => {
+                cx.static_tensor(node, &format!("{}_a", node.name), &t.with_shape(a2.clone()))?
+            }
+            None => cx.reshape(node, a, &a2),
+        };
+    }
+    let mut b = cx.input(node, 1)?;
+    if b2 != b_shape {
+        b = match cx.konst(node, 1) {
+            Some(t) => {
+                cx.static_tensor(node, &format!("{}_b", node.name), &t.with_shape(b2.clone()))?
+            }
+            None => cx.reshape(node, b, &b2),
+        };
+    }
+    let params = vec![
+        (param::TRANSPOSE_IN0, Param::bool(false)),
+        (param::TRANSPOSE_IN1, Param::bool(false)),
+    ];
+    let y = cx.output(node, 0)?;
+    let mut full = crate::passes::infer::broadcast(node, &[&a2[..rank - 2], &b2[..rank - 2]])?;
+    full.push(a2[rank - 2]);
+    full.push(b2[rank - 1]);
+    if full == out_shape {
+        cx.op(node, op::MAT_MUL, vec![a, b], vec![y], params);
+    } else {
+        let dt = cx.tensor_dtype(a);
+        let m = cx.emit(node, op::MAT_MUL, vec![a, b], dt, &full, params);
+        cx.op(node, op::RESHAPE, vec![m], vec![y], vec![]);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::lower;
+    use crate::tensor::Tensor;
+    use crate::testing::{rand_f32, ModelBuilder};
+
+    #[test]
+    fn batched_activation_matmul() {
+        let b = ModelBuilder::new(17)
+            .input("q", DType::F32, &[1, 2, 5, 8])
+            .input("k", DType::F32, &[1, 2, 8, 5])
+            .node("MatMul", &["q", "k"], &["y"], &[])
+            .output("y");
+        assert_eq!(
+            lower(&b).dump(),
+            "input q:f32[1, 2, 5, 8]\ninput k:f32[1, 2, 8, 5]\n\
+             MatMul(q:f32[1, 2, 5, 8], k:f32[1, 2, 8, 5]) transpose_in0=false transpose_in1=false -> y:f32[1, 2, 5, 5]\n\
+             output y:f32[1, 2, 5, 5]\n"
+        );
+    }
+
+    #[test]
+    fn linear_3d_uses_fully_connected() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 5, 8])
+            .init("w", Tensor::from_f32(vec![8, 3], &rand_f32(1, 24)))
+            .node("MatMul", &["x", "w"], &["y"], &[])
+            .output("y");
+        let p = lower(&b);
+        assert_eq!(p.op_types(), vec!["Reshape", "FullyConnected", "Reshape"]);
+        assert!(p.dump().contains("static MatMul_0_w:f32[3, 8]"));
+    }
+
+    #[test]
+    fn vector_matmul_promotes() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[8])
+            .input("w", DType::F32, &[8, 3])
+            .node("MatMul", &["x", "w"], &["y"], &[])
+            .output("y");
+        assert_eq!(lower(&b).op_types(), vec!["Reshape", "MatMul", "Reshape"]);
+    }
+}

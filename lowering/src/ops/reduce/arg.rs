@@ -1,0 +1,66 @@
+//! ArgMax / ArgMin — <https://onnx.ai/onnx/operators/onnx__ArgMax.html>, opset 1+.
+//! QNN `Argmax` / `Argmin`: `axis` UINT_32 scalar, `keep_dims` BOOL_8 scalar; output int32
+//! (ONNX int64, narrowed). Constraint: `select_last_index = 0`.
+
+use crate::attr::norm_axis;
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::LowerCx;
+use crate::plan::Param;
+use crate::qnn_names::{op, param};
+
+pub fn arg(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    if node.attr_i("select_last_index", 0)? != 0 {
+        return Err(node.err_attr("select_last_index", "only 0 (first index) is supported"));
+    }
+    let r = cx.shape(node, 0).len();
+    let axis = norm_axis(node, "axis", node.attr_i("axis", 0)?, r)?;
+    let keep = node.attr_i("keepdims", 1)? != 0;
+    let q = if node.op_type == "ArgMax" {
+        op::ARGMAX
+    } else {
+        op::ARGMIN
+    };
+    let x = cx.input(node, 0)?;
+    let y = cx.output(node, 0)?;
+    cx.op(
+        node,
+        q,
+        vec![x],
+        vec![y],
+        vec![
+            (param::AXIS, Param::u32(axis as u32)),
+            (param::KEEP_DIMS, Param::bool(keep)),
+        ],
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::{lower, lower_err};
+    use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn argmax_output_is_i32() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 5])
+            .node("ArgMax", &["x"], &["y"], &[("axis", A::I(-1))])
+            .output("y");
+        let p = lower(&b);
+        assert!(p
+            .dump()
+            .contains("Argmax(x:f32[2, 5]) axis=1u keep_dims=true -> y:i32[2, 1]"));
+        assert_eq!(p.outputs[0].host_dtype, DType::I64);
+    }
+
+    #[test]
+    fn select_last_index_unsupported() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 5])
+            .node("ArgMin", &["x"], &["y"], &[("select_last_index", A::I(1))])
+            .output("y");
+        assert!(lower_err(&b).contains("attribute 'select_last_index'"));
+    }
+}

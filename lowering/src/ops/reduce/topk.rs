@@ -1,0 +1,74 @@
+//! TopK — <https://onnx.ai/onnx/operators/onnx__TopK.html>, opset 10+ (`K` a constant input).
+//! QNN `TopK`: `k` UINT_32 scalar, `largest` BOOL_8 scalar; outputs values and int32 indices;
+//! works on the last dimension. Constraints: `axis` is the last axis, `sorted = 1`.
+
+use crate::attr::norm_axis;
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::LowerCx;
+use crate::plan::{DType, Param};
+use crate::qnn_names::{op, param};
+
+pub fn topk(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let shape = cx.shape(node, 0);
+    let r = shape.len();
+    let axis = norm_axis(node, "axis", node.attr_i("axis", -1)?, r)?;
+    if axis != r - 1 {
+        return Err(node.err_attr("axis", "only the last axis is supported"));
+    }
+    if node.attr_i("sorted", 1)? != 1 {
+        return Err(node.err_attr("sorted", "only sorted output is supported"));
+    }
+    let k = cx.out_shape(node, 0)[axis] as u32;
+    let largest = node.attr_i("largest", 1)? != 0;
+    let x = cx.input(node, 0)?;
+    let values = cx.output(node, 0)?;
+    let indices = match node.output(1) {
+        Some(_) => cx.output(node, 1)?,
+        None => {
+            let s = cx.out_shape(node, 0);
+            cx.native(&format!("{}_indices", node.name), DType::I32, &s)
+        }
+    };
+    cx.op(
+        node,
+        op::TOP_K,
+        vec![x],
+        vec![values, indices],
+        vec![
+            (param::K, Param::u32(k)),
+            (param::LARGEST, Param::bool(largest)),
+        ],
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::{lower, lower_err};
+    use crate::tensor::Tensor;
+    use crate::testing::{ModelBuilder, A};
+
+    fn model(attrs: &[(&str, A)]) -> ModelBuilder {
+        ModelBuilder::new(17)
+            .input("x", DType::F32, &[4, 8])
+            .init("k", Tensor::from_i64(vec![1], &[3]))
+            .node("TopK", &["x", "k"], &["v", "i"], attrs)
+            .output("v")
+            .output("i")
+    }
+
+    #[test]
+    fn topk_snapshot() {
+        assert!(lower(&model(&[]))
+            .dump()
+            .contains("TopK(x:f32[4, 8]) k=3u largest=true -> v:f32[4, 3], i:i32[4, 3]"));
+    }
+
+    #[test]
+    fn topk_non_last_axis_unsupported() {
+        assert!(lower_err(&model(&[("axis", A::I(0))])).contains("only the last axis"));
+        assert!(lower_err(&model(&[("sorted", A::I(0))])).contains("attribute 'sorted'"));
+    }
+}

@@ -1,0 +1,124 @@
+//! Resize — <https://onnx.ai/onnx/operators/onnx__Resize.html> (opsets 10, 11, 13, 18, 19) and
+//! Upsample (opsets 7–9, asymmetric). QNN `Resize` on NHWC: `transformation_mode`,
+//! `interpolation_mode`, `nearest_mode` UINT_32 scalars, `exclude_outside` BOOL_8, and
+//! `cubic_coeff` FLOAT_32. Output size comes from shape inference (scales or sizes).
+//! Constraints: 4-D input resized over H and W only; no `tf_crop_and_resize`, no antialias,
+//! no `keep_aspect_ratio_policy` other than `stretch`.
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::conv::conv::require_2d_nhwc;
+use crate::ops::LowerCx;
+use crate::plan::Param;
+use crate::qnn_names::{op, param, resize as rv};
+
+pub fn resize(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let xs = cx.shape(node, 0);
+    require_2d_nhwc(node, xs.len())?;
+    let ys = cx.out_shape(node, 0);
+    if xs[0] != ys[0] || xs[3] != ys[3] {
+        return Err(node.err_op("only the spatial dims may be resized"));
+    }
+    let legacy = node.op_type == "Upsample" || cx.g.opset() < 11;
+    let mode = node.attr_s("mode", "nearest")?;
+    let interp = match mode {
+        "nearest" => rv::NEAREST,
+        "linear" | "bilinear" => rv::LINEAR,
+        "cubic" => rv::CUBIC,
+        m => return Err(node.err_attr("mode", format!("'{m}' is not supported"))),
+    };
+    let ctm = if legacy {
+        "asymmetric"
+    } else {
+        node.attr_s("coordinate_transformation_mode", "half_pixel")?
+    };
+    let transform = match ctm {
+        "half_pixel" => rv::HALF_PIXEL,
+        "pytorch_half_pixel" => rv::PYTORCH_HALF_PIXEL,
+        "align_corners" => rv::ALIGN_CORNERS,
+        "asymmetric" => rv::ASYMMETRIC,
+        m => {
+            return Err(node.err_attr(
+                "coordinate_transformation_mode",
+                format!("'{m}' is not supported"),
+            ))
+        }
+    };
+    let nearest = match if legacy {
+        "floor"
+    } else {
+        node.attr_s("nearest_mode", "round_prefer_floor")?
+    } {
+        "round_prefer_floor" => rv::ROUND_PREFER_FLOOR,
+        "round_prefer_ceil" => rv::ROUND_PREFER_CEIL,
+        "floor" => rv::FLOOR,
+        "ceil" => rv::CEIL,
+        m => return Err(node.err_attr("nearest_mode", format!("'{m}' is not supported"))),
+    };
+    if node.attr_i("antialias", 0)? != 0 {
+        return Err(node.err_attr("antialias", "antialiasing is not supported"));
+    }
+    if node.attr_s("keep_aspect_ratio_policy", "stretch")? != "stretch" {
+        return Err(node.err_attr("keep_aspect_ratio_policy", "only 'stretch' is supported"));
+    }
+    let x = cx.input(node, 0)?;
+    let y = cx.output(node, 0)?;
+    cx.op(
+        node,
+        op::RESIZE,
+        vec![x],
+        vec![y],
+        vec![
+            (
+                param::EXCLUDE_OUTSIDE,
+                Param::bool(node.attr_i("exclude_outside", 0)? != 0),
+            ),
+            (param::TRANSFORMATION_MODE, Param::u32(transform)),
+            (param::INTERPOLATION_MODE, Param::u32(interp)),
+            (param::NEAREST_MODE, Param::u32(nearest)),
+            (
+                param::CUBIC_COEFF,
+                Param::f32(node.attr_f("cubic_coeff_a", -0.75)?),
+            ),
+        ],
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::{lower, lower_err};
+    use crate::tensor::Tensor;
+    use crate::testing::{ModelBuilder, A};
+
+    fn model(attrs: &[(&str, A)]) -> ModelBuilder {
+        ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 2, 4, 4])
+            .init("scales", Tensor::from_f32(vec![4], &[1.0, 1.0, 2.0, 2.0]))
+            .node("Resize", &["x", "", "scales"], &["y"], attrs)
+            .output("y")
+    }
+
+    #[test]
+    fn upsample_nearest_2x() {
+        let d = lower(&model(&[
+            ("mode", A::S("nearest")),
+            ("coordinate_transformation_mode", A::S("asymmetric")),
+            ("nearest_mode", A::S("floor")),
+        ]))
+        .dump();
+        assert!(d.contains("Resize(x_nhwc:f32[1, 4, 4, 2]) exclude_outside=false transformation_mode=3u interpolation_mode=0u nearest_mode=2u cubic_coeff=-0.75f -> y_nhwc:f32[1, 8, 8, 2]"), "{d}");
+    }
+
+    #[test]
+    fn resize_unsupported_modes() {
+        assert!(lower_err(&model(&[(
+            "coordinate_transformation_mode",
+            A::S("tf_crop_and_resize")
+        )]))
+        .contains("attribute 'coordinate_transformation_mode'"));
+        assert!(lower_err(&model(&[("antialias", A::I(1))])).contains("attribute 'antialias'"));
+        assert!(lower_err(&model(&[("mode", A::S("area"))])).contains("attribute 'mode'"));
+    }
+}

@@ -1,0 +1,85 @@
+//! Slice — <https://onnx.ai/onnx/operators/onnx__Slice.html> (attributes before opset 10,
+//! constant inputs after). QNN `StridedSlice`: `ranges` INT_32 `[rank, 3]` of
+//! `{begin, end, stride}` per dim (tensor param), `begin_mask`, `end_mask`, `shrink_axes`
+//! UINT_32 scalars. A negative-stride slice that runs past element 0 uses the end mask, since
+//! an end of -1 would mean "the last element".
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::LowerCx;
+use crate::passes::infer::slice_params;
+use crate::plan::{DType, Param};
+use crate::qnn_names::{op, param};
+
+pub fn slice(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let shape = cx.shape(node, 0);
+    let r = shape.len();
+    let mut ranges: Vec<i32> = Vec::with_capacity(r * 3);
+    for &d in &shape {
+        ranges.extend_from_slice(&[0, d as i32, 1]);
+    }
+    let mut end_mask = 0u32;
+    for (ax, s, e, step) in slice_params(cx.g, node)? {
+        ranges[ax * 3] = s as i32;
+        ranges[ax * 3 + 1] = e as i32;
+        ranges[ax * 3 + 2] = step as i32;
+        if step < 0 && e < 0 {
+            end_mask |= 1 << ax;
+            ranges[ax * 3 + 1] = 0;
+        }
+    }
+    let x = cx.input(node, 0)?;
+    let y = cx.output(node, 0)?;
+    let ranges_param = Param::Tensor {
+        dtype: DType::I32,
+        shape: vec![r as u32, 3],
+        data: ranges.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    };
+    cx.op(
+        node,
+        op::STRIDED_SLICE,
+        vec![x],
+        vec![y],
+        vec![
+            (param::RANGES, ranges_param),
+            (param::BEGIN_MASK, Param::u32(0)),
+            (param::END_MASK, Param::u32(end_mask)),
+            (param::SHRINK_AXES, Param::u32(0)),
+        ],
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::lower;
+    use crate::tensor::Tensor;
+    use crate::testing::ModelBuilder;
+
+    fn model(starts: &[i64], ends: &[i64], steps: &[i64]) -> ModelBuilder {
+        ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 8])
+            .init("st", Tensor::from_i64(vec![1], starts))
+            .init("en", Tensor::from_i64(vec![1], ends))
+            .init("ax", Tensor::from_i64(vec![1], &[1]))
+            .init("sp", Tensor::from_i64(vec![1], steps))
+            .node("Slice", &["x", "st", "en", "ax", "sp"], &["y"], &[])
+            .output("y")
+    }
+
+    #[test]
+    fn slice_with_int64_max_end() {
+        let d = lower(&model(&[2], &[i64::MAX], &[2])).dump();
+        assert!(d.contains("StridedSlice(x:f32[2, 8]) ranges=i32[2, 3]{0,2,1,2,8,2} begin_mask=0u end_mask=0u shrink_axes=0u -> y:f32[2, 3]"), "{d}");
+    }
+
+    #[test]
+    fn reverse_slice_uses_end_mask() {
+        let d = lower(&model(&[-1], &[i64::MIN], &[-1])).dump();
+        assert!(
+            d.contains("ranges=i32[2, 3]{0,2,1,7,0,-1} begin_mask=0u end_mask=2u"),
+            "{d}"
+        );
+    }
+}

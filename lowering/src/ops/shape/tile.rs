@@ -1,0 +1,88 @@
+//! Tile and Expand — <https://onnx.ai/onnx/operators/onnx__Tile.html>,
+//! <https://onnx.ai/onnx/operators/onnx__Expand.html>. QNN `Tile`: `multiples` UINT_32
+//! `[rank]` (tensor param). Expand is a Tile of the input brought to the output's rank
+//! (QNN has no broadcast-to op). `repeats`/`shape` must be constant (checked by inference).
+
+use crate::error::Result;
+use crate::ir::Node;
+use crate::ops::LowerCx;
+use crate::plan::Param;
+use crate::qnn_names::{op, param};
+
+pub fn tile(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let s = cx.shape(node, 0);
+    let o = cx.out_shape(node, 0);
+    let mult: Vec<u32> = s
+        .iter()
+        .zip(&o)
+        .map(|(&a, &b)| b.checked_div(a).map_or(1, |m| m as u32))
+        .collect();
+    let x = cx.input(node, 0)?;
+    let y = cx.output(node, 0)?;
+    cx.op(
+        node,
+        op::TILE,
+        vec![x],
+        vec![y],
+        vec![(param::MULTIPLES, Param::u32_vec(&mult))],
+    );
+    Ok(())
+}
+
+pub fn expand(cx: &mut LowerCx, node: &Node) -> Result<()> {
+    let o = cx.out_shape(node, 0);
+    let x = cx.input_at_rank(node, 0, o.len())?;
+    let s = cx.tshape(x);
+    let y = cx.output(node, 0)?;
+    if s == o {
+        cx.op(node, op::RESHAPE, vec![x], vec![y], vec![]);
+        return Ok(());
+    }
+    let mult: Vec<u32> = s
+        .iter()
+        .zip(&o)
+        .map(|(&a, &b)| if a == b { 1 } else { b as u32 })
+        .collect();
+    cx.op(
+        node,
+        op::TILE,
+        vec![x],
+        vec![y],
+        vec![(param::MULTIPLES, Param::u32_vec(&mult))],
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::lower;
+    use crate::tensor::Tensor;
+    use crate::testing::ModelBuilder;
+
+    #[test]
+    fn expand_is_tile_after_rank_alignment() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[3, 1])
+            .init("s", Tensor::from_i64(vec![3], &[2, 3, 4]))
+            .node("Expand", &["x", "s"], &["y"], &[])
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(
+            d.contains("Tile(x_r3:f32[1, 3, 1]) multiples=u32[3]{2,1,4} -> y:f32[2, 3, 4]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn tile_snapshot() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 3])
+            .init("r", Tensor::from_i64(vec![2], &[2, 1]))
+            .node("Tile", &["x", "r"], &["y"], &[])
+            .output("y");
+        assert!(lower(&b)
+            .dump()
+            .contains("Tile(x:f32[2, 3]) multiples=u32[2]{2,1} -> y:f32[4, 3]"));
+    }
+}

@@ -1,0 +1,136 @@
+//! Graph passes, one per file, and the fixed order `prepare` runs them in.
+
+use crate::dtype::DType;
+use crate::error::{invalid, LowerError, Result};
+use crate::ir::Graph;
+use crate::load::Model;
+use crate::table::OpTable;
+use crate::LowerOptions;
+
+pub mod const_fold;
+pub mod dce;
+pub mod fold_batchnorm;
+pub mod fp16;
+pub mod fuse_gelu;
+pub mod fuse_rmsnorm;
+pub mod infer;
+pub mod layout;
+pub mod narrow_int64;
+pub mod simplify;
+
+/// A graph ready for the lowering rules.
+pub struct Prepared {
+    pub graph: Graph,
+    /// Shape-inference errors by node name; the rules are not run on these nodes.
+    pub node_errors: Vec<(String, LowerError)>,
+    /// The model's own I/O dtypes (before int64 narrowing), parallel to graph inputs/outputs.
+    pub input_host_dtypes: Vec<DType>,
+    pub output_host_dtypes: Vec<DType>,
+}
+
+fn set_input_shapes(g: &mut Graph, model: &Model, opts: &LowerOptions) -> Result<()> {
+    for (k, &v) in g.inputs.clone().iter().enumerate() {
+        let name = g.values[v].name.clone();
+        let shape = match opts.input_shapes.get(&name) {
+            Some(s) => {
+                if let Some(Some(decl)) = model.input_dims.get(k) {
+                    let clash = decl.len() != s.len() || decl.iter().zip(s).any(|(d, &x)| d.is_some_and(|d| d != x));
+                    if clash {
+                        return Err(invalid(format!(
+                            "input '{name}': shape {s:?} does not match the declared dims {}",
+                            fmt_dims(decl)
+                        )));
+                    }
+                }
+                s.clone()
+            }
+            None => match model.input_dims.get(k) {
+                Some(Some(d)) if d.iter().all(Option::is_some) => d.iter().map(|x| x.unwrap()).collect(),
+                Some(Some(d)) => {
+                    return Err(invalid(format!(
+                        "input '{name}' has symbolic dims {}; give a static shape in LowerOptions::input_shapes",
+                        fmt_dims(d)
+                    )))
+                }
+                _ => {
+                    return Err(invalid(format!(
+                        "input '{name}' has no shape; give one in LowerOptions::input_shapes"
+                    )))
+                }
+            },
+        };
+        if crate::tensor::checked_numel(&shape, g.values[v].dtype).is_none() {
+            return Err(invalid(format!(
+                "input '{name}' shape {shape:?} exceeds the 4 GiB tensor limit"
+            )));
+        }
+        let val = &mut g.values[v];
+        val.shape = shape;
+        val.known = true;
+    }
+    for name in opts.input_shapes.keys() {
+        if !g.inputs.iter().any(|&v| &g.values[v].name == name) {
+            return Err(invalid(format!(
+                "LowerOptions::input_shapes names '{name}', which is not a graph input"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn fmt_dims(d: &[Option<usize>]) -> String {
+    let v: Vec<String> = d
+        .iter()
+        .map(|x| x.map_or("?".to_string(), |x| x.to_string()))
+        .collect();
+    format!("[{}]", v.join(", "))
+}
+
+/// Runs every pass in order: infer+fold, simplify, dce, fusions, layout, int64 narrowing, fp16.
+pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
+    let mut g = model.graph.clone();
+    set_input_shapes(&mut g, model, opts)?;
+    let input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
+    // Errors of the first sweep are reported again by the second one (or the node is gone).
+    let _ = const_fold::run(&mut g);
+    simplify::run(&mut g);
+    dce::run(&mut g);
+    fold_batchnorm::run(&mut g);
+    fuse_rmsnorm::run(&mut g);
+    fuse_gelu::run(&mut g);
+    dce::run(&mut g);
+    let table = OpTable::get(opts.backend);
+    layout::run(&mut g, table);
+    let errs = const_fold::run(&mut g);
+    simplify::run(&mut g);
+    dce::run(&mut g);
+    let output_host_dtypes: Vec<DType> = g.outputs.iter().map(|&v| g.values[v].dtype).collect();
+    narrow_int64::run(&mut g);
+    if opts.fp16 {
+        fp16::run(&mut g, table);
+    }
+    dce::run(&mut g);
+    let node_errors = errs
+        .into_iter()
+        .map(|e| {
+            let node = match &e {
+                LowerError::UnsupportedOp { node, .. }
+                | LowerError::UnsupportedAttr { node, .. }
+                | LowerError::UnsupportedDtype { node, .. } => node.clone(),
+                LowerError::InvalidModel(m) => m
+                    .strip_prefix("Node \"")
+                    .and_then(|r| r.split('"').next())
+                    .unwrap_or_default()
+                    .to_string(),
+                LowerError::Unsupported(_) => String::new(),
+            };
+            (node, e)
+        })
+        .collect();
+    Ok(Prepared {
+        graph: g,
+        node_errors,
+        input_host_dtypes,
+        output_host_dtypes,
+    })
+}

@@ -1,0 +1,379 @@
+//! The QNN plan: a backend-neutral list of tensors and ops that `emit.rs` turns 1:1 into QNN
+//! API calls.
+//!
+//! # What the emitter must do
+//!
+//! 1. Create one graph. For every `PlanTensor`, in `tensors` order, call
+//!    `tensorCreateGraphTensor` with `name`, `dtype.qnn_code()`, `shape` as `dimensions` (rank =
+//!    `shape.len()`; a rank-0 tensor is passed with rank 0), dense data format, RAW memory, and
+//!    undefined quantization (until the plan carries quantized dtypes), and a tensor type from
+//!    `kind`: `Input` → `APP_WRITE`, `Output` → `APP_READ`, `Native` → `NATIVE`,
+//!    `Static(bytes)` → `STATIC` with `clientBuf = bytes` (the backend copies them; QNN-NOTES
+//!    §8.10). Keep the returned id per `TensorId` (ids bind I/O at execute, §8.7).
+//! 2. For every `Param::Tensor` of every op, create one more `STATIC` tensor (§8.6: tensor params
+//!    must be registered before `graphAddNode`). Its name must be unique in the graph; use
+//!    [`PlanOp::param_tensor_name`].
+//! 3. For every `PlanOp`, in order (ops are topologically sorted), build a `Qnn_OpConfig_t` with
+//!    `name`, package [`PACKAGE`], `type_name`, the params (scalar params as `Qnn_Scalar_t` of the
+//!    given type; tensor params referencing the tensors of step 2), inputs and outputs by id.
+//!    Call `backendValidateOpConfig` first and treat any non-zero result as fatal, reporting
+//!    `onnx_node` (§8.5: `graphAddNode` does not validate). Then `graphAddNode`.
+//! 4. `graphFinalize`. At execute, bind `inputs[i].tensor` / `outputs[i].tensor` by id, and
+//!    check buffer sizes against [`PlanTensor::nbytes`] yourself (§8.8).
+//! 5. Host-side conversion: when `PlanIo::host_dtype` differs from the tensor's dtype (int64
+//!    model I/O narrowed to int32), convert at the boundary, range-checking int64 → int32.
+//!
+//! All multi-byte data is little-endian. Bool is one byte per element (0 or 1).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// QNN op package of every op in a plan.
+pub const PACKAGE: &str = "qti.aisw";
+
+pub type TensorId = usize;
+
+/// Element types that appear in a plan, with their `Qnn_DataType_t` codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F16,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    Bool,
+}
+
+impl DType {
+    /// `Qnn_DataType_t` value (QNN-NOTES §6).
+    pub fn qnn_code(self) -> u32 {
+        match self {
+            DType::I8 => 0x0008,
+            DType::I16 => 0x0016,
+            DType::I32 => 0x0032,
+            DType::U8 => 0x0108,
+            DType::U16 => 0x0116,
+            DType::U32 => 0x0132,
+            DType::F16 => 0x0216,
+            DType::F32 => 0x0232,
+            DType::Bool => 0x0508,
+        }
+    }
+
+    pub fn size(self) -> usize {
+        match self {
+            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::I16 | DType::U16 | DType::F16 => 2,
+            DType::I32 | DType::U32 | DType::F32 => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// The plan type for an IR type, or `None` for types QNN graphs cannot hold (i64, u64, f64,
+    /// bf16), which the passes must have converted.
+    pub fn from_ir(d: crate::DType) -> Option<DType> {
+        use crate::DType as I;
+        Some(match d {
+            I::F32 => DType::F32,
+            I::F16 => DType::F16,
+            I::I8 => DType::I8,
+            I::U8 => DType::U8,
+            I::I16 => DType::I16,
+            I::U16 => DType::U16,
+            I::I32 => DType::I32,
+            I::U32 => DType::U32,
+            I::Bool => DType::Bool,
+            I::I64 | I::U64 | I::F64 | I::BF16 => return None,
+        })
+    }
+
+    pub fn to_ir(self) -> crate::DType {
+        use crate::DType as I;
+        match self {
+            DType::F32 => I::F32,
+            DType::F16 => I::F16,
+            DType::I8 => I::I8,
+            DType::U8 => I::U8,
+            DType::I16 => I::I16,
+            DType::U16 => I::U16,
+            DType::I32 => I::I32,
+            DType::U32 => I::U32,
+            DType::Bool => I::Bool,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorKind {
+    /// Graph input (`QNN_TENSOR_TYPE_APP_WRITE`).
+    Input,
+    /// Graph output (`QNN_TENSOR_TYPE_APP_READ`). May also feed other ops.
+    Output,
+    /// Intermediate (`QNN_TENSOR_TYPE_NATIVE`).
+    Native,
+    /// Weights and other constants (`QNN_TENSOR_TYPE_STATIC`), little-endian, exactly
+    /// `nbytes()` long.
+    Static(Arc<[u8]>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanTensor {
+    /// Unique within the plan.
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u32>,
+    pub kind: TensorKind,
+}
+
+impl PlanTensor {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().map(|&d| d as usize).product()
+    }
+
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    F32(f32),
+    U32(u32),
+    I32(i32),
+    Bool(bool),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Param {
+    /// `QNN_PARAMTYPE_SCALAR`.
+    Scalar(Scalar),
+    /// `QNN_PARAMTYPE_TENSOR`: a STATIC tensor the emitter creates (see module docs).
+    Tensor {
+        dtype: DType,
+        shape: Vec<u32>,
+        data: Vec<u8>,
+    },
+}
+
+impl Param {
+    pub fn f32(v: f32) -> Param {
+        Param::Scalar(Scalar::F32(v))
+    }
+    pub fn u32(v: u32) -> Param {
+        Param::Scalar(Scalar::U32(v))
+    }
+    pub fn i32(v: i32) -> Param {
+        Param::Scalar(Scalar::I32(v))
+    }
+    pub fn bool(v: bool) -> Param {
+        Param::Scalar(Scalar::Bool(v))
+    }
+    /// A `UINT_32` tensor param of the given shape.
+    pub fn u32s(shape: &[usize], v: &[u32]) -> Param {
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            v.len(),
+            "param shape and data differ"
+        );
+        Param::Tensor {
+            dtype: DType::U32,
+            shape: shape.iter().map(|&d| d as u32).collect(),
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+    /// A 1-D `UINT_32` tensor param.
+    pub fn u32_vec(v: &[u32]) -> Param {
+        Param::u32s(&[v.len()], v)
+    }
+    pub fn i32_vec(v: &[i32]) -> Param {
+        Param::Tensor {
+            dtype: DType::I32,
+            shape: vec![v.len() as u32],
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanOp {
+    /// Unique QNN node name.
+    pub name: String,
+    /// The ONNX node this op was lowered from, for error messages.
+    pub onnx_node: String,
+    /// QNN op type (`QnnOpDef.h` name), package [`PACKAGE`].
+    pub type_name: &'static str,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+    pub params: Vec<(&'static str, Param)>,
+}
+
+impl PlanOp {
+    /// Name for the STATIC tensor that carries tensor param `param` of this op.
+    pub fn param_tensor_name(&self, param: &str) -> String {
+        format!("{}__{}", self.name, param)
+    }
+}
+
+/// A graph input or output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanIo {
+    pub tensor: TensorId,
+    /// The ONNX graph input/output name.
+    pub onnx_name: String,
+    /// The dtype the caller passes or receives. Differs from the tensor's dtype only for
+    /// int64 I/O narrowed to i32 (the runtime converts); float I/O is converted in-graph.
+    pub host_dtype: crate::DType,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub tensors: Vec<PlanTensor>,
+    pub ops: Vec<PlanOp>,
+    pub inputs: Vec<PlanIo>,
+    pub outputs: Vec<PlanIo>,
+}
+
+impl Plan {
+    /// Checks the invariants the emitter relies on. Lowering calls this before returning.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut produced = vec![false; self.tensors.len()];
+        let mut names = std::collections::HashSet::new();
+        for (i, t) in self.tensors.iter().enumerate() {
+            if !names.insert(t.name.as_str()) {
+                return Err(format!("tensor name '{}' is used twice", t.name));
+            }
+            match &t.kind {
+                TensorKind::Static(b) => {
+                    if b.len() != t.nbytes() {
+                        return Err(format!(
+                            "static tensor '{}' has {} bytes, needs {}",
+                            t.name,
+                            b.len(),
+                            t.nbytes()
+                        ));
+                    }
+                    produced[i] = true;
+                }
+                TensorKind::Input => produced[i] = true,
+                _ => {}
+            }
+        }
+        let mut op_names = std::collections::HashSet::new();
+        for op in &self.ops {
+            if !op_names.insert(op.name.as_str()) {
+                return Err(format!("op name '{}' is used twice", op.name));
+            }
+            for &i in &op.inputs {
+                if !produced.get(i).copied().unwrap_or(false) {
+                    return Err(format!(
+                        "op '{}' reads tensor {i} before it is produced",
+                        op.name
+                    ));
+                }
+            }
+            for &o in &op.outputs {
+                match self.tensors.get(o).map(|t| &t.kind) {
+                    Some(TensorKind::Native | TensorKind::Output) if !produced[o] => {
+                        produced[o] = true
+                    }
+                    _ => {
+                        return Err(format!(
+                            "op '{}' writes tensor {o}, which is not a fresh native/output tensor",
+                            op.name
+                        ))
+                    }
+                }
+            }
+            for (p, v) in &op.params {
+                if let Param::Tensor { dtype, shape, data } = v {
+                    let n: usize = shape.iter().map(|&d| d as usize).product();
+                    if n * dtype.size() != data.len() {
+                        return Err(format!(
+                            "param '{p}' of op '{}' has a bad byte count",
+                            op.name
+                        ));
+                    }
+                }
+            }
+        }
+        for io in &self.outputs {
+            if !produced[io.tensor] {
+                return Err(format!("output '{}' is never produced", io.onnx_name));
+            }
+        }
+        Ok(())
+    }
+
+    /// A stable text rendering for snapshot tests.
+    pub fn dump(&self) -> String {
+        let mut s = String::new();
+        let tn = |i: &TensorId| {
+            let t = &self.tensors[*i];
+            let k = match t.kind {
+                TensorKind::Static(_) => "static ",
+                _ => "",
+            };
+            format!("{}{}:{}{:?}", k, t.name, t.dtype.name(), t.shape)
+        };
+        for io in &self.inputs {
+            let _ = writeln!(s, "input {}", tn(&io.tensor));
+        }
+        for op in &self.ops {
+            let ins: Vec<String> = op.inputs.iter().map(tn).collect();
+            let outs: Vec<String> = op.outputs.iter().map(tn).collect();
+            let _ = write!(s, "{}({})", op.type_name, ins.join(", "));
+            for (k, p) in &op.params {
+                let _ = write!(s, " {k}={}", fmt_param(p));
+            }
+            let _ = writeln!(s, " -> {}", outs.join(", "));
+        }
+        for io in &self.outputs {
+            let _ = writeln!(s, "output {}", tn(&io.tensor));
+        }
+        s
+    }
+
+    /// Op type names in order, for compact assertions.
+    pub fn op_types(&self) -> Vec<&'static str> {
+        self.ops.iter().map(|o| o.type_name).collect()
+    }
+}
+
+fn fmt_param(p: &Param) -> String {
+    match p {
+        Param::Scalar(Scalar::F32(v)) => format!("{v}f"),
+        Param::Scalar(Scalar::U32(v)) => format!("{v}u"),
+        Param::Scalar(Scalar::I32(v)) => format!("{v}i"),
+        Param::Scalar(Scalar::Bool(v)) => format!("{v}"),
+        Param::Tensor { dtype, shape, data } => {
+            let vals: Vec<String> = match dtype {
+                DType::U32 => data
+                    .chunks(4)
+                    .map(|c| u32::from_le_bytes(c.try_into().unwrap()).to_string())
+                    .collect(),
+                DType::I32 => data
+                    .chunks(4)
+                    .map(|c| i32::from_le_bytes(c.try_into().unwrap()).to_string())
+                    .collect(),
+                _ => vec![format!("<{} bytes>", data.len())],
+            };
+            format!("{}{:?}{{{}}}", dtype.name(), shape, vals.join(","))
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Op tables (`op-tables/<backend>.toml`): which ONNX ops a backend supports and how.
+//!
+//! The table decides support; the rules in `ops/` decide how and enforce the constraints.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use crate::error::Result;
+use crate::ir::{Graph, Node};
+use crate::Backend;
+
+pub const HTP_TOML: &str = include_str!("../../op-tables/htp.toml");
+pub const GPU_TOML: &str = include_str!("../../op-tables/gpu.toml");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Needs channel-last data; the layout pass converts around it.
+    Sensitive,
+    /// Element-wise; transposes are moved through it.
+    Agnostic,
+    /// Works on the model's logical layout (axes, reshapes).
+    Framework,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Supported,
+    Decomposed,
+    Fallback,
+    Planned,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Meta {
+    pub backend: String,
+    #[serde(default)]
+    pub checked_against_sdk: Option<String>,
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpEntry {
+    pub family: String,
+    pub opset: [i64; 2],
+    pub qnn: Vec<String>,
+    pub dtypes: Vec<String>,
+    pub layout: Layout,
+    pub status: Status,
+    #[serde(default)]
+    pub constraints: Vec<String>,
+}
+
+impl OpEntry {
+    pub fn has_dtype(&self, d: &str) -> bool {
+        self.dtypes.iter().any(|x| x == d)
+    }
+
+    pub fn runs(&self) -> bool {
+        matches!(self.status, Status::Supported | Status::Decomposed)
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpTable {
+    pub meta: Meta,
+    pub ops: BTreeMap<String, OpEntry>,
+}
+
+impl OpTable {
+    pub fn parse(text: &str) -> Result<OpTable, String> {
+        let t: OpTable = toml::from_str(text).map_err(|e| e.to_string())?;
+        for (name, e) in &t.ops {
+            if e.opset[0] > e.opset[1] || e.opset[0] < 1 {
+                return Err(format!("ops.{name}: bad opset range {:?}", e.opset));
+            }
+            for d in &e.dtypes {
+                if crate::DType::from_name(d).is_none() {
+                    return Err(format!("ops.{name}: unknown dtype '{d}'"));
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    pub fn get(backend: Backend) -> &'static OpTable {
+        static HTP: OnceLock<OpTable> = OnceLock::new();
+        static GPU: OnceLock<OpTable> = OnceLock::new();
+        let (cell, text) = match backend {
+            Backend::Htp => (&HTP, HTP_TOML),
+            Backend::Gpu => (&GPU, GPU_TOML),
+        };
+        cell.get_or_init(|| OpTable::parse(text).expect("embedded op table is valid (tested)"))
+    }
+
+    pub fn entry(&self, op_type: &str) -> Option<&OpEntry> {
+        self.ops.get(op_type)
+    }
+
+    pub fn layout(&self, op_type: &str) -> Option<Layout> {
+        self.entry(op_type).map(|e| e.layout)
+    }
+
+    /// Checks a node against the table: known op, runnable status, opset range, and the
+    /// dtypes of its non-constant inputs.
+    pub fn check_node(&self, node: &Node, g: &Graph, backend: Backend) -> Result<()> {
+        let b = backend.name();
+        if !node.domain.is_empty() {
+            return Err(node.err_op(format!(
+                "custom domain '{}' is not supported on {b}",
+                node.domain
+            )));
+        }
+        let Some(e) = self.entry(&node.op_type) else {
+            return Err(node.err_op(format!("{} is not supported on {b}", node.op_type)));
+        };
+        if !e.runs() {
+            let why = if e.constraints.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", e.constraints.join("; "))
+            };
+            return Err(node.err_op(format!("{} is not supported on {b}{why}", node.op_type)));
+        }
+        let v = g.opset();
+        if v < e.opset[0] || v > e.opset[1] {
+            return Err(node.err_op(format!(
+                "opset {v} is outside the supported range {}..={} on {b}",
+                e.opset[0], e.opset[1]
+            )));
+        }
+        for i in node.inputs.iter().flatten() {
+            let val = g.value(*i);
+            if val.konst.is_some() || !val.known {
+                continue;
+            }
+            if !e.has_dtype(val.dtype.name()) {
+                return Err(node.err_dtype(format!(
+                    "input '{}' has dtype {}; {b} supports {} for {}",
+                    val.name,
+                    val.dtype,
+                    e.dtypes.join(", "),
+                    node.op_type
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The generated Markdown support table (`docs/operators.md`).
+    pub fn markdown(htp: &OpTable, gpu: &OpTable) -> String {
+        let mut s = String::new();
+        s.push_str("<!-- Generated by `cargo run -p lowering --example gen-op-docs` from op-tables/*.toml; do not edit. -->\n");
+        s.push_str("# Supported ONNX operators\n\n");
+        if let Some(v) = &htp.meta.checked_against_sdk {
+            s.push_str(&format!("HTP table checked against QNN SDK {v}.\n\n"));
+        }
+        let mut ops: Vec<&String> = htp.ops.keys().chain(gpu.ops.keys()).collect();
+        ops.sort();
+        ops.dedup();
+        s.push_str("| ONNX op | family | HTP | GPU | QNN ops (HTP) | dtypes (HTP) | layout | constraints (HTP) |\n");
+        s.push_str("|---|---|---|---|---|---|---|---|\n");
+        let st = |e: Option<&OpEntry>| match e.map(|e| e.status) {
+            Some(Status::Supported) => "yes",
+            Some(Status::Decomposed) => "decomposed",
+            Some(Status::Fallback) => "fallback",
+            Some(Status::Planned) => "planned",
+            None => "-",
+        };
+        for op in ops {
+            let h = htp.entry(op);
+            let g = gpu.entry(op);
+            let e = h.or(g).expect("op comes from one of the tables");
+            let layout = match e.layout {
+                Layout::Sensitive => "sensitive",
+                Layout::Agnostic => "agnostic",
+                Layout::Framework => "framework",
+            };
+            s.push_str(&format!(
+                "| {op} | {} | {} | {} | {} | {} | {layout} | {} |\n",
+                e.family,
+                st(h),
+                st(g),
+                h.map(|e| e.qnn.join(", ")).unwrap_or_default(),
+                h.map(|e| e.dtypes.join(", ")).unwrap_or_default(),
+                h.map(|e| e.constraints.join("; ").replace('|', "\\|"))
+                    .unwrap_or_default(),
+            ));
+        }
+        s
+    }
+}

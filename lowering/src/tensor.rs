@@ -1,0 +1,296 @@
+//! Constant tensors: element type, static shape and little-endian bytes.
+
+use std::sync::Arc;
+
+use half::{bf16, f16};
+
+use crate::dtype::DType;
+
+/// Largest tensor we accept, in bytes. `Qnn_ClientBuffer_t.dataSize` is a `u32`, so nothing
+/// larger can be handed to QNN as one tensor.
+pub const MAX_TENSOR_BYTES: u64 = u32::MAX as u64;
+
+/// Number of elements of `shape`, or `None` on overflow or when the byte size for `dtype`
+/// exceeds [`MAX_TENSOR_BYTES`].
+pub fn checked_numel(shape: &[usize], dtype: DType) -> Option<usize> {
+    let mut n: u64 = 1;
+    for &d in shape {
+        n = n.checked_mul(d as u64)?;
+    }
+    if n.checked_mul(dtype.size() as u64)? > MAX_TENSOR_BYTES {
+        return None;
+    }
+    usize::try_from(n).ok()
+}
+
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// A constant tensor. Data is shared so that cloning graphs and values is cheap.
+#[derive(Clone, PartialEq)]
+pub struct Tensor {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    data: Arc<[u8]>,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor({} {:?}", self.dtype, self.shape)?;
+        if self.numel() <= 16 {
+            if self.dtype.is_float() {
+                write!(f, " {:?}", self.to_f64())?;
+            } else {
+                write!(f, " {:?}", self.to_i64())?;
+            }
+        }
+        write!(f, ")")
+    }
+}
+
+impl Tensor {
+    /// Wraps little-endian bytes. Fails when the byte count does not match the shape.
+    pub fn from_bytes(dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> Result<Tensor, String> {
+        let n = checked_numel(&shape, dtype)
+            .ok_or_else(|| format!("shape {shape:?} of {dtype} is too large"))?;
+        if data.len() != n * dtype.size() {
+            return Err(format!(
+                "has {} bytes of data but shape {shape:?} of {dtype} needs {}",
+                data.len(),
+                n * dtype.size()
+            ));
+        }
+        Ok(Tensor {
+            dtype,
+            shape,
+            data: data.into(),
+        })
+    }
+
+    pub fn from_f32(shape: Vec<usize>, v: &[f32]) -> Tensor {
+        Tensor::from_f64_as(
+            DType::F32,
+            shape,
+            &v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        )
+    }
+
+    pub fn from_i64(shape: Vec<usize>, v: &[i64]) -> Tensor {
+        Tensor::from_i64_as(DType::I64, shape, v)
+    }
+
+    pub fn scalar_f32(v: f32) -> Tensor {
+        Tensor::from_f32(vec![], &[v])
+    }
+
+    /// Stores `v` as `dtype`, rounding or truncating like a C cast.
+    pub fn from_f64_as(dtype: DType, shape: Vec<usize>, v: &[f64]) -> Tensor {
+        assert_eq!(
+            numel(&shape),
+            v.len(),
+            "tensor shape and value count differ"
+        );
+        let mut out = Vec::with_capacity(v.len() * dtype.size());
+        for &x in v {
+            push_f64(&mut out, dtype, x);
+        }
+        Tensor {
+            dtype,
+            shape,
+            data: out.into(),
+        }
+    }
+
+    pub fn from_i64_as(dtype: DType, shape: Vec<usize>, v: &[i64]) -> Tensor {
+        assert_eq!(
+            numel(&shape),
+            v.len(),
+            "tensor shape and value count differ"
+        );
+        let mut out = Vec::with_capacity(v.len() * dtype.size());
+        for &x in v {
+            push_i64(&mut out, dtype, x);
+        }
+        Tensor {
+            dtype,
+            shape,
+            data: out.into(),
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    pub fn with_shape(&self, shape: Vec<usize>) -> Tensor {
+        assert_eq!(numel(&shape), self.numel(), "reshape changes element count");
+        Tensor {
+            dtype: self.dtype,
+            shape,
+            data: self.data.clone(),
+        }
+    }
+
+    fn elem(&self, i: usize) -> &[u8] {
+        let s = self.dtype.size();
+        &self.data[i * s..(i + 1) * s]
+    }
+
+    pub fn get_f64(&self, i: usize) -> f64 {
+        let b = self.elem(i);
+        match self.dtype {
+            DType::F32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
+            DType::F16 => f16::from_le_bytes(b.try_into().unwrap()).to_f64(),
+            DType::BF16 => bf16::from_le_bytes(b.try_into().unwrap()).to_f64(),
+            DType::F64 => f64::from_le_bytes(b.try_into().unwrap()),
+            DType::U64 => u64::from_le_bytes(b.try_into().unwrap()) as f64,
+            _ => self.get_i64(i) as f64,
+        }
+    }
+
+    pub fn get_i64(&self, i: usize) -> i64 {
+        let b = self.elem(i);
+        match self.dtype {
+            DType::I8 => b[0] as i8 as i64,
+            DType::U8 => b[0] as i64,
+            DType::Bool => (b[0] != 0) as i64,
+            DType::I16 => i16::from_le_bytes(b.try_into().unwrap()) as i64,
+            DType::U16 => u16::from_le_bytes(b.try_into().unwrap()) as i64,
+            DType::I32 => i32::from_le_bytes(b.try_into().unwrap()) as i64,
+            DType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as i64,
+            DType::I64 => i64::from_le_bytes(b.try_into().unwrap()),
+            DType::U64 => u64::from_le_bytes(b.try_into().unwrap()) as i64,
+            _ => float_to_i64(self.get_f64(i)),
+        }
+    }
+
+    pub fn to_f64(&self) -> Vec<f64> {
+        (0..self.numel()).map(|i| self.get_f64(i)).collect()
+    }
+
+    pub fn to_f32(&self) -> Vec<f32> {
+        (0..self.numel()).map(|i| self.get_f64(i) as f32).collect()
+    }
+
+    pub fn to_i64(&self) -> Vec<i64> {
+        (0..self.numel()).map(|i| self.get_i64(i)).collect()
+    }
+
+    /// Converts element-wise with ONNX `Cast` semantics (float to int truncates toward zero).
+    pub fn cast(&self, to: DType) -> Tensor {
+        if to == self.dtype {
+            return self.clone();
+        }
+        if to.is_float() || (self.dtype.is_float() && to == DType::Bool) {
+            let v = self.to_f64();
+            if to == DType::Bool {
+                let b: Vec<i64> = v.iter().map(|&x| (x != 0.0) as i64).collect();
+                return Tensor::from_i64_as(to, self.shape.clone(), &b);
+            }
+            Tensor::from_f64_as(to, self.shape.clone(), &v)
+        } else {
+            Tensor::from_i64_as(to, self.shape.clone(), &self.to_i64())
+        }
+    }
+
+    /// New tensor whose element `i` is element `idx[i]` of `self`.
+    pub fn gather_flat(&self, shape: Vec<usize>, idx: &[usize]) -> Tensor {
+        let s = self.dtype.size();
+        let mut out = Vec::with_capacity(idx.len() * s);
+        for &i in idx {
+            out.extend_from_slice(self.elem(i));
+        }
+        Tensor {
+            dtype: self.dtype,
+            shape,
+            data: out.into(),
+        }
+    }
+
+    /// Concatenates the byte data of same-typed tensors (callers compute the shape).
+    pub fn concat_flat(dtype: DType, shape: Vec<usize>, parts: &[&Tensor]) -> Tensor {
+        let mut out = Vec::new();
+        for p in parts {
+            out.extend_from_slice(p.bytes());
+        }
+        Tensor {
+            dtype,
+            shape,
+            data: out.into(),
+        }
+    }
+
+    /// True when every element equals `v` (compares as f64).
+    pub fn all_eq(&self, v: f64) -> bool {
+        (0..self.numel()).all(|i| self.get_f64(i) == v)
+    }
+}
+
+fn float_to_i64(x: f64) -> i64 {
+    if x.is_nan() {
+        0
+    } else {
+        x as i64
+    }
+}
+
+fn push_f64(out: &mut Vec<u8>, dtype: DType, x: f64) {
+    match dtype {
+        DType::F32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
+        DType::F16 => out.extend_from_slice(&f16::from_f64(x).to_le_bytes()),
+        DType::BF16 => out.extend_from_slice(&bf16::from_f64(x).to_le_bytes()),
+        DType::F64 => out.extend_from_slice(&x.to_le_bytes()),
+        DType::Bool => out.push((x != 0.0) as u8),
+        _ => push_i64(out, dtype, float_to_i64(x)),
+    }
+}
+
+fn push_i64(out: &mut Vec<u8>, dtype: DType, x: i64) {
+    match dtype {
+        DType::I8 => out.push(x as i8 as u8),
+        DType::U8 => out.push(x as u8),
+        DType::Bool => out.push((x != 0) as u8),
+        DType::I16 => out.extend_from_slice(&(x as i16).to_le_bytes()),
+        DType::U16 => out.extend_from_slice(&(x as u16).to_le_bytes()),
+        DType::I32 => out.extend_from_slice(&(x as i32).to_le_bytes()),
+        DType::U32 => out.extend_from_slice(&(x as u32).to_le_bytes()),
+        DType::I64 => out.extend_from_slice(&x.to_le_bytes()),
+        DType::U64 => out.extend_from_slice(&(x as u64).to_le_bytes()),
+        _ => push_f64(out, dtype, x as f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cast_float_to_int_truncates() {
+        let t = Tensor::from_f32(vec![3], &[1.7, -1.7, 2.0]);
+        assert_eq!(t.cast(DType::I32).to_i64(), vec![1, -1, 2]);
+    }
+
+    #[test]
+    fn f16_round_trip() {
+        let t = Tensor::from_f32(vec![2], &[0.5, -2.0]).cast(DType::F16);
+        assert_eq!(t.bytes().len(), 4);
+        assert_eq!(t.to_f32(), vec![0.5, -2.0]);
+    }
+
+    #[test]
+    fn from_bytes_rejects_size_mismatch() {
+        assert!(Tensor::from_bytes(DType::F32, vec![2], vec![0; 7]).is_err());
+    }
+
+    #[test]
+    fn checked_numel_caps_bytes() {
+        assert!(checked_numel(&[1 << 20, 1 << 20], DType::F32).is_none());
+        assert!(checked_numel(&[usize::MAX, 2], DType::U8).is_none());
+        assert_eq!(checked_numel(&[2, 3], DType::F32), Some(6));
+    }
+}

@@ -1,0 +1,102 @@
+//! The op tables against the lowering rules, the HTP op list, and the generated doc.
+
+use std::collections::BTreeSet;
+
+use lowering::ops::{rule, rule_ops};
+use lowering::table::{OpTable, Status, GPU_TOML, HTP_TOML};
+use lowering::Backend;
+
+fn tables() -> [(Backend, OpTable); 2] {
+    [
+        (Backend::Htp, OpTable::parse(HTP_TOML).expect("htp.toml")),
+        (Backend::Gpu, OpTable::parse(GPU_TOML).expect("gpu.toml")),
+    ]
+}
+
+#[test]
+fn every_runnable_entry_has_a_rule() {
+    for (b, t) in tables() {
+        for (op, e) in &t.ops {
+            if matches!(e.status, Status::Supported | Status::Decomposed) {
+                assert!(
+                    rule(op, b).is_some(),
+                    "{b:?}: ops.{op} is {:?} but has no lowering rule",
+                    e.status
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_rule_has_an_entry() {
+    for (b, t) in tables() {
+        for op in rule_ops() {
+            assert!(
+                t.ops.contains_key(op),
+                "{b:?}: rule for {op} has no table entry"
+            );
+        }
+    }
+}
+
+#[test]
+fn unknown_fields_are_rejected() {
+    let bad = "[meta]\nbackend = \"htp\"\n\n[ops.Relu]\nfamily = \"activation\"\nopset = [1, 25]\nqnn = [\"Relu\"]\n\
+               dtypes = [\"f32\"]\nlayout = \"agnostic\"\nstatus = \"supported\"\ncolour = \"red\"\n";
+    let e = OpTable::parse(bad).unwrap_err();
+    assert!(e.contains("colour"), "{e}");
+    let bad_meta = "[meta]\nbackend = \"htp\"\nchecked = \"x\"\n[ops]\n";
+    assert!(OpTable::parse(bad_meta).is_err());
+    let bad_status = bad
+        .replace("\ncolour = \"red\"", "")
+        .replace("\"supported\"", "\"maybe\"");
+    assert!(OpTable::parse(&bad_status).is_err());
+    let bad_dtype = bad
+        .replace("\ncolour = \"red\"", "")
+        .replace("[\"f32\"]", "[\"f31\"]");
+    assert!(OpTable::parse(&bad_dtype)
+        .unwrap_err()
+        .contains("unknown dtype"));
+}
+
+#[test]
+fn htp_meta_records_sdk() {
+    let t = OpTable::parse(HTP_TOML).unwrap();
+    assert_eq!(t.meta.checked_against_sdk.as_deref(), Some("2.51.0"));
+}
+
+#[test]
+fn htp_qnn_ops_are_in_the_backend_list() {
+    let list: BTreeSet<&str> = include_str!("../../op-tables/htp-supported-ops-2.51.txt")
+        .lines()
+        .map(str::trim)
+        .collect();
+    let t = OpTable::parse(HTP_TOML).unwrap();
+    for (op, e) in &t.ops {
+        if matches!(e.status, Status::Supported | Status::Decomposed) {
+            for q in &e.qnn {
+                assert!(
+                    list.contains(q.as_str()),
+                    "ops.{op}: QNN op {q} is not supported by HTP 2.51"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn generated_doc_is_current() {
+    let [(_, htp), (_, gpu)] = tables();
+    let want = OpTable::markdown(&htp, &gpu);
+    let have = include_str!("../../docs/operators.md");
+    assert!(
+        have == want,
+        "docs/operators.md is stale; run `cargo run -p lowering --example gen-op-docs`"
+    );
+    assert!(have
+        .lines()
+        .next()
+        .unwrap()
+        .contains("cargo run -p lowering --example gen-op-docs"));
+}

@@ -32,6 +32,7 @@ mod device;
 mod error;
 mod graph;
 pub mod log;
+pub mod soc;
 mod system;
 mod tensor;
 

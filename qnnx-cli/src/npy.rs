@@ -1,0 +1,184 @@
+//! Minimal `.npy` (NumPy format 1.0/2.0) reading and writing for the tensor types QNN graphs
+//! take: little-endian, C order.
+
+use std::path::Path;
+
+use qnn::DataType;
+
+/// A host tensor: dtype, shape and little-endian bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Array {
+    pub dtype: DataType,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+fn descr(d: DataType) -> Option<&'static str> {
+    Some(match d {
+        DataType::F32 => "<f4",
+        DataType::F16 => "<f2",
+        DataType::I8 => "|i1",
+        DataType::U8 => "|u1",
+        DataType::I16 => "<i2",
+        DataType::U16 => "<u2",
+        DataType::I32 => "<i4",
+        DataType::U32 => "<u4",
+        DataType::I64 => "<i8",
+        DataType::U64 => "<u8",
+        DataType::Bool => "|b1",
+        _ => return None,
+    })
+}
+
+fn from_descr(s: &str) -> Option<DataType> {
+    let s = s.replace('=', "<");
+    [
+        DataType::F32,
+        DataType::F16,
+        DataType::I8,
+        DataType::U8,
+        DataType::I16,
+        DataType::U16,
+        DataType::I32,
+        DataType::U32,
+        DataType::I64,
+        DataType::U64,
+        DataType::Bool,
+    ]
+    .into_iter()
+    .find(|&d| {
+        let want = descr(d).unwrap();
+        want == s || (want.starts_with('|') && s.len() == 3 && want[1..] == s[1..])
+    })
+}
+
+/// Writes `a` to `path` as `.npy` version 1.0.
+pub fn write(path: &Path, a: &Array) -> Result<(), String> {
+    let d = descr(a.dtype).ok_or_else(|| format!("cannot write {:?} as .npy", a.dtype))?;
+    let shape = match a.shape.len() {
+        0 => "()".to_string(),
+        1 => format!("({},)", a.shape[0]),
+        _ => format!(
+            "({})",
+            a.shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut header = format!("{{'descr': '{d}', 'fortran_order': False, 'shape': {shape}, }}");
+    // Magic (6) + version (2) + length (2) + header + '\n' is padded to a multiple of 64.
+    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
+    header.push_str(&" ".repeat(pad));
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + a.data.len());
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&a.data);
+    std::fs::write(path, out).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Reads a `.npy` file.
+pub fn read(path: &Path) -> Result<Array, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Parses `.npy` bytes.
+pub fn parse(bytes: &[u8]) -> Result<Array, String> {
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err("not a .npy file".into());
+    }
+    let (hlen, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => return Err(format!("unsupported .npy version {v}")),
+    };
+    let header = bytes
+        .get(start..start + hlen)
+        .ok_or("truncated .npy header")
+        .map(String::from_utf8_lossy)?;
+    let field = |key: &str| -> Result<String, String> {
+        let i = header
+            .find(&format!("'{key}'"))
+            .ok_or(format!("no '{key}' in header"))?;
+        Ok(header[i + key.len() + 2..]
+            .trim_start_matches([':', ' '])
+            .to_string())
+    };
+    let d = field("descr")?;
+    let d = d.split('\'').nth(1).ok_or("bad descr")?.to_string();
+    let dtype = from_descr(&d).ok_or(format!("unsupported dtype {d}"))?;
+    if field("fortran_order")?.starts_with("True") {
+        return Err(
+            "Fortran-order arrays are not supported; save with np.ascontiguousarray".into(),
+        );
+    }
+    let s = field("shape")?;
+    let s = &s[s.find('(').ok_or("bad shape")? + 1..s.find(')').ok_or("bad shape")?];
+    let shape = s
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<usize>()
+                .map_err(|_| format!("bad dimension {t:?}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let n: usize = shape.iter().product();
+    let data = &bytes[start + hlen..];
+    if data.len() != n * dtype.size() {
+        return Err(format!(
+            "shape {shape:?} of {d} needs {} bytes, file has {}",
+            n * dtype.size(),
+            data.len()
+        ));
+    }
+    Ok(Array {
+        dtype,
+        shape,
+        data: data.to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_every_dtype_and_rank() {
+        let dir = std::env::temp_dir().join(format!("npy-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (dtype, shape) in [
+            (DataType::F32, vec![2, 3]),
+            (DataType::F16, vec![4]),
+            (DataType::Bool, vec![]),
+            (DataType::I64, vec![1, 1, 2]),
+        ] {
+            let n: usize = shape.iter().product();
+            let data = (0..n * dtype.size()).map(|i| (i % 2) as u8).collect();
+            let a = Array { dtype, shape, data };
+            let p = dir.join("a.npy");
+            write(&p, &a).unwrap();
+            assert_eq!(read(&p).unwrap(), a);
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn rejects_bad_files() {
+        assert!(parse(b"hello").is_err());
+        let mut ok = Vec::new();
+        ok.extend_from_slice(b"\x93NUMPY\x01\x00");
+        let h = "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }\n";
+        ok.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        ok.extend_from_slice(h.as_bytes());
+        ok.extend_from_slice(&[0; 8]);
+        assert!(parse(&ok).unwrap_err().contains("needs 12 bytes"));
+    }
+}

@@ -7,6 +7,7 @@
 
 pub mod attr;
 pub mod dtype;
+pub mod emit;
 pub mod error;
 pub mod ir;
 pub mod load;
@@ -213,5 +214,7 @@ fn clone_err(e: &LowerError) -> LowerError {
         },
         LowerError::InvalidModel(m) => LowerError::InvalidModel(m.clone()),
         LowerError::Unsupported(v) => LowerError::Unsupported(v.clone()),
+        // Lowering never produces QNN errors (only emit does); keep the text if one appears.
+        LowerError::Qnn { .. } => LowerError::InvalidModel(e.to_string()),
     }
 }

@@ -228,6 +228,17 @@ fn dims_of(dims: &[i64]) -> std::result::Result<Vec<usize>, String> {
         .collect()
 }
 
+/// Decodes a serialized `TensorProto` (as the ONNX backend tests store inputs and outputs) into
+/// its name and tensor. External data is not allowed here.
+pub fn tensor_from_bytes(bytes: &[u8]) -> Result<(String, Tensor)> {
+    use prost::Message;
+    let t = TensorProto::decode(bytes).map_err(|e| invalid(format!("not a TensorProto: {e}")))?;
+    let name = t.name.clone().unwrap_or_default();
+    let tensor = tensor_from_proto(&t, &mut ExternalData::new(None))
+        .map_err(|e| invalid(format!("tensor {name:?} {e}")))?;
+    Ok((name, tensor))
+}
+
 fn tensor_from_proto(
     t: &TensorProto,
     ext: &mut ExternalData,

@@ -1,0 +1,385 @@
+//! ONNX backend node tests on the emulated HTP: every test model is lowered (fp16 compute, the
+//! whole graph on HTP), run on the real HTP library, and compared with the expected outputs the
+//! `onnx` package ships. Reports pass / mismatch / unsupported / error per test and per op and
+//! writes a JSON summary.
+//!
+//! `cargo run --release -p lowering --example conformance -- [--data DIR] [--filter S]...
+//!   [--out target/conformance/summary.json] [--soc 60]`
+//!
+//! Tests run in a worker process that is restarted if the QNN library crashes or hangs on a
+//! test (that test is recorded as an error), so one bad op never loses the whole run.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use lowering::emit::{emit, HostTensor};
+use lowering::{LowerError, LowerOptions, Model};
+
+const RESULT: &str = "@@RESULT ";
+const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opt = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let soc: u32 = opt("--soc")
+        .map(|s| s.parse().expect("--soc N"))
+        .unwrap_or(60);
+    if args.iter().any(|a| a == "--worker") {
+        worker(soc);
+        return;
+    }
+    let data = opt("--data")
+        .map(PathBuf::from)
+        .unwrap_or_else(default_data_dir);
+    let out =
+        PathBuf::from(opt("--out").unwrap_or_else(|| "target/conformance/summary.json".into()));
+    let filters: Vec<String> = args
+        .windows(2)
+        .filter(|w| w[0] == "--filter")
+        .map(|w| w[1].clone())
+        .collect();
+    let mut tests: Vec<PathBuf> = std::fs::read_dir(&data)
+        .unwrap_or_else(|e| panic!("{}: {e}", data.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("model.onnx").is_file())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str()))
+        })
+        .collect();
+    tests.sort();
+    eprintln!("{} tests from {}", tests.len(), data.display());
+    let started = Instant::now();
+    let results = run_all(&tests, soc);
+    summarize(&results, &out, started.elapsed(), soc, &data);
+}
+
+fn default_data_dir() -> PathBuf {
+    let out = Command::new(std::env::var("QNNX_PYTHON").unwrap_or_else(|_| "python3".into()))
+        .args(["-c", "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node'))"])
+        .output()
+        .expect("python3 with the onnx package (pip install -r requirements-test.txt), or --data DIR");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// One test's outcome, as the worker reports it.
+#[derive(Clone, Debug)]
+struct Outcome {
+    test: String,
+    status: String,
+    ops: Vec<String>,
+    detail: String,
+}
+
+fn parse_outcome(line: &str) -> Option<Outcome> {
+    let v: serde_json::Value = serde_json::from_str(line.strip_prefix(RESULT)?).ok()?;
+    Some(Outcome {
+        test: v["test"].as_str()?.to_string(),
+        status: v["status"].as_str()?.to_string(),
+        ops: v["ops"]
+            .as_array()?
+            .iter()
+            .filter_map(|o| o.as_str().map(String::from))
+            .collect(),
+        detail: v["detail"].as_str().unwrap_or("").to_string(),
+    })
+}
+
+fn run_all(tests: &[PathBuf], soc: u32) -> Vec<Outcome> {
+    let mut results: Vec<Outcome> = Vec::new();
+    let mut next = 0;
+    while next < tests.len() {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--worker", "--soc", &soc.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn worker");
+        // Fed from a thread: a worker that dies mid-list closes the pipe, which is not an error
+        // here (its death is handled below).
+        let mut stdin = child.stdin.take().unwrap();
+        let todo: Vec<PathBuf> = tests[next..].to_vec();
+        std::thread::spawn(move || {
+            for t in todo {
+                if writeln!(stdin, "{}", t.display()).is_err() {
+                    break;
+                }
+            }
+        });
+        let (tx, rx) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            match rx.recv_timeout(TEST_TIMEOUT) {
+                Ok(line) => {
+                    if let Some(o) = parse_outcome(&line) {
+                        eprintln!("{:<10} {}", o.status, o.test);
+                        results.push(o);
+                        next += 1;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = child.kill();
+                    record_failure(&mut results, &mut next, tests, "timed out");
+                    break;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = child.wait().ok();
+                    if next < tests.len() {
+                        let why = format!("worker died ({status:?}) on this test");
+                        record_failure(&mut results, &mut next, tests, &why);
+                    }
+                    break;
+                }
+            }
+        }
+        let _ = child.wait();
+    }
+    results
+}
+
+fn record_failure(results: &mut Vec<Outcome>, next: &mut usize, tests: &[PathBuf], why: &str) {
+    let t = &tests[*next];
+    let name = t.file_name().unwrap().to_string_lossy().into_owned();
+    let ops = Model::load(t.join("model.onnx"))
+        .map(|m| op_types(&m))
+        .unwrap_or_default();
+    eprintln!("{:<10} {name}: {why}", "error");
+    results.push(Outcome {
+        test: name,
+        status: "error".into(),
+        ops,
+        detail: why.into(),
+    });
+    *next += 1;
+}
+
+fn op_types(m: &Model) -> Vec<String> {
+    let mut ops: Vec<String> = m.graph.nodes.iter().map(|n| n.op_type.clone()).collect();
+    ops.sort();
+    ops.dedup();
+    ops
+}
+
+fn worker(soc: u32) {
+    let backend = qnn::Backend::new(qnn::BackendKind::Htp).expect("HTP library");
+    let device = qnn::Device::new(
+        &backend,
+        &qnn::DeviceOptions {
+            soc_model: Some(soc),
+            arch: None,
+        },
+    )
+    .expect("deviceCreate");
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines().map_while(Result::ok) {
+        let dir = PathBuf::from(line);
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let (status, ops, detail) = run_one(&backend, &device, &dir);
+        let v = serde_json::json!({ "test": name, "status": status, "ops": ops, "detail": detail });
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{RESULT}{v}");
+        let _ = out.flush();
+    }
+}
+
+fn run_one(
+    backend: &qnn::Backend,
+    device: &qnn::Device,
+    dir: &Path,
+) -> (&'static str, Vec<String>, String) {
+    let model = match Model::load(dir.join("model.onnx")) {
+        Ok(m) => m,
+        Err(e) => return ("unsupported", vec![], format!("load: {e}")),
+    };
+    let ops = op_types(&model);
+    let set = dir.join("test_data_set_0");
+    let read_all = |prefix: &str| -> Result<Vec<lowering::tensor::Tensor>, String> {
+        let mut v = Vec::new();
+        for i in 0.. {
+            let p = set.join(format!("{prefix}_{i}.pb"));
+            if !p.is_file() {
+                break;
+            }
+            let bytes = std::fs::read(&p).map_err(|e| e.to_string())?;
+            v.push(
+                lowering::load::tensor_from_bytes(&bytes)
+                    .map_err(|e| e.to_string())?
+                    .1,
+            );
+        }
+        Ok(v)
+    };
+    let (inputs, expected) = match (read_all("input"), read_all("output")) {
+        (Ok(i), Ok(o)) => (i, o),
+        (Err(e), _) | (_, Err(e)) => return ("error", ops, format!("test data: {e}")),
+    };
+    let graph_inputs: Vec<String> = model
+        .graph
+        .inputs
+        .iter()
+        .map(|&v| model.graph.values[v].name.clone())
+        .collect();
+    if graph_inputs.len() != inputs.len() {
+        return (
+            "unsupported",
+            ops,
+            "test omits optional graph inputs".into(),
+        );
+    }
+    let mut opts = LowerOptions {
+        fp16: true,
+        ..Default::default()
+    };
+    for (name, t) in graph_inputs.iter().zip(&inputs) {
+        opts.input_shapes.insert(name.clone(), t.shape.clone());
+    }
+    let plan = match lowering::lower(model, &opts) {
+        Ok(p) => p,
+        Err(e @ LowerError::InvalidModel(_)) => return ("error", ops, e.to_string()),
+        Err(e) => return ("unsupported", ops, e.to_string()),
+    };
+    let ctx = match qnn::Context::new(backend, Some(device)) {
+        Ok(c) => c,
+        Err(e) => return ("error", ops, e.to_string()),
+    };
+    let compiled = match emit(&ctx, "test", &plan, &qnn::GraphOptions::default()) {
+        Ok(c) => c,
+        Err(LowerError::Qnn {
+            node: Some(n),
+            source,
+        }) if matches!(source.code(), Some(3110 | 4005)) => {
+            return (
+                "unsupported",
+                ops,
+                format!("QNN rejected node {n}: {source}"),
+            );
+        }
+        Err(e) => return ("error", ops, e.to_string()),
+    };
+    let host: Vec<HostTensor> = inputs
+        .iter()
+        .map(|t| HostTensor {
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            data: t.bytes().to_vec(),
+        })
+        .collect();
+    let got = match compiled.run(&host) {
+        Ok(g) => g,
+        Err(e) => return ("error", ops, e.to_string()),
+    };
+    if got.len() != expected.len() {
+        return (
+            "error",
+            ops,
+            format!("{} outputs, expected {}", got.len(), expected.len()),
+        );
+    }
+    for (i, (g, want)) in got.iter().zip(&expected).enumerate() {
+        if let Err(why) = compare(g, want) {
+            return ("mismatch", ops, format!("output {i}: {why}"));
+        }
+    }
+    ("pass", ops, String::new())
+}
+
+/// fp16 tolerances for floats (the HTP computes in fp16: |d| <= 1e-2 + 1e-2 |want|); exact for
+/// integers and bools.
+fn compare(got: &HostTensor, want: &lowering::tensor::Tensor) -> Result<(), String> {
+    if got.dtype != want.dtype {
+        return Err(format!(
+            "dtype {} vs {}",
+            got.dtype.name(),
+            want.dtype.name()
+        ));
+    }
+    let numel: usize = want.shape.iter().product();
+    let gshape_n: usize = got.shape.iter().product();
+    if gshape_n != numel {
+        return Err(format!("shape {:?} vs {:?}", got.shape, want.shape));
+    }
+    let g = lowering::tensor::Tensor::from_bytes(got.dtype, want.shape.clone(), got.data.clone())?;
+    if want.dtype.is_float() {
+        let (gv, wv) = (g.to_f64(), want.to_f64());
+        let bad = gv.iter().zip(&wv).position(|(a, b)| {
+            if (a.is_nan() && b.is_nan()) || (a.is_infinite() && a == b) {
+                return false;
+            }
+            let diff = (a - b).abs();
+            diff.is_nan() || diff > 1e-2 + 1e-2 * b.abs()
+        });
+        if let Some(i) = bad {
+            return Err(format!("element {i}: got {} want {}", gv[i], wv[i]));
+        }
+    } else if g.bytes() != want.bytes() {
+        let i = (0..numel)
+            .find(|&i| g.get_i64(i) != want.get_i64(i))
+            .unwrap_or(0);
+        return Err(format!(
+            "element {i}: got {} want {}",
+            g.get_i64(i),
+            want.get_i64(i)
+        ));
+    }
+    Ok(())
+}
+
+fn summarize(results: &[Outcome], out: &Path, elapsed: Duration, soc: u32, data: &Path) {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut per_op: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
+    for r in results {
+        *counts.entry(r.status.as_str()).or_default() += 1;
+        for op in &r.ops {
+            *per_op
+                .entry(op.as_str())
+                .or_default()
+                .entry(r.status.as_str())
+                .or_default() += 1;
+        }
+    }
+    let total = results.len();
+    let pass = counts.get("pass").copied().unwrap_or(0);
+    let tests: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| serde_json::json!({ "test": r.test, "status": r.status, "ops": r.ops, "detail": r.detail }))
+        .collect();
+    let summary = serde_json::json!({
+        "total": total,
+        "pass": pass,
+        "mismatch": counts.get("mismatch").copied().unwrap_or(0),
+        "unsupported": counts.get("unsupported").copied().unwrap_or(0),
+        "error": counts.get("error").copied().unwrap_or(0),
+        "runner": "qnnx",
+        "soc_model": soc,
+        "data": data,
+        "seconds": elapsed.as_secs_f64(),
+        "per_op": per_op,
+        "tests": tests,
+    });
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).ok();
+    }
+    std::fs::write(out, serde_json::to_string_pretty(&summary).unwrap()).unwrap();
+    println!(
+        "conformance: {pass} of {total} pass ({} mismatch, {} unsupported, {} error) in {:.0} s; summary in {}",
+        summary["mismatch"], summary["unsupported"], summary["error"], elapsed.as_secs_f64(), out.display()
+    );
+}

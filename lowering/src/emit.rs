@@ -6,11 +6,18 @@
 use crate::plan::{DType, Param, Plan, PlanIo, Scalar, TensorKind};
 use crate::LowerError;
 
-/// A finalized QNN graph and the model I/O it binds, in `qnn::Graph::execute` order.
+/// A finalized QNN graph and the model I/O it binds.
 pub struct Emitted {
     pub graph: qnn::Graph,
+    /// Model inputs in ONNX order.
     pub inputs: Vec<PlanIo>,
+    /// Model outputs in ONNX order.
     pub outputs: Vec<PlanIo>,
+    /// `graph.inputs()[input_slots[i]]` is the QNN tensor of `inputs[i]`: the graph lists its
+    /// I/O in tensor creation order, which need not be the ONNX order.
+    pub input_slots: Vec<usize>,
+    /// Likewise for outputs.
+    pub output_slots: Vec<usize>,
 }
 
 fn data_type(d: DType) -> qnn::DataType {
@@ -91,10 +98,27 @@ pub fn emit(
         g.add_node(&node).map_err(qnn_err(Some(&op.onnx_node)))?;
     }
     let graph = g.finalize().map_err(qnn_err(None))?;
+    let slots = |ios: &[PlanIo], kind: fn(&TensorKind) -> bool| -> Vec<usize> {
+        let order: Vec<usize> = (0..plan.tensors.len())
+            .filter(|&t| kind(&plan.tensors[t].kind))
+            .collect();
+        ios.iter()
+            .map(|io| {
+                order
+                    .iter()
+                    .position(|&t| t == io.tensor)
+                    .expect("plan I/O is a graph tensor")
+            })
+            .collect()
+    };
+    let input_slots = slots(&plan.inputs, |k| matches!(k, TensorKind::Input));
+    let output_slots = slots(&plan.outputs, |k| matches!(k, TensorKind::Output));
     Ok(Emitted {
         graph,
         inputs: plan.inputs.clone(),
         outputs: plan.outputs.clone(),
+        input_slots,
+        output_slots,
     })
 }
 
@@ -143,8 +167,10 @@ impl Emitted {
                 inputs.len()
             )));
         }
-        let mut converted: Vec<(qnn::DataType, std::borrow::Cow<[u8]>)> = Vec::new();
-        for ((io, t), info) in self.inputs.iter().zip(inputs).zip(self.graph.inputs()) {
+        let mut converted: Vec<(qnn::DataType, std::borrow::Cow<[u8]>)> =
+            vec![(qnn::DataType::U8, std::borrow::Cow::Borrowed(&[][..])); inputs.len()];
+        for ((io, t), &slot) in self.inputs.iter().zip(inputs).zip(&self.input_slots) {
+            let info = &self.graph.inputs()[slot];
             if t.dtype != io.host_dtype {
                 return Err(bad(format!(
                     "input {:?} is {} but the model declares {}",
@@ -176,7 +202,7 @@ impl Emitted {
             } else {
                 std::borrow::Cow::Borrowed(&t.data[..])
             };
-            converted.push((info.dtype, bytes));
+            converted[slot] = (info.dtype, bytes);
         }
         let mut outs: Vec<Vec<u8>> = self
             .graph
@@ -203,12 +229,14 @@ impl Emitted {
                     source: Box::new(e),
                 })?;
         }
+        let mut outs: Vec<Option<Vec<u8>>> = outs.into_iter().map(Some).collect();
         Ok(self
             .outputs
             .iter()
-            .zip(self.graph.outputs())
-            .zip(outs)
-            .map(|((io, info), data)| {
+            .zip(&self.output_slots)
+            .map(|(io, &slot)| {
+                let info = &self.graph.outputs()[slot];
+                let data = outs[slot].take().unwrap_or_default();
                 let data = if io.host_dtype == crate::DType::I64 && info.dtype == qnn::DataType::I32
                 {
                     data.chunks_exact(4)

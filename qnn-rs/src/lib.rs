@@ -27,6 +27,7 @@
 
 mod api;
 mod backend;
+pub mod cache;
 mod context;
 mod device;
 mod error;

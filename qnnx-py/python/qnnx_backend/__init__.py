@@ -1,0 +1,78 @@
+"""qnnx_backend: run PyTorch models on Qualcomm NPUs through ``torch.compile(backend="qnn")``.
+
+A drop-in for the ``qnnx-backend`` package (same module, options and behaviour) that drives
+Qualcomm's QNN libraries directly instead of going through ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from . import exceptions
+from ._compiler import STATS
+from ._native import versions
+from .backend import qnn_backend
+from .exceptions import (
+    CacheError,
+    LibraryLoadError,
+    LoweringError,
+    QnnApiError,
+    QnnxError,
+    UnsupportedOpError,
+)
+from .settings import QnnSettings, parse_options
+
+__version__ = versions()["qnnx"]
+
+__all__ = [
+    "compile",
+    "is_available",
+    "qnn_backend",
+    "parse_options",
+    "QnnSettings",
+    "STATS",
+    "exceptions",
+    "QnnxError",
+    "LibraryLoadError",
+    "QnnApiError",
+    "UnsupportedOpError",
+    "LoweringError",
+    "CacheError",
+]
+
+
+def is_available(device: Optional[str] = None) -> bool:
+    """Whether a QNN accelerator can be used here: ``"npu"``, ``"gpu"``, ``"cpu"`` (always), or
+    with no argument either accelerator."""
+    from . import _native
+
+    if device is None:
+        return _native.is_available("npu") or _native.is_available("gpu")
+    if device == "cpu":
+        return True
+    if device not in ("npu", "gpu"):
+        raise ValueError(f"device={device!r}: use 'npu', 'gpu' or 'cpu'")
+    return _native.is_available(device)
+
+
+def compile(model: torch.nn.Module, **options: Any):
+    """``torch.compile(model, backend="qnn", options=options)``; the ``dynamic`` routing option of
+    qnnx-backend 0.4 is accepted (``dynamic=False`` fixes the signature after the first call)."""
+    dynamic = options.pop("dynamic", True)
+    parse_options(options)
+    return torch.compile(model, backend="qnn", options=options, dynamic=False if not dynamic else None)
+
+
+def _register() -> None:
+    from torch._dynamo.backends.registry import register_backend
+
+    try:
+        register_backend(compiler_fn=qnn_backend, name="qnn")
+    except AssertionError:
+        # Already registered (through the torch_dynamo_backends entry point).
+        pass
+
+
+_register()

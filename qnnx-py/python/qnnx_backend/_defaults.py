@@ -1,0 +1,14 @@
+"""Default values of the backend options (see settings.QnnSettings for what each means)."""
+
+DEVICE = "auto"
+STRICT = False
+FP16 = False
+CACHE = False
+CACHE_DIR = None
+KV_CACHE = False
+SOC_MODEL = None
+HTP_ARCH = None
+OPT_LEVEL = None
+LOG_LEVEL = None
+EXPORTER = "torchscript"
+DRY_RUN = False

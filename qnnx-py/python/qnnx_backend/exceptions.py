@@ -1,0 +1,20 @@
+"""Exceptions of qnnx_backend. They are declared in the native module; this module re-exports
+them so ``from qnnx_backend.exceptions import UnsupportedOpError`` works."""
+
+from ._native import (
+    CacheError,
+    LibraryLoadError,
+    LoweringError,
+    QnnApiError,
+    QnnxError,
+    UnsupportedOpError,
+)
+
+__all__ = [
+    "QnnxError",
+    "LibraryLoadError",
+    "QnnApiError",
+    "UnsupportedOpError",
+    "LoweringError",
+    "CacheError",
+]

@@ -1,0 +1,93 @@
+"""Options of the "qnn" torch.compile backend: one frozen, documented dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping, Optional
+
+from . import _defaults
+
+DEVICES = ("auto", "npu", "gpu", "cpu")
+LOG_LEVELS = ("error", "warn", "info", "verbose", "debug")
+EXPORTERS = ("torchscript", "dynamo")
+
+
+@dataclasses.dataclass(frozen=True)
+class QnnSettings:
+    """Everything that controls how a graph is compiled and run.
+
+    Options shared with the ``qnnx-backend`` 0.4 package keep its names, values and defaults.
+    """
+
+    device: str = _defaults.DEVICE
+    """"auto" tries the NPU, then the GPU, then runs the original graph on the CPU; "npu",
+    "gpu" and "cpu" pick one (with fallback to the CPU unless ``strict``)."""
+    strict: bool = _defaults.STRICT
+    """Raise instead of falling back to eager PyTorch when a graph cannot run on QNN."""
+    fp16: bool = _defaults.FP16
+    """Store weights and activations as float16 inside the graph (graph inputs and outputs keep
+    their dtype). FP16-capable HTPs compute float graphs in fp16 either way."""
+    cache: bool = _defaults.CACHE
+    """Keep compiled context binaries on disk and reuse them across processes."""
+    cache_dir: Optional[str] = _defaults.CACHE_DIR
+    """Cache folder; default $QNNX_CACHE_DIR, else the platform cache folder (XDG on Linux,
+    LocalAppData on Windows)."""
+    kv_cache: bool = _defaults.KV_CACHE
+    """Keep KV-cache mutations in compiled decoder graphs (accepted; not implemented yet)."""
+    soc_model: Optional[int] = _defaults.SOC_MODEL
+    """Target SoC (Qnn_SocModel_t, e.g. 60 = SC8380XP) or a name ("SM8650"). Default: the
+    device's own; SoC 60 on the x86_64 emulator."""
+    htp_arch: Optional[int] = _defaults.HTP_ARCH
+    """Minimum HTP architecture (68, 73, 75, 79, 81)."""
+    opt_level: Optional[int] = _defaults.OPT_LEVEL
+    """HTP finalize optimization 1 to 3: more compile time for a faster graph."""
+    log_level: Optional[str] = _defaults.LOG_LEVEL
+    """QNN's own log level (error, warn, info, verbose, debug); default $QNN_LOG_LEVEL or warn."""
+    exporter: str = _defaults.EXPORTER
+    """How FX graphs become ONNX: "torchscript" (about 10x faster) or "dynamo"."""
+    dry_run: bool = _defaults.DRY_RUN
+    """Stop after checking support: log the summary and run eagerly."""
+
+    def compile_settings(self) -> dict:
+        """The options that change the compiled binary (they enter the cache key)."""
+        return {"fp16": self.fp16, "opt_level": self.opt_level, "exporter": self.exporter}
+
+
+VALID_OPTIONS = tuple(f.name for f in dataclasses.fields(QnnSettings))
+
+
+def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
+    """Validates a torch.compile ``options`` dict. Unknown keys and bad values raise
+    ``ValueError`` naming the valid ones."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(VALID_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"unknown qnn backend option(s) {unknown}; valid options: {', '.join(VALID_OPTIONS)}"
+        )
+    s = QnnSettings(**options)
+    if s.device not in DEVICES:
+        raise ValueError(f"device={s.device!r}: use one of {DEVICES}")
+    for name in ("strict", "fp16", "cache", "kv_cache", "dry_run"):
+        if not isinstance(getattr(s, name), bool):
+            raise ValueError(f"{name}={getattr(s, name)!r}: must be True or False")
+    if s.opt_level is not None and s.opt_level not in (1, 2, 3):
+        raise ValueError(f"opt_level={s.opt_level!r}: must be 1, 2 or 3")
+    if s.log_level is not None and str(s.log_level).lower() not in LOG_LEVELS:
+        raise ValueError(f"log_level={s.log_level!r}: use one of {LOG_LEVELS}")
+    if s.exporter not in EXPORTERS:
+        raise ValueError(f"exporter={s.exporter!r}: use one of {EXPORTERS}")
+    if s.cache_dir is not None and not isinstance(s.cache_dir, (str, os.PathLike)):
+        raise ValueError(f"cache_dir={s.cache_dir!r}: must be a path")
+    soc = s.soc_model
+    if soc is not None and not isinstance(soc, int):
+        from . import _native
+
+        number = _native.soc_model(str(soc))
+        if number is None:
+            raise ValueError(f"soc_model={soc!r}: unknown SoC; known: {_native.known_socs()}")
+        s = dataclasses.replace(s, soc_model=number)
+    if s.htp_arch is not None and s.htp_arch not in (68, 69, 73, 75, 79, 81, 85, 89):
+        raise ValueError(f"htp_arch={s.htp_arch!r}: use 68, 69, 73, 75, 79, 81, 85 or 89")
+    return s

@@ -1,0 +1,89 @@
+"""Option parsing and availability: no QNN needed except where marked."""
+
+import pytest
+
+import qnnx_backend
+from qnnx_backend.settings import VALID_OPTIONS, parse_options
+
+
+def test_defaults_match_qnnx_backend_04():
+    s = parse_options(None)
+    assert (s.device, s.strict, s.fp16, s.cache, s.cache_dir, s.kv_cache) == ("auto", False, False, False, None, False)
+
+
+def test_unknown_option_lists_valid_ones():
+    with pytest.raises(ValueError) as info:
+        parse_options({"devcie": "npu"})
+    msg = str(info.value)
+    assert "devcie" in msg
+    for name in VALID_OPTIONS:
+        assert name in msg
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"device": "tpu"},
+        {"strict": "yes"},
+        {"opt_level": 7},
+        {"log_level": "loud"},
+        {"soc_model": "SM9999"},
+        {"htp_arch": 70},
+        {"exporter": "magic"},
+    ],
+)
+def test_bad_values_are_rejected(bad):
+    with pytest.raises(ValueError):
+        parse_options(bad)
+
+
+def test_soc_by_name():
+    assert parse_options({"soc_model": "SC8380XP"}).soc_model == 60
+    assert parse_options({"soc_model": "sm8650"}).soc_model == 57
+    assert parse_options({"soc_model": 43}).soc_model == 43
+
+
+def test_bad_options_fail_at_compile_time():
+    import torch
+
+    m = torch.nn.Linear(2, 2)
+    with pytest.raises(Exception, match="unknown qnn backend option"):
+        torch.compile(m, backend="qnn", options={"nope": 1})(torch.randn(1, 2))
+
+
+def test_is_available():
+    assert qnnx_backend.is_available("cpu") is True
+    assert isinstance(qnnx_backend.is_available("npu"), bool)
+    assert qnnx_backend.is_available() == (qnnx_backend.is_available("npu") or qnnx_backend.is_available("gpu"))
+    with pytest.raises(ValueError):
+        qnnx_backend.is_available("tpu")
+
+
+def test_gpu_is_unavailable_on_x86_with_a_reason():
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86_64 only: Qualcomm's x86 GPU library needs a remote tuning server")
+    from qnnx_backend import _native
+
+    assert qnnx_backend.is_available("gpu") is False
+    assert _native.unavailable_reason("gpu")
+
+
+def test_backend_is_registered():
+    import torch._dynamo
+
+    assert "qnn" in torch._dynamo.list_backends()
+
+
+def test_stubs_match_the_native_module():
+    import ast
+    import pathlib
+
+    from qnnx_backend import _native
+
+    stub = pathlib.Path(qnnx_backend.__file__).with_name("_native.pyi")
+    tree = ast.parse(stub.read_text())
+    declared = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    public = {n for n in dir(_native) if not n.startswith("_")}
+    assert declared == public, f"stub only: {declared - public}; module only: {public - declared}"

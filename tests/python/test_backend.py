@@ -156,3 +156,17 @@ def test_backward_raises_a_clear_error():
     y = compiled(torch.randn(3, 4))
     with pytest.raises(qnnx_backend.QnnxError, match="inference-only"):
         y.sum().backward()
+
+
+def test_kv_cache_is_refused_not_ignored():
+    m = nn.Linear(4, 2).eval()
+    x = torch.randn(1, 4)
+    with pytest.raises(qnnx_backend.LoweringError, match="kv_cache"), torch.inference_mode():
+        compile_strict(m, kv_cache=True)(x)
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+        warnings.simplefilter("always")
+        y = torch.compile(m, backend="qnn", options={"kv_cache": True})(x)
+    assert any("kv_cache" in str(w.message) for w in caught)
+    with torch.inference_mode():
+        torch.testing.assert_close(y, m(x))

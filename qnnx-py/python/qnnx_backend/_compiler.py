@@ -266,9 +266,17 @@ class QnnCallable:
         tensor_idx = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
         frozen = _Frozen(self.export_gm, args, tensor_idx)
         devices = ["npu", "gpu"] if s.device == "auto" else [s.device]
-        reasons = []
+        reasons: list[str] = []
         onnx_bytes = None
         cache_dir = _cache_dir(s)
+        if s.kv_cache:
+            # Dropping the cache mutations would return stale KV caches: refuse rather than run
+            # something that silently differs from eager.
+            err = LoweringError("kv_cache=True is not implemented yet: compiled graphs cannot update KV caches")
+            if s.strict:
+                raise err
+            devices = []
+            reasons.append(str(err))
         for device in devices:
             alias = None
             try:

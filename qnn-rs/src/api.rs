@@ -25,6 +25,16 @@ impl Api {
         }
     }
 
+    /// A real library's table with some slots replaced (fault injection over the real QNN).
+    #[cfg(test)]
+    pub(crate) fn wrapping(lib: Arc<BackendLibrary>, f: CoreFunctions) -> Api {
+        Api {
+            f,
+            library: format!("{} (fault-injecting wrapper)", lib.path().display()),
+            _lib: Some(lib),
+        }
+    }
+
     /// A table that is not backed by a loaded library (tests inject faults this way).
     #[cfg(any(test, feature = "fake"))]
     pub(crate) fn from_table(f: CoreFunctions, name: &str) -> Api {

@@ -37,6 +37,9 @@ pub mod soc;
 mod system;
 mod tensor;
 
+#[cfg(test)]
+mod fault_tests;
+
 pub use backend::{
     probe, Backend, BackendKind, BackendOptions, HardwareDevice, HtpDeviceInfo, OperationName,
 };

@@ -325,6 +325,13 @@ impl GraphBuilder {
                 self.name
             )));
         }
+        if dims.contains(&0) {
+            // The HTP emulator dies with SIGFPE finalizing a graph with an empty tensor.
+            return Err(Error::InvalidArgument(format!(
+                "graph {:?}: tensor {name:?} has shape {dims:?}; QNN tensors cannot be empty",
+                self.name
+            )));
+        }
         let mut info = TensorInfo {
             id: 0,
             name: name.to_string(),

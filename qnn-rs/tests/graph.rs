@@ -347,3 +347,14 @@ fn duplicate_names_are_refused() {
         "short constant data accepted"
     );
 }
+
+/// The emulator dies with SIGFPE on empty tensors; they are refused before QNN sees them.
+#[test]
+fn empty_tensors_are_refused() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let mut g = ctx.build_graph("empty", &options()).unwrap();
+    let err = g.input("x", DataType::F32, &[0, 8]).unwrap_err();
+    assert!(err.to_string().contains("cannot be empty"), "{err}");
+}

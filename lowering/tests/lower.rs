@@ -245,7 +245,7 @@ fn check_reports_every_unsupported_node() {
 fn check_on_gpu_uses_gpu_table() {
     let b = ModelBuilder::new(17)
         .input("x", DType::F32, &[4])
-        .node("Asin", &["x"], &["y"], &[])
+        .node("Atan", &["x"], &["y"], &[])
         .output("y");
     let m = Model::load(b.bytes()).unwrap();
     assert!(check(&m, Backend::Htp).is_empty());

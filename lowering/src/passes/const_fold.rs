@@ -313,7 +313,7 @@ pub fn fold(g: &Graph, node: &Node, outs: &[Out]) -> Result<Option<Vec<Tensor>>>
     let one = |t: Tensor| Ok(Some(vec![t]));
     match op {
         "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => one(t0.with_shape(shape0)),
-        "Dropout" => {
+        "Dropout" if !crate::passes::simplify::dropout_may_train(g, node) => {
             let mut v = vec![t0.clone()];
             if outs.len() > 1 {
                 v.push(Tensor::from_i64_as(

@@ -34,6 +34,7 @@ pub fn run(g: &mut Graph, table: &OpTable) {
         .collect();
     let io: Vec<ValueId> = g.inputs.iter().chain(g.outputs.iter()).copied().collect();
     // Internal f32 activations become f16.
+    // Indexed by the values that exist now; values added below are never "converted".
     let mut converted = vec![false; g.values.len()];
     for (i, v) in g.values.iter_mut().enumerate() {
         if v.dtype == DType::F32 && v.konst.is_none() && v.known && !io.contains(&i) {
@@ -112,7 +113,7 @@ pub fn run(g: &mut Graph, table: &OpTable) {
                 let Some(v) = g.nodes[i].outputs[k] else {
                     continue;
                 };
-                if converted[v] {
+                if converted.get(v).copied().unwrap_or(false) {
                     let shape = g.shape(v).to_vec();
                     let v32 = g.add_typed(&format!("{}_f32", g.value(v).name), DType::F32, shape);
                     g.nodes[i].outputs[k] = Some(v32);
@@ -149,8 +150,9 @@ pub fn run(g: &mut Graph, table: &OpTable) {
         let n = &mut g.nodes[i];
         if n.op_type == "Cast" && n.attrs.get("to") == Some(&Attr::Int(DType::F32.to_onnx() as i64))
         {
+            // The output may be a value created above (an f32 graph output's f16 copy).
             if let Some(o) = n.output(0) {
-                if converted[o] {
+                if g.values[o].dtype == DType::F16 {
                     n.attrs
                         .insert("to".into(), Attr::Int(DType::F16.to_onnx() as i64));
                 }
@@ -190,6 +192,26 @@ mod tests {
              MatMul(x_f16, w_f16) -> m:f16[1, 2]\n\
              Relu(m) -> y_f16:f16[1, 2]\n\
              Cast(y_f16) to=1 -> y:f32[1, 2]\n\
+             outputs: y\n"
+        );
+    }
+
+    #[test]
+    fn cast_from_f16_input_to_f32_output() {
+        let m = ModelBuilder::new(17)
+            .input("x", DType::F16, &[3])
+            .node("Cast", &["x"], &["y"], &[("to", crate::testing::A::I(1))])
+            .output("y")
+            .load();
+        let o = LowerOptions {
+            fp16: true,
+            ..Default::default()
+        };
+        let p = passes::prepare(&m, &o).unwrap();
+        assert_eq!(
+            p.graph.dump(),
+            "Cast(x) to=10 -> y_f16:f16[3]\n\
+             Cast(y_f16) to=1 -> y:f32[3]\n\
              outputs: y\n"
         );
     }

@@ -1,6 +1,7 @@
 //! Fuses the erf form of GELU, as torch exports `nn.GELU()`, into one `Gelu` node:
 //! `Div(x, √2) | Mul(x, 1/√2)` → `Erf` → `Add(1)` → `Mul(x, ·)` → `Mul(·, 0.5)`, or with the
-//! 0.5 applied to `x` first. HTP has no Erf, so without this the pattern would not lower.
+//! 0.5 applied to `x` first, or to `1 + erf` first (`Mul(x, Mul(0.5, ·))`, as the dynamo exporter
+//! writes it). HTP has no Erf, so without this the pattern would not lower.
 
 use crate::ir::{Graph, Node, NodeId, ValueId};
 
@@ -100,6 +101,14 @@ fn try_fuse(g: &mut Graph, erf: NodeId) -> bool {
             return false;
         }
         g.nodes[m2].output(0)
+    } else if scalar(g, Some(t)) == Some(0.5) {
+        let Some(m2) = single(g, &uses, &cons, m1v, "Mul") else {
+            return false;
+        };
+        if other(&g.nodes[m2], m1v) != Some(x) {
+            return false;
+        }
+        g.nodes[m2].output(0)
     } else {
         let Some(h) = producers[t] else { return false };
         let hn = &g.nodes[h];
@@ -149,5 +158,46 @@ mod tests {
         let _ = crate::passes::const_fold::run(&mut g);
         super::run(&mut g);
         assert_eq!(g.dump(), "Gelu(x) -> y:f32[2, 8]\noutputs: y\n");
+    }
+
+    #[test]
+    fn dynamo_gelu_with_half_on_the_erf_term_is_fused() {
+        let mut g = ModelBuilder::new(18)
+            .input("x", DType::F32, &[2, 8])
+            .init("s2", Tensor::scalar_f32(std::f32::consts::SQRT_2))
+            .init("one", Tensor::scalar_f32(1.0))
+            .init("half", Tensor::scalar_f32(0.5))
+            .node("Div", &["x", "s2"], &["d"], &[])
+            .node("Erf", &["d"], &["e"], &[])
+            .node("Add", &["e", "one"], &["a"], &[])
+            .node("Mul", &["half", "a"], &["h"], &[])
+            .node("Mul", &["x", "h"], &["y"], &[])
+            .output("y")
+            .load()
+            .graph;
+        let _ = crate::passes::const_fold::run(&mut g);
+        super::run(&mut g);
+        assert_eq!(g.dump(), "Gelu(x) -> y:f32[2, 8]\noutputs: y\n");
+    }
+
+    #[test]
+    fn erf_times_other_value_is_not_fused() {
+        let mut g = ModelBuilder::new(18)
+            .input("x", DType::F32, &[2, 8])
+            .input("z", DType::F32, &[2, 8])
+            .init("s2", Tensor::scalar_f32(std::f32::consts::SQRT_2))
+            .init("one", Tensor::scalar_f32(1.0))
+            .init("half", Tensor::scalar_f32(0.5))
+            .node("Div", &["x", "s2"], &["d"], &[])
+            .node("Erf", &["d"], &["e"], &[])
+            .node("Add", &["e", "one"], &["a"], &[])
+            .node("Mul", &["half", "a"], &["h"], &[])
+            .node("Mul", &["z", "h"], &["y"], &[])
+            .output("y")
+            .load()
+            .graph;
+        let _ = crate::passes::const_fold::run(&mut g);
+        super::run(&mut g);
+        assert!(g.dump().contains("Erf("), "{}", g.dump());
     }
 }

@@ -14,9 +14,18 @@ use crate::table::{Layout, OpTable};
 pub const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 pub const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
 
+/// The perm of a Transpose node, when it is a valid permutation (a malformed one is left to
+/// the Transpose rule to report).
 fn perm_of(n: &Node) -> Option<Vec<usize>> {
     match n.attrs.get("perm") {
         Some(Attr::Ints(p)) if n.op_type == "Transpose" => {
+            let mut seen = vec![false; p.len()];
+            for &x in p {
+                let k = usize::try_from(x).ok().filter(|&k| k < p.len())?;
+                if std::mem::replace(&mut seen[k], true) {
+                    return None;
+                }
+            }
             Some(p.iter().map(|&x| x as usize).collect())
         }
         _ => None,
@@ -284,6 +293,9 @@ fn transposes_to_reshapes(g: &mut Graph) {
             continue;
         };
         let s = g.shape(x);
+        if !g.values[x].known || s.len() != p.len() || p.iter().any(|&k| k >= s.len()) {
+            continue;
+        }
         let moved: Vec<usize> = p.iter().copied().filter(|&k| s[k] != 1).collect();
         if moved.windows(2).all(|w| w[0] < w[1]) {
             let out = g.nodes[i].output(0).expect("transpose has an output");
@@ -413,5 +425,20 @@ mod tests {
             d.contains("Reshape(g_nhwc, g_shape) -> g:f32[1, 2, 1, 1]"),
             "{d}"
         );
+    }
+
+    #[test]
+    fn malformed_perm_and_unknown_shape_are_left_to_the_rules() {
+        // A perm that is not a permutation, composed with another transpose, and a transpose
+        // of a value whose shape inference failed: no panic, the rules report them.
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 3])
+            .node("Transpose", &["x"], &["t"], &[("perm", A::Is(vec![1, 5]))])
+            .node("Transpose", &["t"], &["y"], &[("perm", A::Is(vec![1, 0]))])
+            .output("y");
+        let m = b.load();
+        let p = passes::prepare(&m, &LowerOptions::default()).unwrap();
+        assert!(!p.node_errors.is_empty());
+        assert!(crate::lower(m, &LowerOptions::default()).is_err());
     }
 }

@@ -21,7 +21,7 @@ pub fn run(g: &mut Graph) {
             "Identity" => true,
             // A Dropout whose mask is used cannot go; with ratio input dynamic training_mode is
             // what decides, and we only lower inference graphs.
-            "Dropout" => n.output(1).none_or_unused(g),
+            "Dropout" => !dropout_may_train(g, n) && n.output(1).none_or_unused(g),
             "Cast" | "CastLike" | "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten" | "Expand" => {
                 same
             }
@@ -31,6 +31,18 @@ pub fn run(g: &mut Graph) {
             continue;
         }
         i += 1;
+    }
+}
+
+/// Whether a Dropout node may run in training mode: its `training_mode` input (opset 12+) is
+/// present and not a constant false. Such a node drops values at random and is not lowered.
+pub fn dropout_may_train(g: &Graph, n: &crate::ir::Node) -> bool {
+    match n.input(2) {
+        None => false,
+        Some(v) => match g.konst(v) {
+            Some(t) => t.numel() != 1 || t.get_f64(0) != 0.0,
+            None => true,
+        },
     }
 }
 
@@ -64,6 +76,23 @@ mod tests {
             .graph;
         super::run(&mut g);
         assert_eq!(g.dump(), "Relu(x) -> y:f32[]\noutputs: y\n");
+    }
+
+    #[test]
+    fn dropout_in_training_mode_is_kept() {
+        let mut g = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2])
+            .init("r", crate::tensor::Tensor::scalar_f32(0.5))
+            .init(
+                "t",
+                crate::tensor::Tensor::from_i64_as(DType::Bool, vec![], &[1]),
+            )
+            .node("Dropout", &["x", "r", "t"], &["y"], &[])
+            .output("y")
+            .load()
+            .graph;
+        super::run(&mut g);
+        assert_eq!(g.nodes.len(), 1);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! Opset 13+: normalises along `axis` (default -1). Opsets 1–12: the input is coerced to 2-D
 //! at `axis` (default 1) and normalised along the flattened tail, done here with Reshapes.
 //! QNN `Softmax` / `LogSoftmax` with `beta` = 1.0 (FLOAT_32 scalar), which normalise the last
-//! dimension. Constraint: on HTP only the last axis is supported; a softmax over another axis
+//! dimension; HTP's `LogSoftmax` also requires its `axis` param (UINT_32 scalar, the last axis)
+//! and fails validation without it. Constraint: on HTP only the last axis is supported; a softmax over another axis
 //! is rejected (rewrite the model or transpose explicitly).
 
 use crate::attr::norm_axis;
@@ -30,8 +31,16 @@ pub fn softmax(cx: &mut LowerCx, node: &Node) -> Result<()> {
     )?;
     let x = cx.input(node, 0)?;
     let y = cx.output(node, 0)?;
-    let params = vec![(param::BETA, Param::f32(1.0))];
+    let params = |rank: usize| {
+        let mut p = Vec::new();
+        if q == op::LOG_SOFTMAX {
+            p.push((param::AXIS, Param::u32(rank as u32 - 1)));
+        }
+        p.push((param::BETA, Param::f32(1.0)));
+        p
+    };
     if axis == r - 1 {
+        let params = params(r);
         cx.op(node, q, vec![x], vec![y], params);
         return Ok(());
     }
@@ -42,7 +51,7 @@ pub fn softmax(cx: &mut LowerCx, node: &Node) -> Result<()> {
         ];
         let x2 = cx.reshape(node, x, &flat);
         let dt = cx.tensor_dtype(x);
-        let s = cx.emit(node, q, vec![x2], dt, &flat, params);
+        let s = cx.emit(node, q, vec![x2], dt, &flat, params(2));
         cx.op(node, op::RESHAPE, vec![s], vec![y], vec![]);
         return Ok(());
     }
@@ -68,6 +77,19 @@ mod tests {
         assert_eq!(
             lower(&b).dump(),
             "input x:f32[2, 5]\nSoftmax(x:f32[2, 5]) beta=1f -> y:f32[2, 5]\noutput y:f32[2, 5]\n"
+        );
+    }
+
+    #[test]
+    fn log_softmax_has_the_axis_param() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 3, 5])
+            .node("LogSoftmax", &["x"], &["y"], &[])
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(
+            d.contains("LogSoftmax(x:f32[2, 3, 5]) axis=2u beta=1f -> y:f32[2, 3, 5]"),
+            "{d}"
         );
     }
 

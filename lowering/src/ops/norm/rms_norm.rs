@@ -1,6 +1,9 @@
 //! RMSNormalization — <https://onnx.ai/onnx/operators/onnx__RMSNormalization.html>, opset 23,
 //! also produced by `passes::fuse_rmsnorm` from the Llama pattern. QNN `RmsNorm`: in[0] data,
 //! in[1] gamma, in[2] beta (zeros); params `epsilon` FLOAT_32 scalar, `axes` UINT_32 `[k]`.
+//! HTP validates `axes` with exactly one value, so a normalisation over the last k > 1 axes
+//! runs on the input reshaped to `[..., product of those axes]`, with gamma flattened to match
+//! (broadcast first when it is constant; a dynamic gamma must have the full normalised shape).
 
 use crate::attr::norm_axis;
 use crate::error::Result;
@@ -25,6 +28,9 @@ pub fn rms_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
         &format!("{}_beta", node.name),
         &Tensor::from_f64_as(dt, gshape.clone(), &vec![0.0; n]),
     )?;
+    if axis + 1 < r {
+        return rms_norm_flattened(cx, node, axis, eps);
+    }
     let axes: Vec<u32> = (axis as u32..r as u32).collect();
     let y = cx.output(node, 0)?;
     cx.op(
@@ -37,6 +43,69 @@ pub fn rms_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
             (param::AXES, Param::u32_vec(&axes)),
         ],
     );
+    Ok(())
+}
+
+fn rms_norm_flattened(cx: &mut LowerCx, node: &Node, axis: usize, eps: f32) -> Result<()> {
+    let shape = cx.shape(node, 0);
+    let suffix = &shape[axis..];
+    let m: usize = suffix.iter().product();
+    let gshape = cx.shape(node, 1);
+    let gamma = match cx.konst(node, 1) {
+        Some(t) => {
+            if gshape.len() > suffix.len()
+                || gshape
+                    .iter()
+                    .rev()
+                    .zip(suffix.iter().rev())
+                    .any(|(&g, &s)| g != 1 && g != s)
+            {
+                return Err(node.err_invalid(format!(
+                    "scale shape {gshape:?} does not broadcast to {suffix:?}"
+                )));
+            }
+            let map = crate::passes::const_fold::broadcast_map(suffix, &gshape);
+            let v: Vec<f64> = map.iter().map(|&i| t.get_f64(i)).collect();
+            let flat = Tensor::from_f64_as(t.dtype, vec![m], &v);
+            cx.static_tensor(node, &format!("{}_gamma_flat", node.name), &flat)?
+        }
+        None => {
+            let mut g = vec![1; suffix.len().saturating_sub(gshape.len())];
+            g.extend_from_slice(&gshape);
+            if g != suffix {
+                return Err(node.err_op(
+                    "a dynamic scale must have the full normalised shape when normalising over \
+                     more than the last axis",
+                ));
+            }
+            let g = cx.input(node, 1)?;
+            cx.reshape(node, g, &[m])
+        }
+    };
+    let dt = cx.dtype(node, 0);
+    let beta = cx.static_tensor(
+        node,
+        &format!("{}_beta", node.name),
+        &Tensor::from_f64_as(dt, vec![m], &vec![0.0; m]),
+    )?;
+    let mut flat_shape = shape[..axis].to_vec();
+    flat_shape.push(m);
+    let x = cx.input(node, 0)?;
+    let x2 = cx.reshape(node, x, &flat_shape);
+    let y = cx.output(node, 0)?;
+    let pdt = cx.tensor_dtype(y);
+    let n2 = cx.emit(
+        node,
+        op::RMS_NORM,
+        vec![x2, gamma, beta],
+        pdt,
+        &flat_shape,
+        vec![
+            (param::EPSILON, Param::f32(eps)),
+            (param::AXES, Param::u32_vec(&[axis as u32])),
+        ],
+    );
+    cx.op(node, op::RESHAPE, vec![n2], vec![y], vec![]);
     Ok(())
 }
 
@@ -63,5 +132,48 @@ mod tests {
             .output("y");
         let d = lower(&b).dump();
         assert!(d.contains("RmsNorm(x:f32[1, 3, 4], static w:f32[4], static ReduceMean_1_rmsnorm_beta:f32[4]) epsilon=0.000001f axes=u32[1]{2} -> y:f32[1, 3, 4]"), "{d}");
+    }
+
+    #[test]
+    fn two_axes_are_flattened_into_one() {
+        let b = ModelBuilder::new(23)
+            .input("x", DType::F32, &[2, 3, 4])
+            .init("w", Tensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]))
+            .node(
+                "RMSNormalization",
+                &["x", "w"],
+                &["y"],
+                &[("axis", A::I(1))],
+            )
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(
+            d.contains("static RMSNormalization_0_gamma_flat:f32[12]"),
+            "{d}"
+        );
+        assert!(
+            d.contains("axes=u32[1]{1} -> RMSNormalization_0_RmsNorm:f32[2, 12]"),
+            "{d}"
+        );
+        assert!(
+            d.contains("Reshape(RMSNormalization_0_RmsNorm:f32[2, 12]) -> y:f32[2, 3, 4]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn dynamic_scale_of_partial_shape_over_two_axes_unsupported() {
+        let b = ModelBuilder::new(23)
+            .input("x", DType::F32, &[2, 3, 4])
+            .input("w", DType::F32, &[4])
+            .node(
+                "RMSNormalization",
+                &["x", "w"],
+                &["y"],
+                &[("axis", A::I(1))],
+            )
+            .output("y");
+        assert!(crate::ops::test_util::lower_err(&b)
+            .contains("a dynamic scale must have the full normalised shape"));
     }
 }

@@ -1,7 +1,9 @@
 //! Resize — <https://onnx.ai/onnx/operators/onnx__Resize.html> (opsets 10, 11, 13, 18, 19) and
 //! Upsample (opsets 7–9, asymmetric). QNN `Resize` on NHWC: `transformation_mode`,
 //! `interpolation_mode`, `nearest_mode` UINT_32 scalars, `exclude_outside` BOOL_8, and
-//! `cubic_coeff` FLOAT_32. Output size comes from shape inference (scales or sizes).
+//! `cubic_coeff` FLOAT_32; HTP rejects `nearest_mode` unless the interpolation is nearest and
+//! `cubic_coeff` unless it is cubic, so each is passed only with its mode. Output size comes
+//! from shape inference (scales or sizes).
 //! Constraints: 4-D input resized over H and W only; no `tf_crop_and_resize`, no antialias,
 //! no `keep_aspect_ratio_policy` other than `stretch`.
 
@@ -63,25 +65,24 @@ pub fn resize(cx: &mut LowerCx, node: &Node) -> Result<()> {
     }
     let x = cx.input(node, 0)?;
     let y = cx.output(node, 0)?;
-    cx.op(
-        node,
-        op::RESIZE,
-        vec![x],
-        vec![y],
-        vec![
-            (
-                param::EXCLUDE_OUTSIDE,
-                Param::bool(node.attr_i("exclude_outside", 0)? != 0),
-            ),
-            (param::TRANSFORMATION_MODE, Param::u32(transform)),
-            (param::INTERPOLATION_MODE, Param::u32(interp)),
-            (param::NEAREST_MODE, Param::u32(nearest)),
-            (
-                param::CUBIC_COEFF,
-                Param::f32(node.attr_f("cubic_coeff_a", -0.75)?),
-            ),
-        ],
-    );
+    let mut params = vec![
+        (
+            param::EXCLUDE_OUTSIDE,
+            Param::bool(node.attr_i("exclude_outside", 0)? != 0),
+        ),
+        (param::TRANSFORMATION_MODE, Param::u32(transform)),
+        (param::INTERPOLATION_MODE, Param::u32(interp)),
+    ];
+    if interp == rv::NEAREST {
+        params.push((param::NEAREST_MODE, Param::u32(nearest)));
+    }
+    if interp == rv::CUBIC {
+        params.push((
+            param::CUBIC_COEFF,
+            Param::f32(node.attr_f("cubic_coeff_a", -0.75)?),
+        ));
+    }
+    cx.op(node, op::RESIZE, vec![x], vec![y], params);
     Ok(())
 }
 
@@ -108,7 +109,13 @@ mod tests {
             ("nearest_mode", A::S("floor")),
         ]))
         .dump();
-        assert!(d.contains("Resize(x_nhwc:f32[1, 4, 4, 2]) exclude_outside=false transformation_mode=3u interpolation_mode=0u nearest_mode=2u cubic_coeff=-0.75f -> y_nhwc:f32[1, 8, 8, 2]"), "{d}");
+        assert!(d.contains("Resize(x_nhwc:f32[1, 4, 4, 2]) exclude_outside=false transformation_mode=3u interpolation_mode=0u nearest_mode=2u -> y_nhwc:f32[1, 8, 8, 2]"), "{d}");
+    }
+
+    #[test]
+    fn linear_resize_has_neither_nearest_mode_nor_cubic_coeff() {
+        let d = lower(&model(&[("mode", A::S("linear"))])).dump();
+        assert!(d.contains("interpolation_mode=1u -> y_nhwc"), "{d}");
     }
 
     #[test]

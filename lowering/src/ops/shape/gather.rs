@@ -1,13 +1,15 @@
 //! Gather / GatherElements — <https://onnx.ai/onnx/operators/onnx__Gather.html>,
 //! <https://onnx.ai/onnx/operators/onnx__GatherElements.html>. QNN `Gather` /
-//! `GatherElements`: `axis` INT_32 scalar; indices int32. Constant negative indices are made
-//! non-negative here (QNN does not wrap them); dynamic indices must already be in range.
+//! `GatherElements`: `axis` INT_32 scalar; indices int32. QNN does not wrap negative indices:
+//! constant ones are made non-negative here, dynamic ones by `Select(idx < 0, idx + dim, idx)`.
+//! Rank-0 indices travel as `[1]` (plans have no rank 0), so QNN's output keeps the gathered
+//! axis as size 1 and a Reshape drops it.
 
 use crate::attr::norm_axis;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{plan_shape, LowerCx};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 use crate::tensor::Tensor;
@@ -29,7 +31,36 @@ fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<crate::plan::Ten
             let nt = Tensor::from_i64_as(DType::I32, t.shape.clone(), &v);
             cx.static_tensor(node, &format!("{}_indices", node.name), &nt)
         }
-        None => cx.input(node, 1),
+        None => {
+            let idx = cx.input(node, 1)?;
+            let dt = cx.tensor_dtype(idx);
+            if dt != crate::plan::DType::I32 {
+                return Ok(idx);
+            }
+            let qs = cx.tshape(idx);
+            let ones = vec![1; qs.len()];
+            let zero = Tensor::from_i64_as(DType::I32, ones.clone(), &[0]);
+            let zero = cx.static_tensor(node, &format!("{}_zero", node.name), &zero)?;
+            let d = Tensor::from_i64_as(DType::I32, ones, &[dim as i64]);
+            let d = cx.static_tensor(node, &format!("{}_dim", node.name), &d)?;
+            let neg = cx.emit(
+                node,
+                op::ELEMENT_WISE_LESS,
+                vec![idx, zero],
+                crate::plan::DType::Bool,
+                &qs,
+                vec![],
+            );
+            let plus = cx.emit(node, op::ELEMENT_WISE_ADD, vec![idx, d], dt, &qs, vec![]);
+            Ok(cx.emit(
+                node,
+                op::ELEMENT_WISE_SELECT,
+                vec![neg, plus, idx],
+                dt,
+                &qs,
+                vec![],
+            ))
+        }
     }
 }
 
@@ -39,13 +70,16 @@ pub fn gather(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let idx = indices(cx, node, s[axis])?;
     let x = cx.input(node, 0)?;
     let y = cx.output(node, 0)?;
-    cx.op(
-        node,
-        op::GATHER,
-        vec![x, idx],
-        vec![y],
-        vec![(param::AXIS, Param::i32(axis as i32))],
-    );
+    let params = vec![(param::AXIS, Param::i32(axis as i32))];
+    let mut qnn_shape = s.clone();
+    qnn_shape[axis] = 1;
+    if cx.shape(node, 1).is_empty() && plan_shape(&qnn_shape) != cx.plan.tensors[y].shape {
+        let dt = cx.tensor_dtype(y);
+        let g = cx.emit(node, op::GATHER, vec![x, idx], dt, &qnn_shape, params);
+        cx.op(node, op::RESHAPE, vec![g], vec![y], vec![]);
+    } else {
+        cx.op(node, op::GATHER, vec![x, idx], vec![y], params);
+    }
     Ok(())
 }
 
@@ -82,11 +116,55 @@ mod tests {
         let p = lower(&b);
         assert!(
             p.dump()
-                .contains("Gather(static emb:f32[10, 3], ids:i32[1, 4]) axis=0i -> y:f32[1, 4, 3]"),
+                .contains("Gather(static emb:f32[10, 3], Gather_0_ElementWiseSelect:i32[1, 4]) axis=0i -> y:f32[1, 4, 3]"),
             "{}",
             p.dump()
         );
         assert_eq!(p.inputs[0].host_dtype, DType::I64);
+    }
+
+    #[test]
+    fn dynamic_indices_are_wrapped() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[3, 4])
+            .input("i", DType::I64, &[3, 4])
+            .node("GatherElements", &["x", "i"], &["y"], &[])
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(d.contains("ElementWiseLess(i:i32[3, 4], static GatherElements_0_zero:i32[1, 1]) -> GatherElements_0_ElementWiseLess:bool[3, 4]"), "{d}");
+        assert!(
+            d.contains("ElementWiseAdd(i:i32[3, 4], static GatherElements_0_dim:i32[1, 1])"),
+            "{d}"
+        );
+        assert!(d.contains("GatherElements(x:f32[3, 4], GatherElements_0_ElementWiseSelect:i32[3, 4]) axis=0u -> y"), "{d}");
+    }
+
+    #[test]
+    fn scalar_index_drops_the_axis_with_a_reshape() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[3, 2, 4])
+            .init("i", Tensor::from_i64(vec![], &[1]))
+            .node("Gather", &["x", "i"], &["y"], &[])
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(
+            d.contains("Gather(x:f32[3, 2, 4], static Gather_0_indices:i32[1]) axis=0i -> Gather_0_Gather:f32[1, 2, 4]"),
+            "{d}"
+        );
+        assert!(
+            d.contains("Reshape(Gather_0_Gather:f32[1, 2, 4]) -> y:f32[2, 4]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn scalar_index_into_a_vector_needs_no_reshape() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[5])
+            .init("i", Tensor::from_i64(vec![], &[-2]))
+            .node("Gather", &["x", "i"], &["y"], &[])
+            .output("y");
+        assert_eq!(lower(&b).op_types(), ["Gather"]);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Reshape, Flatten, Squeeze, Unsqueeze, and the pass-throughs Identity and Dropout
 //! (inference) — <https://onnx.ai/onnx/operators/onnx__Reshape.html> and siblings.
 //! All become QNN `Reshape` (no params; the output tensor's shape is the target). Shape inputs
-//! must be constant after folding (checked by shape inference). Dropout's mask output is
-//! rejected.
+//! must be constant after folding (checked by shape inference). Dropout's mask output and
+//! Dropout in training mode (`training_mode` not a constant false) are rejected.
 
 use crate::error::Result;
 use crate::ir::Node;
@@ -12,6 +12,9 @@ use crate::qnn_names::op;
 pub fn reshape(cx: &mut LowerCx, node: &Node) -> Result<()> {
     if node.op_type == "Dropout" && node.output(1).is_some() {
         return Err(node.err_op("the mask output is not supported"));
+    }
+    if node.op_type == "Dropout" && crate::passes::simplify::dropout_may_train(cx.g, node) {
+        return Err(node.err_op("training mode is not supported (inference only)"));
     }
     let x = cx.input(node, 0)?;
     let y = cx.output(node, 0)?;

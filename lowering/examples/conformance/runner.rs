@@ -1,20 +1,14 @@
-//! ONNX backend node tests on the emulated HTP: every test model is lowered (fp16 compute, the
-//! whole graph on HTP), run on the real HTP library, and compared with the expected outputs the
-//! `onnx` package ships. Reports pass / mismatch / unsupported / error per test and per op and
-//! writes a JSON summary.
-//!
-//! `cargo run --release -p lowering --example conformance -- [--data DIR] [--filter S]...
-//!   [--out target/conformance/summary.json] [--soc 60]`
-//!
-//! Tests run in a worker process that is restarted if the QNN library crashes or hangs on a
-//! test (that test is recorded as an error), so one bad op never loses the whole run.
+//! The conformance runner shared by the `conformance` example and the ratchet test
+//! (`lowering/tests/conformance_ratchet.rs` includes this file): worker processes that lower,
+//! emit and run ONNX node tests on the HTP library, and the comparison with expected outputs.
 
-use std::collections::BTreeMap;
+#![allow(dead_code)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lowering::emit::{emit, HostTensor};
 use lowering::{LowerError, LowerOptions, Model};
@@ -22,63 +16,44 @@ use lowering::{LowerError, LowerOptions, Model};
 const RESULT: &str = "@@RESULT ";
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opt = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let soc: u32 = opt("--soc")
-        .map(|s| s.parse().expect("--soc N"))
-        .unwrap_or(60);
-    if args.iter().any(|a| a == "--worker") {
-        worker(soc);
-        return;
-    }
-    let data = opt("--data")
-        .map(PathBuf::from)
-        .unwrap_or_else(default_data_dir);
-    let out =
-        PathBuf::from(opt("--out").unwrap_or_else(|| "target/conformance/summary.json".into()));
-    let filters: Vec<String> = args
-        .windows(2)
-        .filter(|w| w[0] == "--filter")
-        .map(|w| w[1].clone())
-        .collect();
-    let mut tests: Vec<PathBuf> = std::fs::read_dir(&data)
-        .unwrap_or_else(|e| panic!("{}: {e}", data.display()))
+/// Test folders (those with a model.onnx) under `data`, sorted by name.
+pub fn test_dirs(data: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut tests: Vec<PathBuf> = std::fs::read_dir(data)?
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.join("model.onnx").is_file())
-        .filter(|p| {
-            let n = p.file_name().unwrap().to_string_lossy();
-            filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str()))
-        })
         .collect();
     tests.sort();
-    eprintln!("{} tests from {}", tests.len(), data.display());
-    let started = Instant::now();
-    let results = run_all(&tests, soc);
-    summarize(&results, &out, started.elapsed(), soc, &data);
+    Ok(tests)
 }
 
-fn default_data_dir() -> PathBuf {
+/// Test names listed in an expected-pass file: one per line, `#` starts a comment.
+pub fn read_expected(path: &Path) -> std::io::Result<Vec<String>> {
+    Ok(std::fs::read_to_string(path)?
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect())
+}
+
+/// The node tests shipped in the `onnx` wheel, or `None` when python3 cannot import onnx.
+pub fn default_data_dir() -> Option<PathBuf> {
     let out = Command::new(std::env::var("QNNX_PYTHON").unwrap_or_else(|_| "python3".into()))
         .args(["-c", "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node'))"])
         .output()
-        .expect("python3 with the onnx package (pip install -r requirements-test.txt), or --data DIR");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        .ok()
+        .filter(|o| o.status.success())?;
+    Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
 /// One test's outcome, as the worker reports it.
 #[derive(Clone, Debug)]
-struct Outcome {
-    test: String,
-    status: String,
-    ops: Vec<String>,
-    detail: String,
+pub struct Outcome {
+    pub test: String,
+    pub status: String,
+    pub ops: Vec<String>,
+    pub detail: String,
 }
 
 fn parse_outcome(line: &str) -> Option<Outcome> {
@@ -95,7 +70,9 @@ fn parse_outcome(line: &str) -> Option<Outcome> {
     })
 }
 
-fn run_all(tests: &[PathBuf], soc: u32) -> Vec<Outcome> {
+/// Runs `tests` in worker processes (this executable with `--worker`), restarting a worker that
+/// crashes or hangs; a test that takes its worker down is recorded as an error.
+pub fn run_all(tests: &[PathBuf], soc: u32, progress: bool) -> Vec<Outcome> {
     let mut results: Vec<Outcome> = Vec::new();
     let mut next = 0;
     while next < tests.len() {
@@ -130,7 +107,9 @@ fn run_all(tests: &[PathBuf], soc: u32) -> Vec<Outcome> {
             match rx.recv_timeout(TEST_TIMEOUT) {
                 Ok(line) => {
                     if let Some(o) = parse_outcome(&line) {
-                        eprintln!("{:<10} {}", o.status, o.test);
+                        if progress {
+                            eprintln!("{:<10} {}", o.status, o.test);
+                        }
                         results.push(o);
                         next += 1;
                     }
@@ -171,14 +150,15 @@ fn record_failure(results: &mut Vec<Outcome>, next: &mut usize, tests: &[PathBuf
     *next += 1;
 }
 
-fn op_types(m: &Model) -> Vec<String> {
+pub fn op_types(m: &Model) -> Vec<String> {
     let mut ops: Vec<String> = m.graph.nodes.iter().map(|n| n.op_type.clone()).collect();
     ops.sort();
     ops.dedup();
     ops
 }
 
-fn worker(soc: u32) {
+/// The worker loop: test folders on stdin, one result line each on stdout.
+pub fn worker(soc: u32) {
     let backend = qnn::Backend::new(qnn::BackendKind::Htp).expect("HTP library");
     let device = qnn::Device::new(
         &backend,
@@ -340,46 +320,4 @@ fn compare(got: &HostTensor, want: &lowering::tensor::Tensor) -> Result<(), Stri
         ));
     }
     Ok(())
-}
-
-fn summarize(results: &[Outcome], out: &Path, elapsed: Duration, soc: u32, data: &Path) {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut per_op: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
-    for r in results {
-        *counts.entry(r.status.as_str()).or_default() += 1;
-        for op in &r.ops {
-            *per_op
-                .entry(op.as_str())
-                .or_default()
-                .entry(r.status.as_str())
-                .or_default() += 1;
-        }
-    }
-    let total = results.len();
-    let pass = counts.get("pass").copied().unwrap_or(0);
-    let tests: Vec<serde_json::Value> = results
-        .iter()
-        .map(|r| serde_json::json!({ "test": r.test, "status": r.status, "ops": r.ops, "detail": r.detail }))
-        .collect();
-    let summary = serde_json::json!({
-        "total": total,
-        "pass": pass,
-        "mismatch": counts.get("mismatch").copied().unwrap_or(0),
-        "unsupported": counts.get("unsupported").copied().unwrap_or(0),
-        "error": counts.get("error").copied().unwrap_or(0),
-        "runner": "qnnx",
-        "soc_model": soc,
-        "data": data,
-        "seconds": elapsed.as_secs_f64(),
-        "per_op": per_op,
-        "tests": tests,
-    });
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir).ok();
-    }
-    std::fs::write(out, serde_json::to_string_pretty(&summary).unwrap()).unwrap();
-    println!(
-        "conformance: {pass} of {total} pass ({} mismatch, {} unsupported, {} error) in {:.0} s; summary in {}",
-        summary["mismatch"], summary["unsupported"], summary["error"], elapsed.as_secs_f64(), out.display()
-    );
 }

@@ -1,0 +1,100 @@
+# /// script
+# dependencies = ["onnx==1.22.0", "numpy"]
+# ///
+"""Single-op models for the ops in op-tables/htp.toml that no ONNX node test covers as we run
+them (the node tests pass weights, scales, K, repeats... as graph inputs, which the lowering
+requires to be constant). One folder per case under OUT_DIR: model.onnx with the parameters as
+initializers, input_<i>.npy, and output_<i>.npy computed by onnx's reference evaluator.
+lowering/tests/models_htp.rs (`op_cases`) runs them on the emulated HTP.
+
+Run: python3 tests/models/ops/gen.py OUT_DIR
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+rng = np.random.default_rng(0)
+
+
+def f32(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=()):
+    """One `op` node reading graph input `x` then the initializers, in order."""
+    inits = [(k, v) for k, v in inits]
+    names = ["x"] + [k for k, _ in inits]
+    outs = [f"y{i}" for i in range(outputs)]
+    nodes = [helper.make_node(op, names, outs, **(attrs or {}))] + list(extra_nodes)
+    g = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
+        [numpy_helper.from_array(v, k) for k, v in inits],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    np.save(os.path.join(d, "input_0.npy"), x)
+    for i, y in enumerate(ReferenceEvaluator(m).run(None, {"x": x})):
+        np.save(os.path.join(d, f"output_{i}.npy"), y)
+
+
+def main(out):
+    c = 4
+    case(out, "batchnorm", "BatchNormalization", f32(1, c, 5, 5), [
+        ("scale", f32(c)), ("bias", f32(c)), ("mean", f32(c)),
+        ("var", np.abs(f32(c)) + 0.5)])
+    case(out, "conv_transpose", "ConvTranspose", f32(1, c, 5, 5), [("w", f32(c, 3, 3, 3, scale=0.3))],
+         {"strides": [2, 2], "pads": [1, 1, 1, 1]})
+    case(out, "cumsum", "CumSum", f32(3, 6), [("axis", np.array(1, np.int64))])
+    case(out, "cumsum_exclusive", "CumSum", f32(3, 6), [("axis", np.array(0, np.int64))],
+         {"exclusive": 1})
+    case(out, "einsum_matmul", "Einsum", f32(2, 3, 4), [("w", f32(2, 4, 5))], {"equation": "bij,bjk->bik"})
+    case(out, "group_norm", "GroupNormalization", f32(1, c, 3, 3), [("scale", f32(c)), ("bias", f32(c))],
+         {"num_groups": 2}, opset=21)
+    case(out, "resize_nearest", "Resize", f32(1, 2, 3, 4),
+         [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
+         # HTP validates nearest Resize only in this combination (the default half_pixel /
+         # round_prefer_floor fails validation with "expected equal to 2").
+         {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"})
+    case(out, "resize_linear", "Resize", f32(1, 2, 3, 4),
+         [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
+         {"mode": "linear"})
+    case(out, "tile", "Tile", f32(2, 3), [("repeats", np.array([2, 3], np.int64))])
+    case(out, "topk", "TopK", f32(3, 8), [("k", np.array([3], np.int64))], outputs=2)
+    case(out, "upsample", "Upsample", f32(1, 2, 3, 3), [("scales", np.array([1, 1, 2, 2], np.float32))],
+         {"mode": "nearest"}, opset=9)
+    # A constant int8 tensor dequantized (folded into float weights) feeding a MatMul.
+    q = rng.integers(-100, 100, (4, 3)).astype(np.int8)
+    dq = helper.make_node("DequantizeLinear", ["q", "s", "z"], ["w"])
+    mm = helper.make_node("MatMul", ["x", "w"], ["y0"])
+    g = helper.make_graph(
+        [dq, mm], "dequantize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(q, "q"), numpy_helper.from_array(np.array(0.01, np.float32), "s"),
+         numpy_helper.from_array(np.array(3, np.int8), "z")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 8
+    d = os.path.join(out, "dequantize_linear")
+    os.makedirs(d, exist_ok=True)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    x = f32(2, 4)
+    np.save(os.path.join(d, "input_0.npy"), x)
+    np.save(os.path.join(d, "output_0.npy"), ReferenceEvaluator(m).run(None, {"x": x})[0])
+    print(f"{len(os.listdir(out))} cases in {out}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: {sys.argv[0]} OUT_DIR")
+    main(sys.argv[1])

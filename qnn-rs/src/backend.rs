@@ -4,6 +4,9 @@ use std::ffi::c_char;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use qnn_sys::loader::{
+    missing_htp_companions_in, needs_device_files, CompanionEnv, FileList, Os, RealFiles,
+};
 use qnn_sys::{BackendLibrary, Handle, LibraryKind, SystemLibrary};
 
 use crate::api::{owned_str, qnn_call, Api};
@@ -83,7 +86,7 @@ pub(crate) struct BackendInner {
     pub(crate) kind: BackendKind,
     pub(crate) log: Handle,
     pub(crate) handle: Handle,
-    path: PathBuf,
+    pub(crate) path: PathBuf,
     provider_name: String,
     api_version: qnn_sys::ApiVersion,
     system: OnceLock<std::result::Result<Arc<SystemLibrary>, String>>,
@@ -175,7 +178,7 @@ impl Backend {
         if let Err(e) = created {
             // SAFETY: `log` is ours and unused elsewhere.
             let _ = unsafe { qnn_call!(api, logFree(log)) };
-            return Err(e);
+            return Err(with_missing_device_files(e, kind, &path, || None));
         }
         Ok(Backend {
             inner: Arc::new(BackendInner {
@@ -327,6 +330,76 @@ impl Backend {
     }
 }
 
+/// What the device-side file check reads about this machine: OS, CPU, environment, filesystem.
+/// Unit tests substitute a fake one (`TEST_HOST`) to exercise the device paths on x86_64.
+#[derive(Debug, Clone)]
+pub(crate) struct Host {
+    pub(crate) os: Os,
+    pub(crate) cpu_arch: String,
+    pub(crate) env: CompanionEnv,
+    /// `None`: the real filesystem.
+    pub(crate) files: Option<FileList>,
+}
+
+#[cfg(test)]
+thread_local! {
+    pub(crate) static TEST_HOST: std::cell::RefCell<Option<Host>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Host {
+    pub(crate) fn current() -> Host {
+        #[cfg(test)]
+        if let Some(h) = TEST_HOST.with(|h| h.borrow().clone()) {
+            return h;
+        }
+        Host {
+            os: Os::current(),
+            cpu_arch: std::env::consts::ARCH.to_string(),
+            env: CompanionEnv::from_process(),
+            files: None,
+        }
+    }
+
+    fn missing_htp_files(&self, library: &Path, arch: Option<u32>) -> Option<String> {
+        match &self.files {
+            Some(f) => missing_htp_companions_in(library, self.os, arch, &self.env, f),
+            None => missing_htp_companions_in(library, self.os, arch, &self.env, &RealFiles),
+        }
+    }
+}
+
+/// For a failed `backendCreate`/`deviceCreate` of the HTP backend on a device (not the x86_64
+/// emulator, which needs no stub or skel), adds the device-side files that are missing to the
+/// error's context: `deviceCreate failed for <what>, with HTP v73 files missing:
+/// libQnnHtpV73Skel.so (skel; looked for in ADSP_LIBRARY_PATH: ...): <code>`. `arch` gives the
+/// HTP arch when known (only asked on a device); otherwise every arch whose stub sits beside
+/// the library is checked. Other errors, and errors with nothing missing, pass unchanged.
+pub(crate) fn with_missing_device_files(
+    err: Error,
+    kind: BackendKind,
+    library: &Path,
+    arch: impl FnOnce() -> Option<u32>,
+) -> Error {
+    if kind != BackendKind::Htp {
+        return err;
+    }
+    let host = Host::current();
+    if !needs_device_files(&host.cpu_arch) {
+        return err;
+    }
+    let Error::Api(mut api) = err else {
+        return err;
+    };
+    if let Some(missing) = host.missing_htp_files(library, arch()) {
+        let what = api
+            .context
+            .take()
+            .unwrap_or_else(|| library.display().to_string());
+        api.context = Some(format!("{what}, with {missing}"));
+    }
+    Error::Api(api)
+}
+
 /// Whether `kind` can be opened and initialised here (library found, provider compatible and
 /// `backendCreate` succeeds). Never panics.
 pub fn probe(kind: BackendKind) -> bool {
@@ -344,7 +417,7 @@ mod fake_tests {
     use qnn_sys::{Config, CoreFunctions, ErrorHandle, Handle, OpConfig, Tensor};
 
     use super::*;
-    use crate::{Context, DataType, GraphOptions, Node};
+    use crate::{Context, DataType, Device, DeviceOptions, GraphOptions, Node};
 
     static NEXT_ID: AtomicU32 = AtomicU32::new(1);
     static CONTEXT_FREES: AtomicU32 = AtomicU32::new(0);
@@ -444,6 +517,174 @@ mod fake_tests {
             LogLevel::Warn,
         )
         .unwrap()
+    }
+
+    unsafe extern "C" fn backend_create_fails(
+        _: Handle,
+        _: *const *const Config,
+        _: *mut Handle,
+    ) -> ErrorHandle {
+        4000
+    }
+    unsafe extern "C" fn device_create_fails(
+        _: Handle,
+        _: *const *const Config,
+        _: *mut Handle,
+    ) -> ErrorHandle {
+        14002
+    }
+
+    /// A fake device host for this thread (dropped at the end of the test).
+    struct FakeHost;
+    impl FakeHost {
+        fn set(os: qnn_sys::loader::Os, cpu: &str, adsp: Option<&str>, files: &[&str]) -> FakeHost {
+            let host = Host {
+                os,
+                cpu_arch: cpu.to_string(),
+                env: CompanionEnv {
+                    adsp_library_path: adsp.map(str::to_string),
+                    ..Default::default()
+                },
+                files: Some(FileList(files.iter().map(PathBuf::from).collect())),
+            };
+            TEST_HOST.with(|h| *h.borrow_mut() = Some(host));
+            FakeHost
+        }
+    }
+    impl Drop for FakeHost {
+        fn drop(&mut self) {
+            TEST_HOST.with(|h| *h.borrow_mut() = None);
+        }
+    }
+
+    fn backend_at(path: &str, f: CoreFunctions) -> Result<Backend> {
+        Backend::from_api(
+            Api::from_table(f, "fake"),
+            BackendKind::Htp,
+            path.into(),
+            "FAKE".into(),
+            Default::default(),
+            LogLevel::Warn,
+        )
+    }
+
+    fn table() -> CoreFunctions {
+        // SAFETY: an all-NULL table is valid: every slot is an Option.
+        let mut f: CoreFunctions = unsafe { std::mem::zeroed() };
+        f.logCreate = Some(log_create);
+        f.logFree = Some(free1);
+        f.backendCreate = Some(backend_create);
+        // Not `backend_free`: `missing_slot_is_not_provided_and_handles_are_freed` counts those.
+        f.backendFree = Some(free1);
+        f.deviceCreate = Some(device_create_fails);
+        f
+    }
+
+    #[test]
+    fn failed_backend_create_on_a_device_names_the_missing_skel() {
+        use qnn_sys::loader::Os;
+        let mut f = table();
+        f.backendCreate = Some(backend_create_fails);
+        let lib = "/data/local/tmp/qnn/libQnnHtp.so";
+        let files = [lib, "/data/local/tmp/qnn/libQnnHtpV75Stub.so"];
+        let _host = FakeHost::set(Os::Android, "aarch64", Some("/data/local/tmp/qnn"), &files);
+        let err = backend_at(lib, f).unwrap_err();
+        assert_eq!(err.code(), Some(4000));
+        let text = err.to_string();
+        assert!(
+            text.starts_with(
+                "backendCreate failed for /data/local/tmp/qnn/libQnnHtp.so, with HTP v75 files \
+                 missing: libQnnHtpV75Skel.so (skel; looked for in ADSP_LIBRARY_PATH: \
+                 /data/local/tmp/qnn)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("QNN_BACKEND_ERROR_CANNOT_INITIALIZE (4000, Backend)"),
+            "{text}"
+        );
+
+        // With the skel in place there is nothing to add.
+        let files = [
+            lib,
+            "/data/local/tmp/qnn/libQnnHtpV75Stub.so",
+            "/data/local/tmp/qnn/libQnnHtpV75Skel.so",
+        ];
+        let _host = FakeHost::set(Os::Android, "aarch64", Some("/data/local/tmp/qnn"), &files);
+        let text = backend_at(lib, f).unwrap_err().to_string();
+        assert_eq!(
+            text,
+            "backendCreate failed: QNN_BACKEND_ERROR_CANNOT_INITIALIZE (4000, Backend)"
+        );
+    }
+
+    #[test]
+    fn failed_device_create_on_windows_names_files_for_the_soc_arch() {
+        use qnn_sys::loader::Os;
+        let lib = "C:/qnnx/runtime/qnn/QnnHtp.dll";
+        // Stubs for v68 and v73 beside the DLL, no skel or catalog: SoC 60 is v73, and without
+        // platform info (the fake has none) its arch decides which files are named.
+        let files = [
+            lib,
+            "C:/qnnx/runtime/qnn/QnnHtpV68Stub.dll",
+            "C:/qnnx/runtime/qnn/QnnHtpV73Stub.dll",
+        ];
+        let _host = FakeHost::set(Os::Windows, "aarch64", None, &files);
+        let backend = backend_at(lib, table()).unwrap();
+        let options = DeviceOptions {
+            soc_model: Some(60),
+            arch: None,
+        };
+        let err = Device::new(&backend, &options)
+            .err()
+            .expect("deviceCreate fails");
+        assert_eq!(err.code(), Some(14002));
+        let text = err.to_string();
+        assert!(
+            text.starts_with("deviceCreate failed for DeviceOptions"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "with HTP v73 files missing: libQnnHtpV73Skel.so (skel; looked for beside the HTP \
+                 library: C:/qnnx/runtime/qnn), libqnnhtpv73.cat (skel catalog;"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("V68") && !text.contains("Stub"), "{text}");
+        assert!(text.ends_with("(14002, Device)"), "{text}");
+    }
+
+    #[test]
+    fn the_x86_64_emulator_and_other_backends_get_no_device_file_check() {
+        use qnn_sys::loader::Os;
+        let mut f = table();
+        f.backendCreate = Some(backend_create_fails);
+        let lib = "/opt/qnn/libQnnHtp.so";
+        let _host = FakeHost::set(Os::Linux, "x86_64", None, &[lib]);
+        let text = backend_at(lib, f).unwrap_err().to_string();
+        assert_eq!(
+            text,
+            "backendCreate failed: QNN_BACKEND_ERROR_CANNOT_INITIALIZE (4000, Backend)"
+        );
+        // On a device, the GPU backend is not checked for HTP files either.
+        let _host = FakeHost::set(Os::Linux, "aarch64", None, &[lib]);
+        let err = Backend::from_api(
+            Api::from_table(f, "fake"),
+            BackendKind::Gpu,
+            "/opt/qnn/libQnnGpu.so".into(),
+            "FAKE".into(),
+            Default::default(),
+            LogLevel::Warn,
+        )
+        .unwrap_err();
+        assert!(!err.to_string().contains("missing"), "{err}");
+        // ...while the HTP backend there is: no stub at all beside it.
+        let text = backend_at(lib, f).unwrap_err().to_string();
+        assert!(
+            text.contains("with no HTP stub beside /opt/qnn/libQnnHtp.so"),
+            "{text}"
+        );
     }
 
     #[test]

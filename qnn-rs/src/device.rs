@@ -6,7 +6,7 @@ use qnn_sys::htp::{device_option, DeviceArch, DeviceCustomConfig, DeviceCustomVa
 use qnn_sys::Handle;
 
 use crate::api::qnn_call;
-use crate::backend::{Backend, BackendInner, BackendKind};
+use crate::backend::{with_missing_device_files, Backend, BackendInner, BackendKind};
 use crate::error::{Error, Result};
 
 /// Device configuration. For HTP, `soc_model` selects the target SoC (`Qnn_SocModel_t`, for
@@ -95,7 +95,27 @@ impl Device {
         // SAFETY: `list` is NULL-terminated and points at configs that live until after the call.
         unsafe {
             qnn_call!(b.api, deviceCreate(b.log, list_ptr, &mut handle); || format!("{options:?}"))
-        }?;
+        }
+        .map_err(|e| {
+            // The error (and the QNN log lines of the call) is complete: only now may more QNN
+            // calls run. The device's own arch first, then the one asked for.
+            with_missing_device_files(e, b.kind, &b.path, || {
+                let platform = backend.platform_info().ok().and_then(|devices| {
+                    devices
+                        .iter()
+                        .find_map(|d| d.htp.map(|h| h.arch))
+                        .filter(|&a| a > 0)
+                });
+                platform
+                    .or_else(|| {
+                        options
+                            .soc_model
+                            .and_then(crate::soc::by_model)
+                            .map(|s| s.arch)
+                    })
+                    .or(options.arch)
+            })
+        })?;
         Ok(Device {
             inner: Arc::new(DeviceInner {
                 backend: b.clone(),

@@ -4,6 +4,8 @@
 
 mod common;
 
+// The test reads /proc/self/statm, so it and its imports exist on Linux only.
+#[cfg(target_os = "linux")]
 use qnn::{Context, DataType, GraphOptions, Input, Node, Output};
 
 #[cfg(target_os = "linux")]

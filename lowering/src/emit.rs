@@ -2,9 +2,18 @@
 //! the steps documented in [`crate::plan`]: tensors in plan order, tensor params registered by
 //! the builder, every op validated by the backend before it is added (a failure names the ONNX
 //! node it came from), then finalize.
+//!
+//! [`compile`] is the whole path from ONNX bytes to a finalized graph through the persistent
+//! context-binary cache ([`qnn::cache`]), shared by the `qnnx` command and the Python package so
+//! both compute the same keys and read each other's entries.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
 
 use crate::plan::{DType, Param, Plan, PlanIo, Scalar, TensorKind};
-use crate::LowerError;
+use crate::{LowerError, LowerOptions};
 
 /// A finalized QNN graph and the model I/O it binds.
 pub struct Emitted {
@@ -122,6 +131,17 @@ pub fn emit(
     })
 }
 
+/// One input buffer as [`qnn::Graph::execute`] takes it: the graph tensor's dtype and bytes.
+pub type GraphBuffer<'a> = (qnn::DataType, Cow<'a, [u8]>);
+
+/// Why a NaN input is refused (see [`qnn::first_nan`]).
+pub fn nan_message(input: &str, index: usize) -> String {
+    format!(
+        "input {input:?}: element {index} is NaN; the HTP computes in saturating fp16 and would \
+         return a finite number instead of NaN"
+    )
+}
+
 /// A host tensor in the model's own dtype (int64 included): what callers pass and receive.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostTensor {
@@ -156,54 +176,7 @@ impl Emitted {
     /// Runs the graph on host tensors in the model's dtypes, converting at the boundary where
     /// the graph narrowed int64 I/O to int32 (values outside int32 are an error, never wrapped).
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>, LowerError> {
-        let bad = |m: String| LowerError::Qnn {
-            node: None,
-            source: Box::new(qnn::Error::InvalidArgument(m)),
-        };
-        if inputs.len() != self.inputs.len() {
-            return Err(bad(format!(
-                "the model takes {} inputs, got {}",
-                self.inputs.len(),
-                inputs.len()
-            )));
-        }
-        let mut converted: Vec<(qnn::DataType, std::borrow::Cow<[u8]>)> =
-            vec![(qnn::DataType::U8, std::borrow::Cow::Borrowed(&[][..])); inputs.len()];
-        for ((io, t), &slot) in self.inputs.iter().zip(inputs).zip(&self.input_slots) {
-            let info = &self.graph.inputs()[slot];
-            if t.dtype != io.host_dtype {
-                return Err(bad(format!(
-                    "input {:?} is {} but the model declares {}",
-                    io.onnx_name,
-                    t.dtype.name(),
-                    io.host_dtype.name()
-                )));
-            }
-            let want: Vec<usize> = info.dims.iter().map(|&d| d as usize).collect();
-            if t.shape != want && !(t.shape.is_empty() && want == [1]) {
-                return Err(bad(format!(
-                    "input {:?} has shape {:?}; the compiled graph takes {:?}",
-                    io.onnx_name, t.shape, want
-                )));
-            }
-            let bytes = if io.host_dtype == crate::DType::I64 && info.dtype == qnn::DataType::I32 {
-                let mut out = Vec::with_capacity(t.data.len() / 2);
-                for c in t.data.chunks_exact(8) {
-                    let v = i64::from_le_bytes(c.try_into().expect("8 bytes"));
-                    let v = i32::try_from(v).map_err(|_| {
-                        bad(format!(
-                            "input {:?}: value {v} does not fit the int32 the HTP computes in",
-                            io.onnx_name
-                        ))
-                    })?;
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-                std::borrow::Cow::Owned(out)
-            } else {
-                std::borrow::Cow::Borrowed(&t.data[..])
-            };
-            converted[slot] = (info.dtype, bytes);
-        }
+        let converted = self.graph_inputs(inputs)?;
         let mut outs: Vec<Vec<u8>> = self
             .graph
             .outputs()
@@ -229,14 +202,83 @@ impl Emitted {
                     source: Box::new(e),
                 })?;
         }
+        Ok(self.host_outputs(outs))
+    }
+
+    /// Host tensors in ONNX order checked against the graph and converted to what
+    /// [`qnn::Graph::execute`] takes: one (dtype, bytes) per graph input, in graph order. Only
+    /// int64 inputs narrowed to int32 are copied.
+    pub fn graph_inputs<'a>(
+        &self,
+        inputs: &'a [HostTensor],
+    ) -> Result<Vec<GraphBuffer<'a>>, LowerError> {
+        let bad = |m: String| LowerError::Qnn {
+            node: None,
+            source: Box::new(qnn::Error::InvalidArgument(m)),
+        };
+        if inputs.len() != self.inputs.len() {
+            return Err(bad(format!(
+                "the model takes {} inputs, got {}",
+                self.inputs.len(),
+                inputs.len()
+            )));
+        }
+        let mut converted: Vec<GraphBuffer> =
+            vec![(qnn::DataType::U8, Cow::Borrowed(&[][..])); inputs.len()];
+        for ((io, t), &slot) in self.inputs.iter().zip(inputs).zip(&self.input_slots) {
+            let info = &self.graph.inputs()[slot];
+            if t.dtype != io.host_dtype {
+                return Err(bad(format!(
+                    "input {:?} is {} but the model declares {}",
+                    io.onnx_name,
+                    t.dtype.name(),
+                    io.host_dtype.name()
+                )));
+            }
+            let want: Vec<usize> = info.dims.iter().map(|&d| d as usize).collect();
+            if t.shape != want && !(t.shape.is_empty() && want == [1]) {
+                return Err(bad(format!(
+                    "input {:?} has shape {:?}; the compiled graph takes {:?}",
+                    io.onnx_name, t.shape, want
+                )));
+            }
+            if let Some(i) = qnn::first_nan(info.dtype, &t.data) {
+                return Err(bad(nan_message(&io.onnx_name, i)));
+            }
+            let bytes = if io.host_dtype == crate::DType::I64 && info.dtype == qnn::DataType::I32 {
+                let mut out = Vec::with_capacity(t.data.len() / 2);
+                for c in t.data.chunks_exact(8) {
+                    let v = i64::from_le_bytes(c.try_into().expect("8 bytes"));
+                    let v = i32::try_from(v).map_err(|_| {
+                        bad(format!(
+                            "input {:?}: value {v} does not fit the int32 the HTP computes in",
+                            io.onnx_name
+                        ))
+                    })?;
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                Cow::Owned(out)
+            } else {
+                Cow::Borrowed(&t.data[..])
+            };
+            converted[slot] = (info.dtype, bytes);
+        }
+        Ok(converted)
+    }
+
+    /// Output buffers in graph order (as [`qnn::Graph::execute`] filled them) as host tensors in
+    /// ONNX order and the model's dtypes (int32 widened back to int64 where it was narrowed).
+    pub fn host_outputs(&self, outs: Vec<Vec<u8>>) -> Vec<HostTensor> {
         let mut outs: Vec<Option<Vec<u8>>> = outs.into_iter().map(Some).collect();
-        Ok(self
-            .outputs
+        self.outputs
             .iter()
             .zip(&self.output_slots)
             .map(|(io, &slot)| {
                 let info = &self.graph.outputs()[slot];
-                let data = outs[slot].take().unwrap_or_default();
+                let data = outs
+                    .get_mut(slot)
+                    .and_then(Option::take)
+                    .unwrap_or_default();
                 let data = if io.host_dtype == crate::DType::I64 && info.dtype == qnn::DataType::I32
                 {
                     data.chunks_exact(4)
@@ -254,6 +296,313 @@ impl Emitted {
                     data,
                 }
             })
-            .collect())
+            .collect()
     }
+
+    /// The model I/O binding stored with a cache entry (`extra["io"]`), so a hit needs no
+    /// lowering: for each input and output in ONNX order, `[name, model dtype, graph slot]`.
+    pub fn io_binding_json(&self) -> String {
+        let side = |ios: &[PlanIo], slots: &[usize]| -> Vec<serde_json::Value> {
+            ios.iter()
+                .zip(slots)
+                .map(|(io, s)| serde_json::json!([io.onnx_name, io.host_dtype.name(), s]))
+                .collect()
+        };
+        serde_json::json!({
+            "inputs": side(&self.inputs, &self.input_slots),
+            "outputs": side(&self.outputs, &self.output_slots),
+        })
+        .to_string()
+    }
+
+    /// Binds `graph` (loaded from a context binary) to the model I/O described by
+    /// [`Emitted::io_binding_json`]; `None` if the text does not parse or names slots the graph
+    /// does not have.
+    pub fn from_io_binding(graph: qnn::Graph, json: &str) -> Option<Emitted> {
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        let side = |key: &str| -> Option<(Vec<PlanIo>, Vec<usize>)> {
+            let mut ios = Vec::new();
+            let mut slots = Vec::new();
+            for item in v.get(key)?.as_array()? {
+                let a = item.as_array()?;
+                ios.push(PlanIo {
+                    tensor: 0,
+                    onnx_name: a.first()?.as_str()?.to_string(),
+                    host_dtype: crate::DType::from_name(a.get(1)?.as_str()?)?,
+                });
+                slots.push(usize::try_from(a.get(2)?.as_u64()?).ok()?);
+            }
+            Some((ios, slots))
+        };
+        let (inputs, input_slots) = side("inputs")?;
+        let (outputs, output_slots) = side("outputs")?;
+        if input_slots.iter().any(|&s| s >= graph.inputs().len())
+            || output_slots.iter().any(|&s| s >= graph.outputs().len())
+        {
+            return None;
+        }
+        Some(Emitted {
+            graph,
+            inputs,
+            outputs,
+            input_slots,
+            output_slots,
+        })
+    }
+}
+
+/// What [`compile`] builds besides the model. Every field but `base_dir` is part of the cache
+/// key.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompileOptions {
+    /// The graph's name in the context (the Python package uses `qnnx`).
+    pub name: String,
+    /// [`LowerOptions::fp16`]: float weights and activations stored as f16 in the graph.
+    pub fp16: bool,
+    /// [`LowerOptions::input_shapes`]: static shapes for inputs with symbolic dims.
+    pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// HTP finalize optimization level 1 to 3 ([`qnn::GraphOptions::opt_level`]).
+    pub opt_level: Option<u8>,
+    /// Where external data files are read from. Without it a model with external data is
+    /// rejected; with it such a model is never cached (the key covers the ONNX bytes only).
+    pub base_dir: Option<PathBuf>,
+}
+
+/// The steps of [`compile_with_progress`], reported as each one starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Looking the model up in the cache.
+    CacheLookup,
+    /// ONNX to a QNN plan ([`crate::lower`]).
+    Lower,
+    /// Building and finalizing the QNN graph: the long part for large models.
+    Finalize,
+    /// Serialising the context and storing it in the cache.
+    CacheStore,
+}
+
+/// A finalized graph and its context, compiled or loaded from the cache.
+pub struct Compiled {
+    pub emitted: Emitted,
+    pub context: qnn::Context,
+    /// Milliseconds spent lowering (0 on a cache hit).
+    pub lower_ms: f64,
+    /// Milliseconds spent building and finalizing the QNN graph (0 on a cache hit).
+    pub finalize_ms: f64,
+    /// Milliseconds spent loading the context binary from the cache (0 when compiled).
+    pub load_ms: f64,
+    /// Whether the graph came from the cache.
+    pub from_cache: bool,
+    /// The cache key, when a cache was used.
+    pub cache_key: Option<qnn::cache::CacheKey>,
+    /// Cache problems that cost time, not correctness (an entry that could not be loaded and
+    /// was dropped, an entry that could not be stored), for the caller to log.
+    pub warnings: Vec<String>,
+}
+
+fn qnn_failure(source: qnn::Error) -> LowerError {
+    LowerError::Qnn {
+        node: None,
+        source: Box::new(source),
+    }
+}
+
+fn backend_name(backend: &qnn::Backend) -> &'static str {
+    match backend.kind() {
+        qnn::BackendKind::Gpu => "gpu",
+        _ => "htp",
+    }
+}
+
+/// The cache key of `onnx` compiled on `backend`/`device` with `opts`: the model bytes, backend,
+/// SoC and arch of the device, QNN build id, and the settings `graph_name`, `fp16`, `opt_level`
+/// (and `input_shapes` when given).
+pub fn cache_key(
+    backend: &qnn::Backend,
+    device: &qnn::Device,
+    onnx: &[u8],
+    opts: &CompileOptions,
+) -> Result<qnn::cache::CacheKey, LowerError> {
+    let build = backend.build_id().map_err(qnn_failure)?;
+    let dev = device.options();
+    let mut b = qnn::cache::CacheKey::builder()
+        .model(onnx)
+        .backend(backend_name(backend))
+        .qnn_build_id(&build)
+        .setting("graph_name", &opts.name)
+        .setting("fp16", &opts.fp16.to_string())
+        .setting("opt_level", &format!("{:?}", opts.opt_level));
+    if let Some(s) = dev.soc_model {
+        b = b.soc_model(s);
+    }
+    if let Some(a) = dev.arch {
+        b = b.arch(a);
+    }
+    if !opts.input_shapes.is_empty() {
+        let shapes: Vec<String> = opts
+            .input_shapes
+            .iter()
+            .map(|(name, dims)| {
+                let dims: Vec<String> = dims.iter().map(usize::to_string).collect();
+                format!("{name}={}", dims.join(","))
+            })
+            .collect();
+        b = b.setting("input_shapes", &shapes.join(";"));
+    }
+    Ok(b.build())
+}
+
+/// Loads graph `name` of the cache entry `key`. `Ok(None)` is a miss. `Err` carries a warning
+/// for the caller to log and is a miss too: the lookup failed, or QNN rejected the entry's
+/// binary or its I/O binding, in which case the entry has been removed so the next compile
+/// replaces it.
+pub fn load_cached(
+    backend: &qnn::Backend,
+    device: &qnn::Device,
+    cache: &qnn::cache::Cache,
+    key: &qnn::cache::CacheKey,
+    name: &str,
+) -> Result<Option<Compiled>, String> {
+    let entry = match cache.get(key) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("cache lookup failed, compiling instead: {e}")),
+    };
+    let t = Instant::now();
+    let loaded = (|| {
+        let io = entry.meta().extra.get("io")?;
+        let context = entry.load(backend, Some(device)).ok()?;
+        let graph = context.graph(name).ok()?;
+        Some((Emitted::from_io_binding(graph, io)?, context))
+    })();
+    match loaded {
+        Some((emitted, context)) => Ok(Some(Compiled {
+            emitted,
+            context,
+            lower_ms: 0.0,
+            finalize_ms: 0.0,
+            load_ms: t.elapsed().as_secs_f64() * 1e3,
+            from_cache: true,
+            cache_key: Some(key.clone()),
+            warnings: Vec::new(),
+        })),
+        None => {
+            let _ = cache.invalidate(key);
+            Err(format!(
+                "cache entry {key} could not be loaded; rebuilding it"
+            ))
+        }
+    }
+}
+
+/// [`compile_with_progress`] without progress reports.
+pub fn compile(
+    backend: &qnn::Backend,
+    device: &qnn::Device,
+    onnx: &[u8],
+    opts: &CompileOptions,
+    cache: Option<&qnn::cache::Cache>,
+) -> Result<Compiled, LowerError> {
+    compile_with_progress(backend, device, onnx, opts, cache, &mut |_| {})
+}
+
+/// Lowers `onnx` for `backend` and builds and finalizes graph `opts.name` in a new context on
+/// `device`. With a cache, an entry for the same key is loaded instead (no lowering, no
+/// finalize), and a newly compiled graph is stored with its I/O binding; a cache that cannot be
+/// read or written costs time, not correctness, and is reported in [`Compiled::warnings`].
+/// `progress` is called as each [`Stage`] starts.
+pub fn compile_with_progress(
+    backend: &qnn::Backend,
+    device: &qnn::Device,
+    onnx: &[u8],
+    opts: &CompileOptions,
+    cache: Option<&qnn::cache::Cache>,
+    progress: &mut dyn FnMut(Stage),
+) -> Result<Compiled, LowerError> {
+    let mut warnings = Vec::new();
+    let external = cache.is_some() && opts.base_dir.is_some() && uses_external_data(onnx);
+    if external {
+        warnings.push(
+            "the model keeps weights in external data files, which the cache key does not \
+             cover: compiled without the cache"
+                .to_string(),
+        );
+    }
+    let cache = cache.filter(|_| !external);
+    let key = match cache {
+        Some(_) => Some(cache_key(backend, device, onnx, opts)?),
+        None => None,
+    };
+    if let (Some(cache), Some(key)) = (cache, &key) {
+        progress(Stage::CacheLookup);
+        match load_cached(backend, device, cache, key, &opts.name) {
+            Ok(Some(c)) => return Ok(c),
+            Ok(None) => {}
+            Err(w) => warnings.push(w),
+        }
+    }
+    progress(Stage::Lower);
+    let start = Instant::now();
+    let lower_opts = LowerOptions {
+        backend: match backend.kind() {
+            qnn::BackendKind::Gpu => crate::Backend::Gpu,
+            _ => crate::Backend::Htp,
+        },
+        fp16: opts.fp16,
+        input_shapes: opts.input_shapes.clone(),
+    };
+    let source = crate::ModelSource::Bytes {
+        bytes: onnx.to_vec(),
+        base_dir: opts.base_dir.clone(),
+    };
+    let plan = crate::lower(source, &lower_opts)?;
+    let lower_ms = start.elapsed().as_secs_f64() * 1e3;
+    progress(Stage::Finalize);
+    let context = qnn::Context::new(backend, Some(device)).map_err(qnn_failure)?;
+    let start = Instant::now();
+    let graph_options = qnn::GraphOptions {
+        opt_level: opts.opt_level,
+        ..Default::default()
+    };
+    let emitted = emit(&context, &opts.name, &plan, &graph_options)?;
+    let finalize_ms = start.elapsed().as_secs_f64() * 1e3;
+    if let (Some(cache), Some(key)) = (cache, &key) {
+        progress(Stage::CacheStore);
+        let stored = (|| -> Result<(), String> {
+            let binary = context.to_binary().map_err(|e| e.to_string())?;
+            let system = backend.system().map_err(|e| e.to_string())?;
+            let info = qnn::binary_info(&system, &binary).map_err(|e| e.to_string())?;
+            let mut entry = qnn::cache::NewEntry::from_binary_info(backend_name(backend), &info);
+            entry.extra.insert("io".into(), emitted.io_binding_json());
+            cache.put(key, &binary, entry).map_err(|e| e.to_string())?;
+            Ok(())
+        })();
+        if let Err(e) = stored {
+            warnings.push(format!(
+                "could not store the compiled graph in the cache: {e}"
+            ));
+        }
+    }
+    Ok(Compiled {
+        emitted,
+        context,
+        lower_ms,
+        finalize_ms,
+        load_ms: 0.0,
+        from_cache: false,
+        cache_key: key,
+        warnings,
+    })
+}
+
+/// Whether any initializer of the model keeps its data in an external file (or the bytes do
+/// not decode, in which case lowering reports the problem).
+fn uses_external_data(onnx: &[u8]) -> bool {
+    use prost::Message;
+    let Ok(m) = crate::onnx::ModelProto::decode(onnx) else {
+        return true;
+    };
+    m.graph.iter().flat_map(|g| &g.initializer).any(|t| {
+        t.data_location == Some(crate::onnx::data_location::EXTERNAL) || !t.external_data.is_empty()
+    })
 }

@@ -52,7 +52,9 @@ pub use graph::{
 };
 pub use log::LogLevel;
 pub use system::{binary_info, BinaryInfo, GraphInfo};
-pub use tensor::{DataType, Element, Input, Output, Quantization, TensorInfo, TensorKind};
+pub use tensor::{
+    first_nan, DataType, Element, Input, Output, Quantization, TensorInfo, TensorKind,
+};
 
 pub use half::f16;
 pub use qnn_sys;

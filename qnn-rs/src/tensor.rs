@@ -423,6 +423,27 @@ impl<'a, T: Element> From<&'a mut Vec<T>> for Output<'a> {
     }
 }
 
+/// The index of the first NaN element of a float buffer (`None` for other types).
+///
+/// The HTP computes float graphs in saturating fp16 arithmetic: a NaN comes back as a large
+/// finite number (the emulator's Relu returned 65536), so callers that promise eager semantics
+/// refuse NaN inputs rather than return a silently different answer. Infinities are not
+/// refused: they saturate to the fp16 range like any large value, which is what masks with
+/// -inf rely on.
+pub fn first_nan(dtype: DataType, bytes: &[u8]) -> Option<usize> {
+    match dtype {
+        DataType::F32 => bytes
+            .chunks_exact(4)
+            .position(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_nan()),
+        // An f16 NaN has all exponent bits set and a non-zero mantissa.
+        DataType::F16 => bytes.chunks_exact(2).position(|c| {
+            let v = u16::from_le_bytes([c[0], c[1]]);
+            v & 0x7C00 == 0x7C00 && v & 0x03FF != 0
+        }),
+        _ => None,
+    }
+}
+
 /// Checks one buffer against its tensor: same dtype (QNN does not check it) and exactly the
 /// tensor's byte size (QNN neither checks nor honours `dataSize`, and writes past short output
 /// buffers: QNN-NOTES gotcha 8).
@@ -491,6 +512,26 @@ mod tests {
         );
         assert!(check_buffer(&t, DataType::F16, 512, "input").is_err());
         assert!(check_buffer(&t, DataType::F32, 516, "input").is_err());
+    }
+
+    #[test]
+    fn nan_elements_are_found_and_infinities_are_not() {
+        let f: Vec<u8> = [1.0f32, f32::INFINITY, f32::NAN]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(first_nan(DataType::F32, &f), Some(2));
+        let h: Vec<u8> = [f16::ONE, f16::NEG_INFINITY, f16::NAN]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(first_nan(DataType::F16, &h), Some(2));
+        let ok: Vec<u8> = [f16::MAX, f16::INFINITY]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(first_nan(DataType::F16, &ok), None);
+        assert_eq!(first_nan(DataType::I32, &[0xFF; 8]), None);
     }
 
     #[test]

@@ -1,123 +1,187 @@
 //! `qnnx`: compile ONNX models to QNN context binaries ahead of time, check which nodes a
-//! backend supports, inspect and run context binaries, and diagnose the QNN installation.
+//! backend supports, inspect and run context binaries, manage the context-binary cache, and
+//! diagnose the QNN installation.
 //!
-//! Exit codes: 0 success; 1 failure (the message says what to do); 2 bad command line;
-//! 3 `check` found unsupported nodes.
+//! Exit codes: 0 success; 1 failure (the message says what to do); 2 bad command line (unknown
+//! flag, SoC or architecture); 3 the model cannot run on the backend or target (`check` found
+//! unsupported nodes, or `compile`/`run` refused the model for the same reason).
 
+mod cache;
+mod compile;
 mod npy;
+mod progress;
+mod run;
+mod target;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use qnn::{Backend, BackendKind, BackendOptions, Context, DataType, Device, DeviceOptions};
+use qnn::{Backend, BackendKind, BackendOptions, DataType, Device, DeviceOptions};
 use serde_json::{json, Value};
+
+/// Exit code of a failure (the message says what to do).
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit code of a bad command line.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code when the model cannot run on the chosen backend or target.
+pub const EXIT_UNSUPPORTED: u8 = 3;
 
 #[derive(Parser)]
 #[command(
     name = "qnnx",
     version,
-    about = "Run and compile models for Qualcomm NPUs through QNN"
+    about = "Run and compile models for Qualcomm NPUs through QNN",
+    after_help = "Exit codes: 0 success, 1 failure, 2 bad command line, 3 the model cannot run on \
+                  the backend or target (unsupported nodes, float model on a v68-class SoC)."
 )]
-struct Cli {
-    /// Print machine-readable JSON instead of text.
+pub struct Cli {
+    /// Print machine-readable JSON on stdout instead of text (errors too: {"error": ...}).
     #[arg(long, global = true)]
-    json: bool,
+    pub json: bool,
     /// Path of the QNN backend library to use (otherwise the documented search order applies).
     #[arg(long, global = true, value_name = "PATH")]
-    qnn_lib: Option<PathBuf>,
+    pub qnn_lib: Option<PathBuf>,
+    /// Context-binary cache folder [default: $QNNX_CACHE_DIR, else ~/.cache/qnnx or the
+    /// platform's cache folder]; the Python package uses the same one.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Show which QNN libraries are found where, their build ids, and which backends start.
+    /// Show which QNN libraries are found where, their build ids, which backends start, and the
+    /// cache folder.
     Doctor,
+    /// Compile an ONNX model to a QNN context binary for a target SoC.
+    Compile(compile::CompileArgs),
+    /// List which nodes of an ONNX model lower to a backend and why the others do not (exit
+    /// code 3 when any does not).
+    Check(compile::CheckArgs),
     /// Describe a context binary: graphs, inputs and outputs, build id, SoC.
     Inspect {
         /// The context binary.
         model: PathBuf,
     },
-    /// Run a context binary with given or random inputs and report latency.
-    Run {
-        /// The context binary.
-        model: PathBuf,
-        /// The graph to run (default: the only graph, or the first).
-        #[arg(long)]
-        graph: Option<String>,
-        /// An input as NAME=FILE.npy; inputs not given are random.
-        #[arg(long = "input", value_name = "NAME=FILE")]
-        inputs: Vec<String>,
-        /// How many timed executions (after one warm-up).
-        #[arg(long, default_value_t = 10)]
-        runs: usize,
-        /// Where to write outputs as NAME.npy.
-        #[arg(long, short = 'o', default_value = "qnnx-outputs")]
-        output_dir: PathBuf,
-        /// Target SoC by name (SC8380XP, SM8650, ...) or model number.
-        #[arg(long)]
-        soc: Option<String>,
+    /// Run a context binary, or an ONNX model compiled in memory, with given or random inputs;
+    /// write the outputs as .npy and report latency.
+    Run(run::RunArgs),
+    /// List, clear or prune the context-binary cache.
+    Cache {
+        #[command(subcommand)]
+        action: cache::CacheAction,
     },
 }
 
-/// An error for the user: what went wrong and what to do.
-struct Failure(String);
-
-impl<E: std::fmt::Display> From<E> for Failure {
-    fn from(e: E) -> Failure {
-        Failure(e.to_string())
-    }
+/// An error for the user: what went wrong and what to do, and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub msg: String,
+    /// Extra fields for the JSON error object (such as the unsupported nodes).
+    pub details: Option<Value>,
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match &cli.command {
-        Command::Doctor => doctor(&cli),
-        Command::Inspect { model } => inspect(&cli, model),
-        Command::Run {
-            model,
-            graph,
-            inputs,
-            runs,
-            output_dir,
-            soc,
-        } => run(
-            &cli,
-            model,
-            graph.as_deref(),
-            inputs,
-            *runs,
-            output_dir,
-            soc.as_deref(),
-        ),
-    };
-    match result {
-        Ok(code) => code,
-        Err(Failure(msg)) => {
-            if cli.json {
-                println!("{}", json!({ "error": msg }));
-            } else {
-                eprintln!("qnnx: error: {msg}");
-            }
-            ExitCode::from(1)
+impl Failure {
+    pub fn new(msg: impl Into<String>) -> Failure {
+        Failure {
+            code: EXIT_FAILURE,
+            msg: msg.into(),
+            details: None,
+        }
+    }
+
+    pub fn usage(msg: impl Into<String>) -> Failure {
+        Failure {
+            code: EXIT_USAGE,
+            msg: msg.into(),
+            details: None,
+        }
+    }
+
+    pub fn unsupported(msg: impl Into<String>, details: Option<Value>) -> Failure {
+        Failure {
+            code: EXIT_UNSUPPORTED,
+            msg: msg.into(),
+            details,
         }
     }
 }
 
-fn emit(cli: &Cli, value: &Value, text: impl FnOnce() -> String) {
-    if cli.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(value).unwrap_or_default()
-        );
-    } else {
-        print!("{}", text());
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Failure {
+        Failure::new(e.to_string())
     }
 }
 
-fn backend(cli: &Cli, kind: BackendKind) -> Result<Backend, Failure> {
+fn init_logging() {
+    // QNN's own log (target `qnn`) has harmless ERROR lines on every graph; errors that matter
+    // reach us as return codes and are in our messages. QNNX_LOG takes the same syntax
+    // (`warn,qnn=info`) to see more.
+    let filter: tracing_subscriber::filter::Targets = std::env::var("QNNX_LOG")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            "warn,qnn=off,qnn::cache=warn"
+                .parse()
+                .expect("valid default filter")
+        });
+    use tracing_subscriber::layer::SubscriberExt;
+    let subscriber = tracing_subscriber::registry().with(filter).with(
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .without_time()
+            .with_target(false),
+    );
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match &cli.command {
+        Command::Doctor => doctor(&cli),
+        Command::Compile(args) => compile::compile(&cli, args),
+        Command::Check(args) => compile::check(&cli, args),
+        Command::Inspect { model } => inspect(&cli, model),
+        Command::Run(args) => run::run(&cli, args),
+        Command::Cache { action } => cache::cache(&cli, action),
+    };
+    match result {
+        Ok(code) => code,
+        Err(f) => {
+            if cli.json {
+                let mut v = json!({ "error": f.msg, "exit_code": f.code });
+                if let (Some(Value::Object(extra)), Value::Object(obj)) = (f.details, &mut v) {
+                    obj.extend(extra);
+                }
+                emit(&cli, &v, String::new);
+            } else {
+                eprintln!("qnnx: error: {}", f.msg);
+            }
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// Prints the command's result: `value` as JSON with `--json`, else `text`. A closed stdout
+/// (`qnnx ... | head`) is not an error.
+pub fn emit(cli: &Cli, value: &Value, text: impl FnOnce() -> String) {
+    let out = if cli.json {
+        serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
+    } else {
+        text()
+    };
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush());
+}
+
+pub fn backend(cli: &Cli, kind: BackendKind) -> Result<Backend, Failure> {
     Backend::open(
         kind,
         &BackendOptions {
@@ -126,28 +190,10 @@ fn backend(cli: &Cli, kind: BackendKind) -> Result<Backend, Failure> {
         },
     )
     .map_err(|e| {
-        Failure(format!(
+        Failure::new(format!(
             "{e}\nhint: run `qnnx doctor` to see where QNN libraries are looked for"
         ))
     })
-}
-
-fn device_options(soc: Option<&str>) -> Result<DeviceOptions, Failure> {
-    match soc {
-        None => Ok(DeviceOptions::host_default()),
-        Some(s) => {
-            let soc = qnn::soc::find(s).ok_or_else(|| {
-                Failure(format!(
-                    "unknown SoC {s:?}; known: {}",
-                    qnn::soc::known_names()
-                ))
-            })?;
-            Ok(DeviceOptions {
-                soc_model: Some(soc.model),
-                arch: None,
-            })
-        }
-    }
 }
 
 fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
@@ -179,7 +225,11 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
             },
         ) {
             Ok(b) => {
-                let dev = Device::new(&b, &DeviceOptions::host_default());
+                let options = match kind {
+                    BackendKind::Htp => DeviceOptions::host_default(),
+                    _ => DeviceOptions::default(),
+                };
+                let dev = Device::new(&b, &options);
                 let platform = b.platform_info().ok().and_then(|d| d.first().cloned());
                 json!({
                     "backend": format!("{kind:?}"),
@@ -199,7 +249,24 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
         };
         backends.push(entry);
     }
-    let report = json!({ "libraries": libs, "backends": backends });
+    // The HTP library in use (or the first one found) and the device's HTP arch, for the
+    // device-side files (stub, skel, catalog) it needs on a Snapdragon device.
+    let htp_library = backends[0]["library"]
+        .as_str()
+        .or(libs[0]["found"].as_str())
+        .map(PathBuf::from);
+    let htp_arch = backends[0]["platform_arch"]
+        .as_u64()
+        .map(|a| a as u32)
+        .filter(|&a| a > 0);
+    let (device_files, device_files_text) = htp_device_files(htp_library.as_deref(), htp_arch);
+    let cache = cache::summary(cli);
+    let report = json!({
+        "libraries": libs,
+        "backends": backends,
+        "htp_device_files": device_files,
+        "cache": cache,
+    });
     emit(cli, &report, || {
         let mut s = String::from("QNN libraries:\n");
         for l in &libs {
@@ -225,33 +292,138 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
                 s += &format!("  {name:<4} unavailable: {why}\n");
             }
         }
+        s += &device_files_text;
+        s += &format!("Cache:\n  {}\n", cache::describe(&cache));
         s += "Run `scripts/setup-runtime` (or set QNN_SDK_ROOT / QNN_LIB_DIR) if a library is missing.\n";
         s
     });
     Ok(ExitCode::SUCCESS)
 }
 
-fn dtype_name(d: DataType) -> String {
+/// `doctor`'s report of the HTP library's device-side files (`qnn-sys/README.md`): JSON and text.
+/// On x86_64 the library is the emulator and needs none. Elsewhere the files of `arch` (the
+/// device's, from platform info) are listed, or of every arch whose stub sits beside the
+/// library when the arch is unknown.
+fn htp_device_files(library: Option<&Path>, arch: Option<u32>) -> (Value, String) {
+    use qnn::qnn_sys::loader::{
+        htp_companions, missing_htp_companions_in, needs_device_files, stub_archs, CompanionEnv,
+        Files, Os, RealFiles,
+    };
+    let cpu = std::env::consts::ARCH;
+    if !needs_device_files(cpu) {
+        let why = format!("not needed on {cpu}: the HTP library is the emulator (no stub or skel)");
+        return (
+            json!({ "needed": false, "reason": why }),
+            format!("HTP device-side files:\n  {why}\n"),
+        );
+    }
+    let Some(library) = library else {
+        return (
+            json!({ "needed": true, "library": null, "files": [] }),
+            "HTP device-side files:\n  unknown: no HTP library found\n".into(),
+        );
+    };
+    let dir = library
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let archs = match arch {
+        Some(a) => vec![a],
+        None => stub_archs(Os::current(), RealFiles.names_in(dir)),
+    };
+    let mut files = Vec::new();
+    let mut text = format!(
+        "HTP device-side files (beside/for {}):\n",
+        library.display()
+    );
+    for &a in &archs {
+        for c in htp_companions(library, a).files {
+            let dirs: Vec<String> = c
+                .search
+                .dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            text += &format!(
+                "  v{a} {:<14} {:<26} {}\n",
+                c.role.describe(),
+                c.name,
+                match (&c.found, c.role.needed_to_start()) {
+                    (Some(d), _) => format!("found in {}", d.display()),
+                    (None, needed) => format!(
+                        "{} (looked for {}: {})",
+                        if needed {
+                            "MISSING"
+                        } else {
+                            "missing, needed to build graphs here"
+                        },
+                        c.search.rule,
+                        dirs.join(", ")
+                    ),
+                }
+            );
+            files.push(json!({
+                "arch": a,
+                "role": c.role.describe(),
+                "name": c.name,
+                "needed_to_start": c.role.needed_to_start(),
+                "rule": c.search.rule,
+                "searched": dirs,
+                "found": c.found,
+                "elsewhere": c.elsewhere,
+            }));
+        }
+    }
+    let missing = missing_htp_companions_in(
+        library,
+        Os::current(),
+        arch,
+        &CompanionEnv::from_process(),
+        &RealFiles,
+    );
+    if let Some(m) = &missing {
+        text += &format!("  => {m}\n");
+    }
+    (
+        json!({
+            "needed": true,
+            "library": library,
+            "archs": archs,
+            "arch_from": if arch.is_some() { "platform info" } else { "stubs beside the library" },
+            "files": files,
+            "missing": missing,
+        }),
+        text,
+    )
+}
+
+pub fn dtype_name(d: DataType) -> String {
     format!("{d:?}").to_lowercase()
 }
 
-fn tensor_json(t: &qnn::TensorInfo) -> Value {
+pub fn tensor_json(t: &qnn::TensorInfo) -> Value {
     json!({ "name": t.name, "dtype": dtype_name(t.dtype), "shape": t.dims, "id": t.id })
 }
 
 fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
-    let bytes = std::fs::read(model).map_err(|e| Failure(format!("{}: {e}", model.display())))?;
+    let bytes = read_file(model)?;
     let system = match &cli.qnn_lib {
         Some(lib) => backend(cli, BackendKind::Htp)
             .and_then(|b| b.system().map_err(Failure::from))
-            .map_err(|e| Failure(format!("{} (with --qnn-lib {})", e.0, lib.display())))?,
+            .map_err(|e| Failure::new(format!("{} (with --qnn-lib {})", e.msg, lib.display())))?,
         None => std::sync::Arc::new(qnn::qnn_sys::SystemLibrary::find(None)?),
     };
     let info = qnn::binary_info(&system, &bytes).map_err(|e| {
-        Failure(format!(
-            "{}: {e}\nhint: is this a QNN context binary?",
-            model.display()
-        ))
+        let hint = if lowering::Model::from_bytes(&bytes, None).is_ok() {
+            format!(
+                "this is an ONNX model: `qnnx compile {0}` makes a context binary, `qnnx run {0}` runs it",
+                model.display()
+            )
+        } else {
+            "is this a QNN context binary (from `qnnx compile` or QNN's context-binary-generator)?"
+                .into()
+        };
+        Failure::new(format!("{}: {e}\nhint: {hint}", model.display()))
     })?;
     let soc = info.soc_model.and_then(qnn::soc::by_model);
     let graphs: Vec<Value> = info
@@ -312,174 +484,13 @@ fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn random_array(t: &qnn::TensorInfo, seed: u64) -> npy::Array {
-    let mut s = seed
-        .wrapping_mul(6_364_136_223_846_793_005)
-        .wrapping_add(1_442_695_040_888_963_407);
-    let mut next = move || {
-        s = s
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (s >> 33) as u32
-    };
-    let n = t.num_elements();
-    let mut data = Vec::with_capacity(t.num_bytes());
-    for _ in 0..n {
-        let u = next();
-        let unit = u as f32 / u32::MAX as f32 * 2.0 - 1.0;
-        match t.dtype {
-            DataType::F32 => data.extend_from_slice(&unit.to_le_bytes()),
-            DataType::F16 => data.extend_from_slice(&half::f16::from_f32(unit).to_le_bytes()),
-            DataType::Bool => data.push((u & 1) as u8),
-            // Small non-negative integers: valid as indices for most index inputs.
-            d => {
-                let v = (u % 8) as u64;
-                data.extend_from_slice(&v.to_le_bytes()[..d.size()]);
-            }
-        }
-    }
-    npy::Array {
-        dtype: t.dtype,
-        shape: t.dims.iter().map(|&d| d as usize).collect(),
-        data,
-    }
-}
-
-fn run(
-    cli: &Cli,
-    model: &Path,
-    graph_name: Option<&str>,
-    inputs: &[String],
-    runs: usize,
-    output_dir: &Path,
-    soc: Option<&str>,
-) -> Result<ExitCode, Failure> {
-    let b = backend(cli, BackendKind::Htp)?;
-    let device = Device::new(&b, &device_options(soc)?)?;
-    let t = Instant::now();
-    let ctx = Context::from_file(&b, Some(&device), model)?;
-    let load_ms = t.elapsed().as_secs_f64() * 1e3;
-    let names = ctx.graph_names();
-    let name = match graph_name {
-        Some(n) => n.to_string(),
-        None => names
-            .first()
-            .cloned()
-            .ok_or(Failure("the context binary has no graphs".into()))?,
-    };
-    let graph = ctx.graph(&name)?;
-    let mut given = std::collections::HashMap::new();
-    for spec in inputs {
-        let (n, file) = spec
-            .split_once('=')
-            .ok_or_else(|| Failure(format!("--input {spec:?}: expected NAME=FILE.npy")))?;
-        given.insert(n.to_string(), npy::read(Path::new(file))?);
-    }
-    let mut arrays = Vec::new();
-    for (i, t) in graph.inputs().iter().enumerate() {
-        let a = match given.remove(&t.name) {
-            Some(a) => {
-                let dims: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
-                if a.dtype != t.dtype || a.shape != dims {
-                    return Err(Failure(format!(
-                        "input {:?}: file is {:?} {:?}, the graph wants {:?} {:?}",
-                        t.name, a.dtype, a.shape, t.dtype, dims
-                    )));
-                }
-                a
-            }
-            None => random_array(t, i as u64 + 1),
+/// Reads a whole file; the error names it.
+pub fn read_file(path: &Path) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::NotFound => "\nhint: check the path",
+            _ => "",
         };
-        arrays.push(a);
-    }
-    if let Some(extra) = given.keys().next() {
-        let names: Vec<_> = graph.inputs().iter().map(|t| t.name.clone()).collect();
-        return Err(Failure(format!(
-            "graph {name:?} has no input {extra:?}; inputs are {names:?}"
-        )));
-    }
-    let mut outs: Vec<Vec<u8>> = graph
-        .outputs()
-        .iter()
-        .map(|t| vec![0u8; t.num_bytes()])
-        .collect();
-    let exec = |outs: &mut Vec<Vec<u8>>| -> Result<f64, Failure> {
-        let ins: Vec<qnn::Input> = arrays
-            .iter()
-            .map(|a| qnn::Input::from_bytes(a.dtype, &a.data))
-            .collect();
-        let mut o: Vec<qnn::Output> = graph
-            .outputs()
-            .iter()
-            .zip(outs.iter_mut())
-            .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
-            .collect();
-        let t = Instant::now();
-        graph.execute(&ins, &mut o)?;
-        Ok(t.elapsed().as_secs_f64() * 1e3)
-    };
-    let first_ms = exec(&mut outs)?;
-    let mut times: Vec<f64> = (0..runs)
-        .map(|_| exec(&mut outs))
-        .collect::<Result<_, _>>()?;
-    times.sort_by(f64::total_cmp);
-    let pct = |p: f64| {
-        times
-            .get(((times.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-    };
-    std::fs::create_dir_all(output_dir)
-        .map_err(|e| Failure(format!("{}: {e}", output_dir.display())))?;
-    let mut written = Vec::new();
-    for (t, data) in graph.outputs().iter().zip(outs) {
-        let safe: String = t
-            .name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let path = output_dir.join(format!("{safe}.npy"));
-        let shape = t.dims.iter().map(|&d| d as usize).collect();
-        npy::write(
-            &path,
-            &npy::Array {
-                dtype: t.dtype,
-                shape,
-                data,
-            },
-        )?;
-        written.push(path);
-    }
-    let report = json!({
-        "graph": name,
-        "load_ms": load_ms,
-        "first_execute_ms": first_ms,
-        "runs": runs,
-        "min_ms": times.first(),
-        "median_ms": pct(0.5),
-        "p95_ms": pct(0.95),
-        "outputs": written,
-    });
-    emit(cli, &report, || {
-        let mut s =
-            format!("graph {name:?}: load {load_ms:.1} ms, first execute {first_ms:.2} ms\n");
-        if !times.is_empty() {
-            s += &format!(
-                "latency over {runs} runs: min {:.3} ms, median {:.3} ms, p95 {:.3} ms\n",
-                times[0],
-                pct(0.5).unwrap_or(0.0),
-                pct(0.95).unwrap_or(0.0)
-            );
-        }
-        for p in &written {
-            s += &format!("wrote {}\n", p.display());
-        }
-        s
-    });
-    Ok(ExitCode::SUCCESS)
+        Failure::new(format!("cannot read {}: {e}{hint}", path.display()))
+    })
 }

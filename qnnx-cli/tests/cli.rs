@@ -182,7 +182,7 @@ fn bad_inputs_fail_with_clear_messages() {
         );
     }
     let out = qnnx(&["run", bin.to_str().unwrap(), "--soc", "SM9999"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("SC8380XP (60)"));
     let out = qnnx(&["run", bin.to_str().unwrap(), "--input", "nope=x.npy"]);
     assert_eq!(out.status.code(), Some(1));

@@ -4,15 +4,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use lowering::emit::{emit, Emitted};
-use lowering::{LowerError, LowerOptions};
+use lowering::emit::CompileOptions;
+use lowering::LowerError;
 use pyo3::create_exception;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use qnn::{Backend, BackendKind, Context, Device, DeviceOptions, GraphOptions};
+use qnn::{Backend, BackendKind, Device, DeviceOptions};
 
 create_exception!(
     _native,
@@ -266,23 +265,7 @@ fn check(py: Python<'_>, onnx: &[u8], device: &str) -> PyResult<Vec<(String, Str
 /// A compiled graph, ready to run.
 #[pyclass(frozen, module = "qnnx_backend._native")]
 struct Compiled {
-    emitted: Emitted,
-    context: Context,
-    /// Milliseconds spent lowering (0 on a cache hit).
-    #[pyo3(get)]
-    lower_ms: f64,
-    /// Milliseconds spent building and finalizing the QNN graph (0 on a cache hit).
-    #[pyo3(get)]
-    finalize_ms: f64,
-    /// Milliseconds spent loading the context binary from the cache (0 when compiled).
-    #[pyo3(get)]
-    load_ms: f64,
-    /// Whether the graph came from the persistent cache.
-    #[pyo3(get)]
-    from_cache: bool,
-    /// The cache key, when a cache was used.
-    #[pyo3(get)]
-    cache_key: Option<String>,
+    inner: lowering::emit::Compiled,
 }
 
 fn dtype_name(d: qnn::DataType) -> &'static str {
@@ -324,15 +307,45 @@ type IoDesc = (String, String, Vec<u32>, String);
 
 #[pymethods]
 impl Compiled {
+    /// Milliseconds spent lowering (0 on a cache hit).
+    #[getter]
+    fn lower_ms(&self) -> f64 {
+        self.inner.lower_ms
+    }
+
+    /// Milliseconds spent building and finalizing the QNN graph (0 on a cache hit).
+    #[getter]
+    fn finalize_ms(&self) -> f64 {
+        self.inner.finalize_ms
+    }
+
+    /// Milliseconds spent loading the context binary from the cache (0 when compiled).
+    #[getter]
+    fn load_ms(&self) -> f64 {
+        self.inner.load_ms
+    }
+
+    /// Whether the graph came from the persistent cache.
+    #[getter(from_cache)]
+    fn is_from_cache(&self) -> bool {
+        self.inner.from_cache
+    }
+
+    /// The cache key, when a cache was used.
+    #[getter]
+    fn cache_key(&self) -> Option<String> {
+        self.inner.cache_key.as_ref().map(|k| k.to_string())
+    }
+
     /// Inputs in ONNX order: (name, graph dtype, graph shape, model dtype). The caller passes
     /// buffers of the graph dtype; it converts from the model dtype where they differ (int64).
     #[getter]
     fn inputs(&self) -> Vec<IoDesc> {
-        let g = self.emitted.graph.inputs();
-        self.emitted
-            .inputs
+        let e = &self.inner.emitted;
+        let g = e.graph.inputs();
+        e.inputs
             .iter()
-            .zip(&self.emitted.input_slots)
+            .zip(&e.input_slots)
             .map(|(io, &s)| {
                 (
                     io.onnx_name.clone(),
@@ -347,11 +360,11 @@ impl Compiled {
     /// Outputs in ONNX order, like `inputs`.
     #[getter]
     fn outputs(&self) -> Vec<IoDesc> {
-        let g = self.emitted.graph.outputs();
-        self.emitted
-            .outputs
+        let e = &self.inner.emitted;
+        let g = e.graph.outputs();
+        e.outputs
             .iter()
-            .zip(&self.emitted.output_slots)
+            .zip(&e.output_slots)
             .map(|(io, &s)| {
                 (
                     io.onnx_name.clone(),
@@ -368,13 +381,15 @@ impl Compiled {
     ///
     /// The caller (the package's Python code) guarantees each address is valid, contiguous
     /// host memory of that length that stays alive and is not otherwise written during the call.
+    #[pyo3(signature = (inputs, outputs, check_nan = true))]
     fn run(
         &self,
         py: Python<'_>,
         inputs: Vec<(usize, usize)>,
         outputs: Vec<(usize, usize)>,
+        check_nan: bool,
     ) -> PyResult<()> {
-        let e = &self.emitted;
+        let e = &self.inner.emitted;
         if inputs.len() != e.inputs.len() || outputs.len() != e.outputs.len() {
             return Err(QnnxError::new_err(format!(
                 "the graph takes {} inputs and {} outputs, got {} and {}",
@@ -387,13 +402,21 @@ impl Compiled {
         let gi = e.graph.inputs();
         let go = e.graph.outputs();
         let mut ins: Vec<Option<qnn::Input<'_>>> = vec![None; gi.len()];
-        for (&(addr, len), &slot) in inputs.iter().zip(&e.input_slots) {
+        for ((&(addr, len), &slot), io) in inputs.iter().zip(&e.input_slots).zip(&e.inputs) {
             if addr == 0 && len != 0 {
                 return Err(QnnxError::new_err("null input buffer"));
             }
             // SAFETY: the caller guarantees `addr` is valid for `len` bytes for this call
             // (see the method docs); `execute` checks `len` against the tensor before use.
             let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+            if check_nan && len == gi[slot].num_bytes() {
+                if let Some(i) = qnn::first_nan(gi[slot].dtype, bytes) {
+                    return Err(QnnxError::new_err(lowering::emit::nan_message(
+                        &io.onnx_name,
+                        i,
+                    )));
+                }
+            }
             ins[slot] = Some(qnn::Input::from_bytes(gi[slot].dtype, bytes));
         }
         let mut outs: Vec<Option<qnn::Output<'_>>> = (0..go.len()).map(|_| None).collect();
@@ -433,47 +456,10 @@ impl Compiled {
     /// The context binary (for inspection or an offline cache).
     fn binary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
         let bytes = py
-            .detach(|| self.context.to_binary())
+            .detach(|| self.inner.context.to_binary())
             .map_err(|e| qnn_error(py, e, None))?;
         Ok(pyo3::types::PyBytes::new(py, &bytes))
     }
-}
-
-/// The model I/O binding stored with a cache entry, so a hit needs no lowering: for each input
-/// and output in ONNX order, its name, model dtype and graph slot.
-fn io_json(e: &Emitted) -> String {
-    let side = |ios: &[lowering::plan::PlanIo], slots: &[usize]| -> Vec<serde_json::Value> {
-        ios.iter()
-            .zip(slots)
-            .map(|(io, s)| serde_json::json!([io.onnx_name, io.host_dtype.name(), s]))
-            .collect()
-    };
-    serde_json::json!({
-        "inputs": side(&e.inputs, &e.input_slots),
-        "outputs": side(&e.outputs, &e.output_slots),
-    })
-    .to_string()
-}
-
-type IoBinding = (Vec<lowering::plan::PlanIo>, Vec<usize>);
-
-fn io_from_json(text: &str) -> Option<(IoBinding, IoBinding)> {
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
-    let side = |key: &str| -> Option<IoBinding> {
-        let mut ios = Vec::new();
-        let mut slots = Vec::new();
-        for item in v.get(key)?.as_array()? {
-            let a = item.as_array()?;
-            ios.push(lowering::plan::PlanIo {
-                tensor: 0,
-                onnx_name: a.first()?.as_str()?.to_string(),
-                host_dtype: lowering::DType::from_name(a.get(1)?.as_str()?)?,
-            });
-            slots.push(a.get(2)?.as_u64()? as usize);
-        }
-        Some((ios, slots))
-    };
-    Some((side("inputs")?, side("outputs")?))
 }
 
 enum Failure {
@@ -497,89 +483,6 @@ struct Target {
     name: String,
 }
 
-fn cache_key(
-    rt: &Runtime,
-    t: &Target,
-    onnx: &[u8],
-    settings: &[(&str, String)],
-) -> Result<qnn::cache::CacheKey, Failure> {
-    let build = rt.backend.build_id().map_err(Failure::Qnn)?;
-    let dev = rt.device.options();
-    let mut b = qnn::cache::CacheKey::builder()
-        .model(onnx)
-        .backend(if t.kind == BackendKind::Gpu {
-            "gpu"
-        } else {
-            "htp"
-        })
-        .qnn_build_id(&build)
-        .setting("graph_name", &t.name);
-    if let Some(s) = dev.soc_model {
-        b = b.soc_model(s);
-    }
-    if let Some(a) = dev.arch {
-        b = b.arch(a);
-    }
-    for (k, v) in settings {
-        b = b.setting(k, v);
-    }
-    Ok(b.build())
-}
-
-/// Loads a cache entry; a binary QNN rejects is dropped from the cache (one warning) and `None`
-/// is returned so the caller compiles again.
-fn load_entry(
-    rt: &Runtime,
-    cache: &qnn::cache::Cache,
-    key: &qnn::cache::CacheKey,
-    name: &str,
-) -> Option<Compiled> {
-    let entry = match cache.get(key) {
-        Ok(Some(e)) => e,
-        Ok(None) => return None,
-        Err(e) => {
-            tracing::warn!(target: "qnnx", "cache lookup failed, compiling instead: {e}");
-            return None;
-        }
-    };
-    let t = Instant::now();
-    let loaded = (|| {
-        let ((inputs, input_slots), (outputs, output_slots)) =
-            io_from_json(entry.meta().extra.get("io")?).filter(|_| true)?;
-        let context = entry.load(&rt.backend, Some(&rt.device)).ok()?;
-        let graph = context.graph(name).ok()?;
-        if input_slots.iter().any(|&s| s >= graph.inputs().len())
-            || output_slots.iter().any(|&s| s >= graph.outputs().len())
-        {
-            return None;
-        }
-        let emitted = Emitted {
-            graph,
-            inputs,
-            outputs,
-            input_slots,
-            output_slots,
-        };
-        Some((emitted, context))
-    })();
-    match loaded {
-        Some((emitted, context)) => Some(Compiled {
-            emitted,
-            context,
-            lower_ms: 0.0,
-            finalize_ms: 0.0,
-            load_ms: t.elapsed().as_secs_f64() * 1e3,
-            from_cache: true,
-            cache_key: Some(key.to_string()),
-        }),
-        None => {
-            tracing::warn!(target: "qnnx", "cache entry {key} could not be loaded; rebuilding it");
-            let _ = cache.invalidate(key);
-            None
-        }
-    }
-}
-
 fn compile_impl(
     onnx: &[u8],
     t: &Target,
@@ -593,71 +496,18 @@ fn compile_impl(
         arch: t.arch,
     })
     .map_err(Failure::Qnn)?;
-    let settings = [
-        ("fp16", fp16.to_string()),
-        ("opt_level", format!("{opt_level:?}")),
-    ];
-    let key = match cache {
-        Some(_) => Some(cache_key(&rt, t, onnx, &settings)?),
-        None => None,
-    };
-    if let (Some(cache), Some(key)) = (cache, &key) {
-        if let Some(c) = load_entry(&rt, cache, key, &t.name) {
-            return Ok(c);
-        }
-    }
-    let backend = if t.kind == BackendKind::Gpu {
-        lowering::Backend::Gpu
-    } else {
-        lowering::Backend::Htp
-    };
-    let start = Instant::now();
-    let opts = LowerOptions {
-        backend,
+    let opts = CompileOptions {
+        name: t.name.clone(),
         fp16,
-        ..Default::default()
-    };
-    let plan = lowering::lower(onnx, &opts).map_err(Failure::Lower)?;
-    let lower_ms = start.elapsed().as_secs_f64() * 1e3;
-    let context = Context::new(&rt.backend, Some(&rt.device)).map_err(Failure::Qnn)?;
-    let start = Instant::now();
-    let graph_options = GraphOptions {
         opt_level,
         ..Default::default()
     };
-    let emitted = emit(&context, &t.name, &plan, &graph_options).map_err(Failure::Lower)?;
-    let finalize_ms = start.elapsed().as_secs_f64() * 1e3;
-    if let (Some(cache), Some(key)) = (cache, &key) {
-        // A cache that cannot be written costs speed, not correctness: warn and go on.
-        let stored = (|| -> Result<(), String> {
-            let binary = context.to_binary().map_err(|e| e.to_string())?;
-            let system = rt.backend.system().map_err(|e| e.to_string())?;
-            let info = qnn::binary_info(&system, &binary).map_err(|e| e.to_string())?;
-            let mut entry = qnn::cache::NewEntry::from_binary_info(
-                if t.kind == BackendKind::Gpu {
-                    "gpu"
-                } else {
-                    "htp"
-                },
-                &info,
-            );
-            entry.extra.insert("io".into(), io_json(&emitted));
-            cache.put(key, &binary, entry).map_err(|e| e.to_string())?;
-            Ok(())
-        })();
-        if let Err(e) = stored {
-            tracing::warn!(target: "qnnx", "could not store the compiled graph in the cache: {e}");
-        }
+    let compiled = lowering::emit::compile(&rt.backend, &rt.device, onnx, &opts, cache)
+        .map_err(Failure::Lower)?;
+    for w in &compiled.warnings {
+        tracing::warn!(target: "qnnx", "{w}");
     }
-    Ok(Compiled {
-        emitted,
-        context,
-        lower_ms,
-        finalize_ms,
-        load_ms: 0.0,
-        from_cache: false,
-        cache_key: key.map(|k| k.to_string()),
-    })
+    Ok(Compiled { inner: compiled })
 }
 
 fn open_cache(dir: Option<&str>) -> Result<Option<qnn::cache::Cache>, Failure> {
@@ -719,7 +569,13 @@ fn load_cached(
             arch: htp_arch,
         })
         .map_err(Failure::Qnn)?;
-        Ok(load_entry(&rt, &cache, &key, name))
+        match lowering::emit::load_cached(&rt.backend, &rt.device, &cache, &key, name) {
+            Ok(hit) => Ok(hit.map(|inner| Compiled { inner })),
+            Err(w) => {
+                tracing::warn!(target: "qnnx", "{w}");
+                Ok(None)
+            }
+        }
     })
     .map_err(|f| failure_to_py(py, f))
 }

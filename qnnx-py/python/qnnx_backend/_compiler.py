@@ -144,54 +144,81 @@ def _export(frozen: _Frozen, runtime_args: Sequence[torch.Tensor], settings: Qnn
 
 
 class CompiledGraph:
-    """One QNN graph for one input signature."""
+    """One QNN graph for one input signature.
 
-    def __init__(self, native: Any, device: str, out_meta: Sequence[Optional[torch.Size]]):
+    Everything a call needs that does not depend on the call's tensors (torch dtypes, element
+    counts, byte sizes, output shapes) is worked out once here: the per-call path only checks
+    the inputs, allocates the outputs and hands both to QNN.
+    """
+
+    def __init__(
+        self, native: Any, device: str, out_meta: Sequence[Optional[torch.Size]], check_nan: bool = True
+    ):
         self.native = native
+        self.check_nan = check_nan
         self.device = device
         self.inputs = native.inputs
         self.outputs = native.outputs
         self.out_meta = list(out_meta)
+        # (name, model dtype, graph dtype, element count, graph shape, bytes per element)
+        self._in_plan = []
+        for name, gdtype, gshape, hdtype in self.inputs:
+            g = _torch_dtype(gdtype)
+            self._in_plan.append((name, _torch_dtype(hdtype), g, _numel(gshape), tuple(gshape), _itemsize(g)))
+        # (allocation shape, graph dtype, byte size, model dtype or None, final shape or None):
+        # an output whose dtype needs no conversion is allocated directly in its final shape
+        # (same element count, contiguous: the same bytes).
+        self._out_plan = []
+        for i, (_, gdtype, shape, hdtype) in enumerate(self.outputs):
+            g, h = _torch_dtype(gdtype), _torch_dtype(hdtype)
+            meta = self.out_meta[i] if i < len(self.out_meta) else None
+            n = _numel(shape)
+            final = tuple(meta) if meta is not None and _numel(meta) == n else None
+            if g == h:
+                alloc = final if final is not None else tuple(shape)
+                self._out_plan.append((alloc, g, n * _itemsize(g), None, None))
+            else:
+                self._out_plan.append((tuple(shape), g, n * _itemsize(g), h, final))
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        keep = []
+        keep = []  # converted or made-contiguous copies stay alive until QNN has run
         ins = []
-        for t, (name, gdtype, gshape, hdtype) in zip(tensors, self.inputs):
+        for t, (name, want, g, numel, gshape, size) in zip(tensors, self._in_plan):
             if not isinstance(t, torch.Tensor):
                 raise QnnxError(f"input {name}: expected a tensor, got {type(t).__name__}")
-            if t.device.type != "cpu":
+            if not t.is_cpu:
                 raise QnnxError(f"input {name} is on {t.device}; QNN graphs take CPU tensors")
-            want = _torch_dtype(hdtype)
             if t.dtype != want:
                 raise QnnxError(f"input {name} is {t.dtype}; the compiled graph takes {want}")
-            if t.numel() != _numel(gshape):
+            if t.numel() != numel:
                 raise QnnxError(
-                    f"input {name} has shape {tuple(t.shape)}; the compiled graph takes {tuple(gshape)}"
+                    f"input {name} has shape {tuple(t.shape)}; the compiled graph takes {gshape}"
                 )
-            t = t.detach()
-            g = _torch_dtype(gdtype)
-            if g != t.dtype:
-                if t.dtype == torch.int64 and g == torch.int32 and t.numel():
-                    lo, hi = int(t.min()), int(t.max())
+            if g != want:
+                t = t.detach()
+                if t.dtype == torch.int64 and g == torch.int32 and numel:
+                    lo, hi = (int(v) for v in torch.aminmax(t))
                     if lo < -(2**31) or hi >= 2**31:
                         raise QnnxError(
                             f"input {name}: int64 values in [{lo}, {hi}] do not fit the int32 the HTP computes in"
                         )
                 t = t.to(g)
-            t = t.contiguous()
-            keep.append(t)
-            ins.append((t.data_ptr(), t.numel() * t.element_size()))
-        outs = [torch.empty(tuple(shape), dtype=_torch_dtype(gdtype)) for (_, gdtype, shape, _) in self.outputs]
-        self.native.run(ins, [(o.data_ptr(), o.numel() * o.element_size()) for o in outs])
-        result = []
-        for o, (_, gdtype, _, hdtype), meta in zip(outs, self.outputs, self.out_meta):
-            h = _torch_dtype(hdtype)
-            if o.dtype != h:
-                o = o.to(h)
-            if meta is not None and o.numel() == _numel(meta):
-                o = o.reshape(meta)
-            result.append(o)
-        return result
+                keep.append(t)
+            if not t.is_contiguous():
+                t = t.contiguous()
+                keep.append(t)
+            ins.append((t.data_ptr(), numel * size))
+        outs = [torch.empty(alloc, dtype=g) for (alloc, g, _, _, _) in self._out_plan]
+        self.native.run(ins, [(o.data_ptr(), p[2]) for o, p in zip(outs, self._out_plan)])
+        for i, (_, _, _, h, final) in enumerate(self._out_plan):
+            if h is not None:
+                o = outs[i].to(h)
+                outs[i] = o.reshape(final) if final is not None else o
+        return outs
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return dtype.itemsize
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -280,7 +307,10 @@ class QnnCallable:
         for device in devices:
             alias = None
             try:
-                if not _native.is_available(device):
+                # With an explicit SoC or arch the native calls below open (and check) the
+                # runtime for that configuration themselves; is_available() would open a second
+                # backend and device for the default configuration (70-190 ms here).
+                if s.soc_model is None and s.htp_arch is None and not _native.is_available(device):
                     raise LibraryLoadError(f"{device}: {_native.unavailable_reason(device)}")
                 if cache_dir is not None:
                     # Warm start: an FX-level fingerprint maps straight to a cached binary, so
@@ -290,7 +320,7 @@ class QnnCallable:
                     if hit is not None:
                         STATS["cache_hits"] += 1
                         logger.info("qnn: loaded a cached graph for %s in %.1f ms", device, hit.load_ms)
-                        return CompiledGraph(hit, device, self.out_meta)
+                        return CompiledGraph(hit, device, self.out_meta, s.check_nan)
                 if onnx_bytes is None:
                     onnx_bytes = _export(frozen, runtime_tensors, s)
                 unsupported = _native.check(onnx_bytes, device)
@@ -332,7 +362,7 @@ class QnnCallable:
                     native.lower_ms,
                     native.finalize_ms,
                 )
-                return CompiledGraph(native, device, self.out_meta)
+                return CompiledGraph(native, device, self.out_meta, s.check_nan)
             except _FALLBACK_ERRORS as e:
                 if getattr(e, "device", None) is None:
                     e.device = device

@@ -12,3 +12,4 @@ OPT_LEVEL = None
 LOG_LEVEL = None
 EXPORTER = "torchscript"
 DRY_RUN = False
+CHECK_NAN = True

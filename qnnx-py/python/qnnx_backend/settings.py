@@ -49,6 +49,10 @@ class QnnSettings:
     """How FX graphs become ONNX: "torchscript" (about 10x faster) or "dynamo"."""
     dry_run: bool = _defaults.DRY_RUN
     """Stop after checking support: log the summary and run eagerly."""
+    check_nan: bool = _defaults.CHECK_NAN
+    """Refuse float inputs that contain NaN (QnnxError): the HTP computes in saturating fp16 and
+    returns a finite number where eager PyTorch returns NaN. Costs one scan of each float input
+    per call. Infinities are accepted and saturate to the fp16 range."""
 
     def compile_settings(self) -> dict:
         """The options that change the compiled binary (they enter the cache key)."""
@@ -70,7 +74,7 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
     s = QnnSettings(**options)
     if s.device not in DEVICES:
         raise ValueError(f"device={s.device!r}: use one of {DEVICES}")
-    for name in ("strict", "fp16", "cache", "kv_cache", "dry_run"):
+    for name in ("strict", "fp16", "cache", "kv_cache", "dry_run", "check_nan"):
         if not isinstance(getattr(s, name), bool):
             raise ValueError(f"{name}={getattr(s, name)!r}: must be True or False")
     if s.opt_level is not None and s.opt_level not in (1, 2, 3):

@@ -1,0 +1,525 @@
+//! `qnnx compile` and `qnnx check`, and the in-memory compile behind `qnnx run model.onnx`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use lowering::emit::{CompileOptions, Compiled, Stage};
+use lowering::{LowerError, LowerOptions, Model, Unsupported};
+use qnn::{Backend, Device};
+use serde_json::{json, Value};
+
+use crate::progress::Progress;
+use crate::target::{fp16_socs, BackendArg, Target, TargetArgs};
+use crate::{emit, read_file, Cli, Failure, EXIT_UNSUPPORTED};
+
+/// Float precision of the compiled graph.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Precision {
+    /// Weights and activations stored as float16 in the graph (graph I/O keeps the model's
+    /// dtypes).
+    Fp16,
+    /// Float tensors stay float32 (FP16-capable HTPs still compute in fp16).
+    #[default]
+    Fp32,
+}
+
+/// How to build the graph: shared by `compile` and `run model.onnx`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// HTP finalize optimization level: higher spends more compile time for a faster graph.
+    #[arg(long, value_name = "1-3", value_parser = clap::value_parser!(u8).range(1..=3))]
+    pub opt_level: Option<u8>,
+    /// Precision of float weights and activations inside the graph.
+    #[arg(long, value_enum, default_value_t = Precision::Fp32)]
+    pub precision: Precision,
+    /// Static shape for an input with symbolic dims, as NAME=D,D,... (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    pub input_shapes: Vec<String>,
+    /// Use the context-binary cache: load a binary compiled earlier for the same model, target
+    /// and settings, or store the new one (see --cache-dir).
+    #[arg(long)]
+    pub cache: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompileArgs {
+    /// The ONNX model (external data files are read from its folder).
+    pub model: PathBuf,
+    /// Where to write the context binary [default: the model's path with .bin].
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Name of the graph inside the context binary.
+    #[arg(long, default_value = "qnnx")]
+    pub graph_name: String,
+    #[command(flatten)]
+    pub build: BuildArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// QNN backend to check against.
+    #[arg(long, value_enum, default_value_t = BackendArg::Htp)]
+    pub backend: BackendArg,
+}
+
+fn parse_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<usize>>, Failure> {
+    let mut out = BTreeMap::new();
+    for spec in specs {
+        let bad = || {
+            Failure::usage(format!(
+                "--input-shape {spec:?}: expected NAME=D,D,... such as x=1,3,224,224"
+            ))
+        };
+        let (name, dims) = spec.split_once('=').ok_or_else(bad)?;
+        let dims = dims
+            .split(',')
+            .map(|d| d.trim().parse::<usize>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| bad())?;
+        out.insert(name.to_string(), dims);
+    }
+    Ok(out)
+}
+
+/// A model read from disk and decoded (validated) once.
+pub struct OnnxFile {
+    pub bytes: Vec<u8>,
+    pub model: Model,
+    pub dir: PathBuf,
+}
+
+pub fn load_onnx(path: &Path) -> Result<OnnxFile, Failure> {
+    let bytes = read_file(path)?;
+    let dir = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let model = Model::from_bytes(&bytes, Some(&dir)).map_err(|e| {
+        Failure::new(format!(
+            "{}: {e}\nhint: is this an ONNX model? onnx.checker.check_model(path) in Python says what is wrong with it",
+            path.display()
+        ))
+    })?;
+    Ok(OnnxFile { bytes, model, dir })
+}
+
+fn unsupported_json(list: &[Unsupported]) -> Value {
+    list.iter()
+        .map(|u| json!({ "node": u.node, "op_type": u.op_type, "reason": u.reason }))
+        .collect()
+}
+
+/// A lowering or compile error as a failure with what to do next.
+pub fn lower_failure(e: LowerError, model: &Path, backend: BackendArg) -> Failure {
+    let check_hint = format!(
+        "hint: `qnnx check {}{}` lists every node and whether it lowers",
+        model.display(),
+        if backend == BackendArg::Gpu {
+            " --backend gpu"
+        } else {
+            ""
+        }
+    );
+    let list = match &e {
+        LowerError::UnsupportedOp { .. }
+        | LowerError::UnsupportedAttr { .. }
+        | LowerError::UnsupportedDtype { .. }
+        | LowerError::Unsupported(_) => Some(e.to_unsupported("", "")),
+        _ => None,
+    };
+    if let Some(list) = list {
+        let lines: Vec<String> = list.iter().map(|u| format!("  {}", u.reason)).collect();
+        return Failure::unsupported(
+            format!(
+                "{}: {} node(s) cannot run on {}:\n{}\n{check_hint}",
+                model.display(),
+                list.len(),
+                backend.lowering().name(),
+                lines.join("\n")
+            ),
+            Some(json!({ "unsupported": unsupported_json(&list) })),
+        );
+    }
+    let text = e.to_string();
+    let hint = if text.contains("LowerOptions::input_shapes") {
+        "\nhint: give static shapes with --input-shape NAME=D,D,... (for example x=1,3,224,224)"
+            .to_string()
+    } else if text.contains("doesn't support FP16") {
+        format!(
+            "\nhint: this SoC's HTP has no FP16 path; target one that has ({})",
+            fp16_socs()
+        )
+    } else if let LowerError::Qnn { .. } = e {
+        "\nhint: QNN refused the graph; QNNX_LOG=qnn=info shows QNN's log".to_string()
+    } else {
+        String::new()
+    };
+    Failure::new(format!("{}: {text}{hint}", model.display()))
+}
+
+/// Refuses a float model for a target without FP16 before QNN is asked: QNN's own message for
+/// it (3110 on the first float op) names neither the SoC nor the way out.
+fn check_fp16(
+    file: &OnnxFile,
+    target: &Target,
+    opts: &LowerOptions,
+    model: &Path,
+) -> Result<(), Failure> {
+    if !target.lacks_fp16() {
+        return Ok(());
+    }
+    let plan = lowering::lower(file.model.clone(), opts)
+        .map_err(|e| lower_failure(e, model, target.backend))?;
+    let floats: Vec<&str> = plan
+        .tensors
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.dtype,
+                lowering::plan::DType::F32 | lowering::plan::DType::F16
+            )
+        })
+        .map(|t| t.name.as_str())
+        .collect();
+    if floats.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = floats.iter().take(3).copied().collect();
+    Err(Failure::unsupported(
+        format!(
+            "{}: {} cannot run float models (its HTP has no FP16 path; it runs quantized \
+             int8/int16 models only), and this model has {} float tensor(s) ({}{})\nhint: \
+             target an FP16-capable SoC ({}) or quantize the model",
+            model.display(),
+            target.describe(),
+            floats.len(),
+            shown.join(", "),
+            if floats.len() > shown.len() {
+                ", ..."
+            } else {
+                ""
+            },
+            fp16_socs()
+        ),
+        Some(json!({ "float_tensors": floats.len() })),
+    ))
+}
+
+/// Opens the cache folder for `--cache`.
+pub fn open_cache(cli: &Cli) -> Result<qnn::cache::Cache, Failure> {
+    let dir = crate::cache::dir(cli).ok_or_else(|| {
+        Failure::new("no cache folder is known: pass --cache-dir DIR or set QNNX_CACHE_DIR")
+    })?;
+    qnn::cache::Cache::open(&dir, None).map_err(|e| {
+        Failure::new(format!(
+            "{e}\nhint: pass a writable --cache-dir, or leave out --cache"
+        ))
+    })
+}
+
+/// A compiled model and what it runs on.
+pub struct Built {
+    pub compiled: Compiled,
+    pub backend: Backend,
+    pub target: Target,
+    pub total_ms: f64,
+    /// The cache, when `--cache` was given.
+    pub cache: Option<qnn::cache::Cache>,
+}
+
+impl Built {
+    /// The context binary. QNN cannot serialise a context it deserialised, so a graph loaded
+    /// from the cache is taken from the cache entry's file.
+    pub fn binary(&self) -> Result<Vec<u8>, Failure> {
+        let c = &self.compiled;
+        if let (true, Some(cache), Some(key)) = (c.from_cache, &self.cache, &c.cache_key) {
+            let path = cache.bin_path(key);
+            return std::fs::read(&path).map_err(|e| {
+                Failure::new(format!(
+                    "cannot read the cached binary {}: {e}\nhint: it was removed meanwhile; run the command again",
+                    path.display()
+                ))
+            });
+        }
+        c.context
+            .to_binary()
+            .map_err(|e| Failure::new(format!("cannot serialise the compiled context: {e}")))
+    }
+}
+
+/// Loads, checks and compiles `model` (or loads it from the cache) with a progress display.
+pub fn build(
+    cli: &Cli,
+    model: &Path,
+    args: &BuildArgs,
+    graph_name: &str,
+) -> Result<Built, Failure> {
+    let target = Target::resolve(&args.target, None)?;
+    let input_shapes = parse_shapes(&args.input_shapes)?;
+    let progress = Progress::new(cli.json);
+    progress.stage("reading the model");
+    let file = load_onnx(model)?;
+    let fp16 = args.precision == Precision::Fp16;
+    let lower_opts = LowerOptions {
+        backend: target.backend.lowering(),
+        fp16,
+        input_shapes: input_shapes.clone(),
+    };
+    check_fp16(&file, &target, &lower_opts, model)?;
+    let cache = if args.cache {
+        Some(open_cache(cli)?)
+    } else {
+        None
+    };
+    progress.stage("opening the QNN backend");
+    let backend = crate::backend(cli, target.backend.kind())?;
+    let device = Device::new(&backend, &target.device).map_err(|e| {
+        Failure::new(format!(
+            "cannot configure the {} backend for {}: {e}\nhint: `qnnx doctor` shows what the library supports",
+            target.backend.name(),
+            target.describe()
+        ))
+    })?;
+    let opts = CompileOptions {
+        name: graph_name.to_string(),
+        fp16,
+        input_shapes,
+        opt_level: args.opt_level,
+        base_dir: Some(file.dir.clone()),
+    };
+    let start = std::time::Instant::now();
+    let compiled = lowering::emit::compile_with_progress(
+        &backend,
+        &device,
+        &file.bytes,
+        &opts,
+        cache.as_ref(),
+        &mut |stage| {
+            progress.stage(match stage {
+                Stage::CacheLookup => "looking in the cache",
+                Stage::Lower => "lowering ONNX to QNN ops",
+                Stage::Finalize => "building and finalizing the QNN graph (long for large models)",
+                Stage::CacheStore => "storing the binary in the cache",
+            })
+        },
+    )
+    .map_err(|e| lower_failure(e, model, target.backend))?;
+    progress.finish();
+    for w in &compiled.warnings {
+        eprintln!("qnnx: warning: {w}");
+    }
+    Ok(Built {
+        compiled,
+        backend,
+        target,
+        total_ms: start.elapsed().as_secs_f64() * 1e3,
+        cache,
+    })
+}
+
+/// Model I/O of a compiled graph in ONNX order: name, graph dtype and shape, model dtype.
+pub fn io_json(e: &lowering::emit::Emitted) -> (Vec<Value>, Vec<Value>) {
+    let side = |ios: &[lowering::plan::PlanIo], slots: &[usize], infos: &[qnn::TensorInfo]| {
+        ios.iter()
+            .zip(slots)
+            .map(|(io, &s)| {
+                json!({
+                    "name": io.onnx_name,
+                    "dtype": crate::dtype_name(infos[s].dtype),
+                    "shape": infos[s].dims,
+                    "model_dtype": io.host_dtype.name(),
+                })
+            })
+            .collect()
+    };
+    (
+        side(&e.inputs, &e.input_slots, e.graph.inputs()),
+        side(&e.outputs, &e.output_slots, e.graph.outputs()),
+    )
+}
+
+pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| args.model.with_extension("bin"));
+    if output == args.model {
+        return Err(Failure::usage(format!(
+            "the output {} would replace the model; pass -o FILE",
+            output.display()
+        )));
+    }
+    let built = build(cli, &args.model, &args.build, &args.graph_name)?;
+    let c = &built.compiled;
+    let binary = built.binary()?;
+    qnn::write_atomic(&output, &binary)
+        .map_err(|e| Failure::new(format!("cannot write {}: {e}", output.display())))?;
+    // The SoC recorded in the binary, which is what a device will check.
+    let info = built
+        .backend
+        .system()
+        .ok()
+        .and_then(|s| qnn::binary_info(&s, &binary).ok());
+    let soc_model = info
+        .as_ref()
+        .and_then(|i| i.soc_model)
+        .or(built.target.device.soc_model);
+    let soc = soc_model.and_then(qnn::soc::by_model);
+    let (inputs, outputs) = io_json(&c.emitted);
+    let report = json!({
+        "model": args.model,
+        "output": output,
+        "size": binary.len(),
+        "backend": built.target.backend.name(),
+        "soc_model": soc_model,
+        "soc": soc.map(|s| s.name),
+        "htp_arch": soc.map(|s| s.arch).or(built.target.arch()),
+        "build_id": info.as_ref().map(|i| i.build_id.clone()),
+        "graph": args.graph_name,
+        "precision": if args.build.precision == Precision::Fp16 { "fp16" } else { "fp32" },
+        "opt_level": args.build.opt_level,
+        "inputs": inputs,
+        "outputs": outputs,
+        "lower_ms": c.lower_ms,
+        "finalize_ms": c.finalize_ms,
+        "total_ms": built.total_ms,
+        "from_cache": c.from_cache,
+        "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
+    });
+    emit(cli, &report, || {
+        let target = match (soc, soc_model) {
+            (Some(s), _) => format!("{} (SoC {}, HTP v{})", s.name, s.model, s.arch),
+            (None, Some(m)) => format!("SoC {m}"),
+            (None, None) => built.target.describe(),
+        };
+        let how = if c.from_cache {
+            format!("loaded from the cache in {:.0} ms", c.load_ms)
+        } else {
+            format!(
+                "lowering {:.0} ms, finalize {:.0} ms",
+                c.lower_ms, c.finalize_ms
+            )
+        };
+        let mut s = format!(
+            "wrote {}: {} bytes, graph {:?} for {target} ({how})\n",
+            output.display(),
+            binary.len(),
+            args.graph_name
+        );
+        for (what, list) in [("input ", &inputs), ("output", &outputs)] {
+            for t in list {
+                let (dtype, model) = (t["dtype"].as_str(), t["model_dtype"].as_str());
+                let converted = if dtype != model {
+                    format!(" (the model's {})", model.unwrap_or("?"))
+                } else {
+                    String::new()
+                };
+                s += &format!(
+                    "  {what} {:<24} {:<5} {}{converted}\n",
+                    t["name"].as_str().unwrap_or(""),
+                    dtype.unwrap_or(""),
+                    t["shape"]
+                );
+            }
+        }
+        s
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
+    let file = load_onnx(&args.model)?;
+    let backend = args.backend.lowering();
+    let unsupported = lowering::check(&file.model, backend);
+    let bad: BTreeMap<&str, &Unsupported> = unsupported
+        .iter()
+        .filter(|u| !u.node.is_empty())
+        .map(|u| (u.node.as_str(), u))
+        .collect();
+    let nodes: Vec<Value> = file
+        .model
+        .graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let why = bad.get(n.name.as_str());
+            json!({
+                "name": n.name,
+                "op_type": n.op_type,
+                "supported": why.is_none(),
+                "reason": why.map(|u| u.reason.clone()),
+            })
+        })
+        .collect();
+    let mut ops: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for n in &file.model.graph.nodes {
+        let e = ops.entry(n.op_type.as_str()).or_default();
+        e.0 += 1;
+        if bad.contains_key(n.name.as_str()) {
+            e.1 += 1;
+        }
+    }
+    let supported_count = nodes.iter().filter(|n| n["supported"] == true).count();
+    let ok = unsupported.is_empty();
+    let report = json!({
+        "model": args.model,
+        "backend": args.backend.name(),
+        "supported": ok,
+        "node_count": nodes.len(),
+        "supported_count": supported_count,
+        "ops": ops.iter().map(|(op, (n, bad))| json!({ "op_type": op, "count": n, "unsupported": bad })).collect::<Vec<_>>(),
+        "unsupported": unsupported_json(&unsupported),
+        "nodes": nodes,
+    });
+    emit(cli, &report, || {
+        let name = backend.name();
+        let mut s = format!(
+            "{}: {supported_count} of {} nodes lower to {name}\n",
+            args.model.display(),
+            nodes.len()
+        );
+        s += &format!("  {:<28} {:>5}  {}\n", "op", "nodes", "unsupported");
+        for (op, (n, bad)) in &ops {
+            let bad = if *bad > 0 {
+                bad.to_string()
+            } else {
+                String::new()
+            };
+            s += &format!("  {op:<28} {n:>5}  {bad}\n");
+        }
+        if ok {
+            s += &format!("every node can run on {name}\n");
+        } else {
+            s += &format!("cannot run on {name}:\n");
+            for u in &unsupported {
+                s += &format!("  {}\n", u.reason);
+            }
+        }
+        s
+    });
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_UNSUPPORTED)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_shapes_parse() {
+        let m = parse_shapes(&["x=1,3,224,224".into(), "ids=1, 8".into()]).unwrap();
+        assert_eq!(m["x"], vec![1, 3, 224, 224]);
+        assert_eq!(m["ids"], vec![1, 8]);
+        let e = parse_shapes(&["x".into()]).unwrap_err();
+        assert_eq!(e.code, crate::EXIT_USAGE);
+        assert!(parse_shapes(&["x=1,a".into()]).is_err());
+    }
+}

@@ -1,0 +1,491 @@
+//! `qnnx run`: a context binary, or an ONNX model compiled in memory, with given or random
+//! inputs; outputs as .npy, latency as min / median / p95.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use qnn::{Context, DataType, Device};
+use serde_json::json;
+
+use crate::compile::BuildArgs;
+use crate::npy;
+use crate::target::Target;
+use crate::{emit, Cli, Failure};
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// A context binary, or an ONNX model (`.onnx`), which is compiled in memory first.
+    pub model: PathBuf,
+    /// The graph to run in a context binary (default: the first).
+    #[arg(long)]
+    pub graph: Option<String>,
+    /// An input as NAME=FILE.npy (repeatable); inputs not given are random (deterministic per
+    /// input name).
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+    /// How many timed executions (after one untimed first execution).
+    #[arg(long, default_value_t = 10)]
+    pub runs: usize,
+    /// Where to write outputs as NAME.npy.
+    #[arg(long, short = 'o', default_value = "qnnx-outputs")]
+    pub output_dir: PathBuf,
+    /// Backend, target and build settings. For a context binary only --backend and the
+    /// target flags apply [default target: the SoC the binary was compiled for].
+    #[command(flatten)]
+    pub build: BuildArgs,
+}
+
+/// One graph input or output as the user sees it.
+struct Io {
+    name: String,
+    dtype: DataType,
+    shape: Vec<usize>,
+}
+
+fn host_dtype(d: lowering::DType) -> Option<DataType> {
+    use lowering::DType as D;
+    Some(match d {
+        D::F32 => DataType::F32,
+        D::F16 => DataType::F16,
+        D::I8 => DataType::I8,
+        D::I16 => DataType::I16,
+        D::I32 => DataType::I32,
+        D::I64 => DataType::I64,
+        D::U8 => DataType::U8,
+        D::U16 => DataType::U16,
+        D::U32 => DataType::U32,
+        D::U64 => DataType::U64,
+        D::Bool => DataType::Bool,
+        D::BF16 | D::F64 => return None,
+    })
+}
+
+fn model_dtype(d: DataType) -> Option<lowering::DType> {
+    use lowering::DType as D;
+    Some(match d {
+        DataType::F32 => D::F32,
+        DataType::F16 => D::F16,
+        DataType::I8 => D::I8,
+        DataType::I16 => D::I16,
+        DataType::I32 => D::I32,
+        DataType::I64 => D::I64,
+        DataType::U8 => D::U8,
+        DataType::U16 => D::U16,
+        DataType::U32 => D::U32,
+        DataType::U64 => D::U64,
+        DataType::Bool => D::Bool,
+        _ => return None,
+    })
+}
+
+fn name_seed(name: &str) -> u64 {
+    // FNV-1a: the same input gets the same random values whatever the graph's input order.
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn random_array(io: &Io) -> npy::Array {
+    let mut s = name_seed(&io.name)
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    let mut next = move || {
+        s = s
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (s >> 33) as u32
+    };
+    let n: usize = io.shape.iter().product();
+    let mut data = Vec::with_capacity(n * io.dtype.size());
+    for _ in 0..n {
+        let u = next();
+        let unit = u as f32 / u32::MAX as f32 * 2.0 - 1.0;
+        match io.dtype {
+            DataType::F32 => data.extend_from_slice(&unit.to_le_bytes()),
+            DataType::F16 => data.extend_from_slice(&half::f16::from_f32(unit).to_le_bytes()),
+            DataType::Bool => data.push((u & 1) as u8),
+            // Small non-negative integers: valid as indices for most index inputs.
+            d => {
+                let v = (u % 8) as u64;
+                data.extend_from_slice(&v.to_le_bytes()[..d.size()]);
+            }
+        }
+    }
+    npy::Array {
+        dtype: io.dtype,
+        shape: io.shape.clone(),
+        data,
+    }
+}
+
+/// The input arrays, in `ios` order: from `--input` files or random.
+fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Array>, Failure> {
+    let mut given = HashMap::new();
+    for spec in specs {
+        let (n, file) = spec
+            .split_once('=')
+            .ok_or_else(|| Failure::usage(format!("--input {spec:?}: expected NAME=FILE.npy")))?;
+        given.insert(n.to_string(), npy::read(Path::new(file))?);
+    }
+    let mut arrays = Vec::new();
+    for io in ios {
+        let a = match given.remove(&io.name) {
+            Some(a) => {
+                let scalar_ok = a.shape.is_empty() && io.shape == [1];
+                if a.dtype != io.dtype || (a.shape != io.shape && !scalar_ok) {
+                    return Err(Failure::new(format!(
+                        "input {:?}: the file holds {} {:?}, {what} takes {} {:?}",
+                        io.name,
+                        crate::dtype_name(a.dtype),
+                        a.shape,
+                        crate::dtype_name(io.dtype),
+                        io.shape
+                    )));
+                }
+                a
+            }
+            None => random_array(io),
+        };
+        arrays.push(a);
+    }
+    if let Some(extra) = given.keys().next() {
+        let names: Vec<_> = ios.iter().map(|t| t.name.clone()).collect();
+        return Err(Failure::new(format!(
+            "{what} has no input {extra:?}; its inputs are {names:?}"
+        )));
+    }
+    Ok(arrays)
+}
+
+struct Timing {
+    first_ms: f64,
+    /// Sorted.
+    times: Vec<f64>,
+}
+
+/// Executes `graph` once untimed and `runs` times timed on inputs in graph order; returns the
+/// output buffers in graph order.
+fn execute(
+    graph: &qnn::Graph,
+    ins: &[(DataType, Cow<[u8]>)],
+    runs: usize,
+) -> Result<(Timing, Vec<Vec<u8>>), Failure> {
+    let mut outs: Vec<Vec<u8>> = graph
+        .outputs()
+        .iter()
+        .map(|t| vec![0u8; t.num_bytes()])
+        .collect();
+    let inputs: Vec<qnn::Input> = ins
+        .iter()
+        .map(|(d, b)| qnn::Input::from_bytes(*d, b))
+        .collect();
+    let once = |outs: &mut Vec<Vec<u8>>| -> Result<f64, Failure> {
+        let mut o: Vec<qnn::Output> = graph
+            .outputs()
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
+            .collect();
+        let t = Instant::now();
+        graph.execute(&inputs, &mut o)?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let first_ms = once(&mut outs)?;
+    let mut times = (0..runs)
+        .map(|_| once(&mut outs))
+        .collect::<Result<Vec<_>, _>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok((Timing { first_ms, times }, outs))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted
+        .get(((sorted.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+}
+
+fn file_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn write_outputs(
+    dir: &Path,
+    outs: Vec<npy::Array>,
+    names: &[String],
+) -> Result<Vec<PathBuf>, Failure> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Failure::new(format!("cannot create {}: {e}", dir.display())))?;
+    let mut written = Vec::new();
+    for (a, name) in outs.into_iter().zip(names) {
+        let path = dir.join(format!("{}.npy", file_name(name)));
+        npy::write(&path, &a)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn is_onnx(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
+    if is_onnx(&args.model) {
+        run_onnx(cli, args)
+    } else {
+        run_binary(cli, args)
+    }
+}
+
+fn report(
+    cli: &Cli,
+    args: &RunArgs,
+    graph: &str,
+    prepare: serde_json::Value,
+    prepare_text: String,
+    timing: &Timing,
+    written: &[PathBuf],
+) {
+    let t = &timing.times;
+    let report = json!({
+        "model": args.model,
+        "graph": graph,
+        "prepare": prepare,
+        "first_execute_ms": timing.first_ms,
+        "runs": args.runs,
+        "min_ms": t.first(),
+        "median_ms": percentile(t, 0.5),
+        "p95_ms": percentile(t, 0.95),
+        "outputs": written,
+    });
+    emit(cli, &report, || {
+        let mut s = format!(
+            "graph {graph:?}: {prepare_text}, first execute {:.2} ms\n",
+            timing.first_ms
+        );
+        if !t.is_empty() {
+            s += &format!(
+                "latency over {} runs: min {:.3} ms, median {:.3} ms, p95 {:.3} ms\n",
+                args.runs,
+                t[0],
+                percentile(t, 0.5).unwrap_or(0.0),
+                percentile(t, 0.95).unwrap_or(0.0)
+            );
+        }
+        for p in written {
+            s += &format!("wrote {}\n", p.display());
+        }
+        s
+    });
+}
+
+fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
+    let b = &args.build;
+    if b.cache
+        || b.opt_level.is_some()
+        || !b.input_shapes.is_empty()
+        || b.precision != Default::default()
+    {
+        return Err(Failure::usage(
+            "--cache, --opt-level, --precision and --input-shape apply to ONNX models; a context binary is already compiled",
+        ));
+    }
+    let backend = crate::backend(cli, b.target.backend.kind())?;
+    let bytes = crate::read_file(&args.model)?;
+    // On the emulator, emulate the SoC the binary was compiled for unless told otherwise.
+    let info = backend
+        .system()
+        .ok()
+        .and_then(|s| qnn::binary_info(&s, &bytes).ok());
+    let default_soc = info
+        .as_ref()
+        .and_then(|i| i.soc_model)
+        .filter(|_| qnn::DeviceOptions::host_default().soc_model.is_some());
+    let target = Target::resolve(&b.target, default_soc)?;
+    let device = Device::new(&backend, &target.device)?;
+    let t = Instant::now();
+    let ctx = Context::from_binary(&backend, Some(&device), &bytes).map_err(|e| {
+        Failure::new(format!(
+            "{}: {e}\nhint: `qnnx inspect {}` says whether this is a context binary and for which SoC",
+            args.model.display(),
+            args.model.display()
+        ))
+    })?;
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let names = ctx.graph_names();
+    let name = match &args.graph {
+        Some(n) => n.clone(),
+        None => names
+            .first()
+            .cloned()
+            .ok_or_else(|| Failure::new("the context binary has no graphs"))?,
+    };
+    let graph = ctx
+        .graph(&name)
+        .map_err(|e| Failure::new(format!("{e}\nhint: the binary's graphs are {names:?}")))?;
+    let ios: Vec<Io> = graph
+        .inputs()
+        .iter()
+        .map(|t| Io {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: t.dims.iter().map(|&d| d as usize).collect(),
+        })
+        .collect();
+    let arrays = input_arrays(&args.inputs, &ios, &format!("graph {name:?}"))?;
+    let ins: Vec<(DataType, Cow<[u8]>)> = arrays
+        .iter()
+        .map(|a| (a.dtype, Cow::Borrowed(&a.data[..])))
+        .collect();
+    let (timing, outs) = execute(&graph, &ins, args.runs)?;
+    let names: Vec<String> = graph.outputs().iter().map(|t| t.name.clone()).collect();
+    let arrays = graph
+        .outputs()
+        .iter()
+        .zip(outs)
+        .map(|(t, data)| npy::Array {
+            dtype: t.dtype,
+            shape: t.dims.iter().map(|&d| d as usize).collect(),
+            data,
+        })
+        .collect();
+    let written = write_outputs(&args.output_dir, arrays, &names)?;
+    report(
+        cli,
+        args,
+        &name,
+        json!({ "load_ms": load_ms, "soc_model": target.device.soc_model }),
+        format!("load {load_ms:.1} ms"),
+        &timing,
+        &written,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
+    if args.graph.is_some() {
+        return Err(Failure::usage(
+            "--graph selects a graph of a context binary; an ONNX model has one",
+        ));
+    }
+    let built = crate::compile::build(cli, &args.model, &args.build, "qnnx")?;
+    let e = &built.compiled.emitted;
+    let mut ios = Vec::new();
+    for (io, &slot) in e.inputs.iter().zip(&e.input_slots) {
+        let dtype = host_dtype(io.host_dtype).ok_or_else(|| {
+            Failure::new(format!(
+                "input {:?} is {}, which qnnx run cannot read from .npy",
+                io.onnx_name,
+                io.host_dtype.name()
+            ))
+        })?;
+        ios.push(Io {
+            name: io.onnx_name.clone(),
+            dtype,
+            shape: e.graph.inputs()[slot]
+                .dims
+                .iter()
+                .map(|&d| d as usize)
+                .collect(),
+        });
+    }
+    let arrays = input_arrays(&args.inputs, &ios, "the model")?;
+    let hosts: Vec<lowering::emit::HostTensor> = arrays
+        .into_iter()
+        .map(|a| {
+            let dtype = model_dtype(a.dtype).expect("dtype came from the model");
+            lowering::emit::HostTensor {
+                dtype,
+                shape: a.shape,
+                data: a.data,
+            }
+        })
+        .collect();
+    let ins = e
+        .graph_inputs(&hosts)
+        .map_err(|err| Failure::new(err.to_string()))?;
+    let (timing, outs) = execute(&e.graph, &ins, args.runs)?;
+    let hosts = e.host_outputs(outs);
+    let mut arrays = Vec::new();
+    for (h, io) in hosts.into_iter().zip(&e.outputs) {
+        let dtype = host_dtype(h.dtype).ok_or_else(|| {
+            Failure::new(format!(
+                "output {:?} is {}, which qnnx run cannot write as .npy",
+                io.onnx_name,
+                h.dtype.name()
+            ))
+        })?;
+        arrays.push(npy::Array {
+            dtype,
+            shape: h.shape,
+            data: h.data,
+        });
+    }
+    let names: Vec<String> = e.outputs.iter().map(|o| o.onnx_name.clone()).collect();
+    let written = write_outputs(&args.output_dir, arrays, &names)?;
+    let c = &built.compiled;
+    let prepare_text = if c.from_cache {
+        format!("loaded from the cache in {:.1} ms", c.load_ms)
+    } else {
+        format!(
+            "compiled in {:.0} ms (lowering {:.0} ms, finalize {:.0} ms)",
+            built.total_ms, c.lower_ms, c.finalize_ms
+        )
+    };
+    report(
+        cli,
+        args,
+        "qnnx",
+        json!({
+            "compile_ms": built.total_ms,
+            "lower_ms": c.lower_ms,
+            "finalize_ms": c.finalize_ms,
+            "load_ms": c.load_ms,
+            "from_cache": c.from_cache,
+            "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
+            "soc_model": built.target.device.soc_model,
+        }),
+        prepare_text,
+        &timing,
+        &written,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_inputs_depend_on_the_name_only() {
+        let io = |name: &str| Io {
+            name: name.into(),
+            dtype: DataType::F32,
+            shape: vec![2, 3],
+        };
+        assert_eq!(random_array(&io("x")), random_array(&io("x")));
+        assert_ne!(random_array(&io("x")).data, random_array(&io("y")).data);
+    }
+
+    #[test]
+    fn percentiles_of_sorted_times() {
+        let t: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&t, 0.5), Some(11.0));
+        assert_eq!(percentile(&t, 0.95), Some(19.0));
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+}

@@ -210,11 +210,11 @@ fn check_reports_every_unsupported_node() {
         .input("s", DType::I64, &[2])
         .node("Erf", &["x"], &["e"], &[])
         .named_node(
-            "blk3/Softmax",
-            "Softmax",
+            "blk3/Gelu",
+            "Gelu",
             &["e"],
             &["sm"],
-            &[("axis", A::I(1))],
+            &[("approximate", A::S("sigmoid"))],
         )
         .node("FancyOp", &["sm"], &["f"], &[])
         .node("Reshape", &["x", "s"], &["r"], &[])
@@ -228,12 +228,12 @@ fn check_reports_every_unsupported_node() {
     assert!(reasons[0].contains("Erf is not supported on HTP"));
     assert_eq!(
         reasons[1],
-        "Node \"blk3/Softmax\" (Softmax), attribute 'axis': only the last axis is supported on HTP"
+        "Node \"blk3/Gelu\" (Gelu), attribute 'approximate': 'sigmoid' is not supported; only 'none' (erf GELU)"
     );
     assert!(reasons[2].contains("FancyOp is not supported on HTP"));
     assert!(reasons[3].contains("input 'shape' must be a constant"));
-    assert_eq!(list[1].node, "blk3/Softmax");
-    assert_eq!(list[1].op_type, "Softmax");
+    assert_eq!(list[1].node, "blk3/Gelu");
+    assert_eq!(list[1].op_type, "Gelu");
 
     match lower(m, &LowerOptions::default()) {
         Err(LowerError::Unsupported(v)) => assert_eq!(v.len(), 4),
@@ -258,10 +258,10 @@ fn check_on_gpu_uses_gpu_table() {
 fn single_problem_is_its_own_variant() {
     let b = ModelBuilder::new(17)
         .input("x", DType::F32, &[2, 3])
-        .node("Softmax", &["x"], &["y"], &[("axis", A::I(0))])
+        .node("Gelu", &["x"], &["y"], &[("approximate", A::S("sigmoid"))])
         .output("y");
     match lower(b.bytes(), &LowerOptions::default()) {
-        Err(LowerError::UnsupportedAttr { attr, .. }) => assert_eq!(attr, "axis"),
+        Err(LowerError::UnsupportedAttr { attr, .. }) => assert_eq!(attr, "approximate"),
         other => panic!("{other:?}"),
     }
 }

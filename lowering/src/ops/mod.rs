@@ -11,10 +11,13 @@ use crate::tensor::Tensor;
 use crate::Backend;
 
 pub mod activation;
+pub mod attention;
 pub mod cast;
 pub mod conv;
 pub mod elementwise;
+pub mod elementwise_mod;
 pub mod folded;
+pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod pool;
@@ -25,9 +28,36 @@ pub mod shape;
 /// A lowering rule: emits zero or more QNN ops for one ONNX node.
 pub type Rule = fn(&mut LowerCx, &Node) -> Result<()>;
 
+/// An expansion: builds the primitive ONNX nodes that replace one node, before the rules run
+/// (see [`crate::passes::expand`]). Expanded ops are registered as rules too, with
+/// [`crate::passes::expand::not_expanded`].
+/// `Ok(false)` leaves the node to its rule (the expansion covers only some of its variants).
+pub type Expander = fn(&mut crate::passes::expand::Builder, &Node) -> Result<bool>;
+
+const EXPANSIONS: &[&[(&str, Expander)]] = &[
+    activation::EXPANSIONS,
+    attention::EXPANSIONS,
+    conv::EXPANSIONS,
+    &[("Mod", elementwise_mod::mod_)],
+    loss::EXPANSIONS,
+    norm::EXPANSIONS,
+];
+
+/// The expansion of `op_type`, if it is lowered by expanding it.
+pub fn expander(op_type: &str) -> Option<Expander> {
+    EXPANSIONS
+        .iter()
+        .flat_map(|f| f.iter())
+        .find(|(n, _)| *n == op_type)
+        .map(|(_, e)| *e)
+}
+
 const FAMILIES: &[&[(&str, Rule)]] = &[
     elementwise::RULES,
     activation::RULES,
+    attention::RULES,
+    loss::RULES,
+    &[("Mod", crate::passes::expand::not_expanded)],
     cast::RULES,
     conv::RULES,
     matmul::RULES,

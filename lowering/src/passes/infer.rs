@@ -891,7 +891,13 @@ pub fn infer_node(g: &Graph, n: &Node) -> Result<Vec<Out>> {
         }
         "Flatten" => {
             let s = x.shape(0)?;
-            let axis = norm_axis(n, "axis", n.attr_i("axis", 1)?, s.len() + 1)?;
+            // Flatten's axis is in [-r, r] and a negative one counts from r (not r + 1).
+            let a = n.attr_i("axis", 1)?;
+            let axis = if a < 0 {
+                norm_axis(n, "axis", a, s.len())?
+            } else {
+                norm_axis(n, "axis", a, s.len() + 1)?
+            };
             vec![(
                 x.dtype(0)?,
                 vec![s[..axis].iter().product(), s[axis..].iter().product()],
@@ -1174,6 +1180,22 @@ mod tests {
         );
         assert!(reshape_target(&n, &[2, 3, 4], &[5, -1], false).is_err());
         assert!(reshape_target(&n, &[2, 3], &[-1, -1], false).is_err());
+    }
+
+    #[test]
+    fn flatten_negative_axis_counts_from_rank() {
+        let g = graph_with(&[("x", DType::F32, vec![3, 4, 5])]);
+        let flat = |axis: i64| {
+            let mut n = Node::new("f", "Flatten").with_attr("axis", Attr::Int(axis));
+            n.inputs = vec![Some(0)];
+            n.outputs = vec![None];
+            infer_node(&g, &n).map(|o| o[0].1.clone())
+        };
+        assert_eq!(flat(-1).unwrap(), vec![12, 5]);
+        assert_eq!(flat(-3).unwrap(), vec![1, 60]);
+        assert_eq!(flat(3).unwrap(), vec![60, 1]);
+        assert!(flat(-4).is_err());
+        assert!(flat(4).is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::LowerOptions;
 
 pub mod const_fold;
 pub mod dce;
+pub mod expand;
 pub mod fold_batchnorm;
 pub mod fp16;
 pub mod fuse_gelu;
@@ -93,13 +94,24 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
     // Errors of the first sweep are reported again by the second one (or the node is gone).
     let _ = const_fold::run(&mut g);
+    let table = OpTable::get(opts.backend);
+    // An expansion's inputs are known only once the nodes before it are inferred, which may
+    // need an earlier expansion (Attention feeding Attention).
+    let mut expand_errors = Vec::new();
+    for _ in 0..4 {
+        let (n, errs) = expand::run(&mut g, opts.backend, table);
+        expand_errors = errs;
+        if n == 0 {
+            break;
+        }
+        let _ = const_fold::run(&mut g);
+    }
     simplify::run(&mut g);
     dce::run(&mut g);
     fold_batchnorm::run(&mut g);
     fuse_rmsnorm::run(&mut g);
     fuse_gelu::run(&mut g);
     dce::run(&mut g);
-    let table = OpTable::get(opts.backend);
     layout::run(&mut g, table);
     let errs = const_fold::run(&mut g);
     simplify::run(&mut g);
@@ -110,8 +122,10 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
         fp16::run(&mut g, table);
     }
     dce::run(&mut g);
+    // An expansion's refusal comes last so that it wins over "no shape inference" for its node.
     let node_errors = errs
         .into_iter()
+        .chain(expand_errors)
         .map(|e| {
             let node = match &e {
                 LowerError::UnsupportedOp { node, .. }

@@ -1,8 +1,10 @@
 //! Activations with attributes or decompositions (the plain ones are rows in `elementwise`).
 
-use crate::ops::Rule;
+use crate::ops::{Expander, Rule};
+use crate::passes::expand::not_expanded;
 
 pub mod clip;
+pub mod composite;
 pub mod elu;
 pub mod gelu;
 pub mod hard_sigmoid;
@@ -22,4 +24,22 @@ pub const RULES: &[(&str, Rule)] = &[
     ("LogSoftmax", softmax::softmax),
     ("Softplus", softplus::softplus),
     ("Mish", softplus::mish),
+    ("Selu", not_expanded),
+    ("ThresholdedRelu", not_expanded),
+    ("Swish", not_expanded),
+    ("Tan", not_expanded),
+    ("Mean", not_expanded),
+    ("IsNaN", not_expanded),
+    ("LpNormalization", not_expanded),
+];
+
+pub const EXPANSIONS: &[(&str, Expander)] = &[
+    ("Selu", composite::selu),
+    ("ThresholdedRelu", composite::thresholded_relu),
+    ("Swish", composite::swish),
+    ("Tan", composite::tan),
+    ("Mean", composite::mean),
+    ("IsNaN", composite::is_nan),
+    ("LpNormalization", composite::lp_normalization),
+    ("Gelu", composite::gelu_tanh),
 ];

@@ -3,8 +3,8 @@
 //! at `axis` (default 1) and normalised along the flattened tail, done here with Reshapes.
 //! QNN `Softmax` / `LogSoftmax` with `beta` = 1.0 (FLOAT_32 scalar), which normalise the last
 //! dimension; HTP's `LogSoftmax` also requires its `axis` param (UINT_32 scalar, the last axis)
-//! and fails validation without it. Constraint: on HTP only the last axis is supported; a softmax over another axis
-//! is rejected (rewrite the model or transpose explicitly).
+//! and fails validation without it. QNN normalises the last axis only, so a softmax over another
+//! axis (opset 13+) is wrapped in two `Transpose`s that move that axis last and back.
 
 use crate::attr::norm_axis;
 use crate::error::Result;
@@ -12,7 +12,6 @@ use crate::ir::Node;
 use crate::ops::LowerCx;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
-use crate::Backend;
 
 pub fn softmax(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let q = if node.op_type == "LogSoftmax" {
@@ -55,11 +54,32 @@ pub fn softmax(cx: &mut LowerCx, node: &Node) -> Result<()> {
         cx.op(node, op::RESHAPE, vec![s], vec![y], vec![]);
         return Ok(());
     }
-    let b = match cx.backend {
-        Backend::Htp => "HTP",
-        Backend::Gpu => "GPU",
-    };
-    Err(node.err_attr("axis", format!("only the last axis is supported on {b}")))
+    let mut perm: Vec<usize> = (0..r).filter(|&a| a != axis).collect();
+    perm.push(axis);
+    let mut inv = vec![0usize; r];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    let dt = cx.tensor_dtype(x);
+    let moved: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let u32s = |v: &[usize]| v.iter().map(|&p| p as u32).collect::<Vec<u32>>();
+    let t = cx.emit(
+        node,
+        op::TRANSPOSE,
+        vec![x],
+        dt,
+        &moved,
+        vec![(param::PERM, Param::u32_vec(&u32s(&perm)))],
+    );
+    let s = cx.emit(node, q, vec![t], dt, &moved, params(r));
+    cx.op(
+        node,
+        op::TRANSPOSE,
+        vec![s],
+        vec![y],
+        vec![(param::PERM, Param::u32_vec(&u32s(&inv)))],
+    );
+    Ok(())
 }
 
 #[cfg(test)]
@@ -103,7 +123,22 @@ mod tests {
     }
 
     #[test]
-    fn softmax_non_last_axis_unsupported() {
+    fn softmax_non_last_axis_transposes() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 3, 4])
+            .node("Softmax", &["x"], &["y"], &[("axis", A::I(1))])
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(
+            d.contains("Transpose(x:f32[2, 3, 4]) perm=u32[3]{0,2,1} -> Softmax_0_Transpose:f32[2, 4, 3]\n\
+                        Softmax(Softmax_0_Transpose:f32[2, 4, 3]) beta=1f -> Softmax_0_Softmax:f32[2, 4, 3]\n\
+                        Transpose(Softmax_0_Softmax:f32[2, 4, 3]) perm=u32[3]{0,2,1} -> y:f32[2, 3, 4]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn softmax_axis_out_of_range_is_invalid() {
         let b = ModelBuilder::new(17)
             .input("x", DType::F32, &[2, 3, 4])
             .named_node(
@@ -111,12 +146,9 @@ mod tests {
                 "Softmax",
                 &["x"],
                 &["y"],
-                &[("axis", A::I(1))],
+                &[("axis", A::I(3))],
             )
             .output("y");
-        assert_eq!(
-            lower_err(&b),
-            "Node \"blk3/Softmax\" (Softmax), attribute 'axis': only the last axis is supported on HTP"
-        );
+        assert!(lower_err(&b).contains("axis 3 is out of range"));
     }
 }

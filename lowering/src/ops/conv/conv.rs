@@ -5,7 +5,8 @@
 //! UINT_32 `[2, 2]` = `{{top, bottom}, {left, right}}`, `dilation` UINT_32 `[2]` (all tensor
 //! params) and `group` UINT_32 scalar. `group == Cin == Cout` becomes `DepthWiseConv2d`
 //! (filter `[KH, KW, 1, Cout]`, no `group`).
-//! Constraints: 2-D spatial, constant weights, weights/bias in the activation's float type.
+//! Weights that are not constant are transposed to HWIO by a `Transpose` op.
+//! Constraints: 2-D spatial, weights/bias in the activation's float type.
 
 use crate::error::Result;
 use crate::ir::Node;
@@ -63,21 +64,40 @@ pub fn require_2d_nhwc(node: &Node, rank: usize) -> Result<()> {
 pub fn conv(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let xs = cx.shape(node, 0);
     require_2d_nhwc(node, xs.len())?;
-    let w = cx
-        .konst(node, 1)
-        .ok_or_else(|| node.err_op("weights must be constant"))?;
     let xdt = cx.dtype(node, 0);
-    if w.dtype != xdt {
-        return Err(node.err_dtype(format!("weights are {} but the input is {xdt}", w.dtype)));
+    let wdt = cx.dtype(node, 1);
+    if wdt != xdt {
+        return Err(node.err_dtype(format!("weights are {wdt} but the input is {xdt}")));
     }
-    let (cout, cin_g) = (w.shape[0], w.shape[1]);
+    let ws = cx.shape(node, 1);
+    if ws.len() != 4 {
+        return Err(node.err_invalid(format!("weights have shape {ws:?}, expected 4-D")));
+    }
+    let (cout, cin_g) = (ws[0], ws[1]);
     let cin = xs[3];
     let in_sp = [xs[1], xs[2]];
-    let sp = Spatial::parse(node, &in_sp, Some(&w.shape[2..]), None)?;
+    let sp = Spatial::parse(node, &in_sp, Some(&ws[2..]), None)?;
     let group = node.attr_i("group", 1)? as usize;
     let depthwise = group > 1 && group == cin && cout == cin && cin_g == 1;
-    let hwio = transpose(w, &[2, 3, 1, 0]);
-    let wt = cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio)?;
+    let wt = match cx.konst(node, 1) {
+        Some(w) => {
+            let hwio = transpose(w, &[2, 3, 1, 0]);
+            cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio)?
+        }
+        // Weights computed in the graph (or graph inputs) are transposed to HWIO on the device.
+        None => {
+            let w = cx.input(node, 1)?;
+            let dt = cx.tensor_dtype(w);
+            cx.emit(
+                node,
+                op::TRANSPOSE,
+                vec![w],
+                dt,
+                &[ws[2], ws[3], ws[1], ws[0]],
+                vec![(param::PERM, Param::u32_vec(&[2, 3, 1, 0]))],
+            )
+        }
+    };
     let bias = match node.input(2) {
         Some(_) => cx.input(node, 2)?,
         None => cx.static_tensor(
@@ -154,22 +174,37 @@ mod tests {
     }
 
     #[test]
-    fn conv1d_unsupported() {
+    fn conv3d_unsupported() {
         let b = ModelBuilder::new(17)
-            .input("x", DType::F32, &[1, 2, 8])
-            .init("w", Tensor::from_f32(vec![2, 2, 3], &[0.1; 12]))
+            .input("x", DType::F32, &[1, 2, 4, 4, 4])
+            .init("w", Tensor::from_f32(vec![2, 2, 1, 1, 1], &[0.1; 4]))
             .node("Conv", &["x", "w"], &["y"], &[])
             .output("y");
-        assert!(lower_err(&b).contains("1-D spatial input is not supported"));
+        assert!(lower_err(&b).contains("3-D spatial input is not supported"));
     }
 
     #[test]
-    fn dynamic_weights_unsupported() {
+    fn dynamic_weights_are_transposed_in_graph() {
         let b = ModelBuilder::new(17)
             .input("x", DType::F32, &[1, 2, 4, 4])
-            .input("w", DType::F32, &[2, 2, 3, 3])
+            .input("w", DType::F32, &[3, 2, 3, 3])
             .node("Conv", &["x", "w"], &["y"], &[])
             .output("y");
-        assert!(lower_err(&b).ends_with("weights must be constant"));
+        let d = lower(&b).dump();
+        assert!(
+            d.contains("Transpose(w:f32[3, 2, 3, 3]) perm=u32[4]{2,3,1,0} -> Conv_0_Transpose:f32[3, 3, 2, 3]\n\
+                        Conv2d(x_nhwc:f32[1, 4, 4, 2], Conv_0_Transpose:f32[3, 3, 2, 3], static Conv_0_bias:f32[3])"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn weights_of_another_dtype_unsupported() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 2, 4, 4])
+            .input("w", DType::F16, &[2, 2, 3, 3])
+            .node("Conv", &["x", "w"], &["y"], &[])
+            .output("y");
+        assert!(lower_err(&b).contains("weights are f16 but the input is f32"));
     }
 }

@@ -3,7 +3,8 @@
 //! QNN `TransposeConv2d`: in[0] NHWC, in[1] filter `[KH, KW, Cin, Cout]` (ONNX weights are
 //! `[Cin, Cout, KH, KW]`), in[2] bias `[Cout]`; params `stride` UINT_32 `[2]`, `pad_amount`
 //! UINT_32 `[2, 2]`, `output_padding` UINT_32 `[2]` (tensor params), `group` UINT_32 scalar.
-//! Constraints: 2-D, group 1, dilation 1, constant weights, no explicit `output_shape`.
+//! Weights that are not constant are transposed by a `Transpose` op.
+//! Constraints: 2-D, group 1, dilation 1, no explicit `output_shape`.
 
 use crate::error::Result;
 use crate::ir::Node;
@@ -27,22 +28,41 @@ pub fn conv_transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {
             "is not supported; give pads and output_padding",
         ));
     }
-    let w = cx
-        .konst(node, 1)
-        .ok_or_else(|| node.err_op("weights must be constant"))?;
     let xdt = cx.dtype(node, 0);
-    if w.dtype != xdt {
-        return Err(node.err_dtype(format!("weights are {} but the input is {xdt}", w.dtype)));
+    let wdt = cx.dtype(node, 1);
+    if wdt != xdt {
+        return Err(node.err_dtype(format!("weights are {wdt} but the input is {xdt}")));
     }
-    let sp = Spatial::parse(node, &[xs[1], xs[2]], Some(&w.shape[2..]), Some(&[]))?;
+    let ws = cx.shape(node, 1);
+    if ws.len() != 4 {
+        return Err(node.err_invalid(format!("weights have shape {ws:?}, expected 4-D")));
+    }
+    let sp = Spatial::parse(node, &[xs[1], xs[2]], Some(&ws[2..]), Some(&[]))?;
     if sp.dilations.iter().any(|&d| d != 1) {
         return Err(node.err_attr("dilations", "only dilation 1 is supported"));
     }
     let out_pad = node.attr_ints("output_padding", &[0, 0])?;
     let out_pad: Vec<usize> = out_pad.iter().map(|&v| v.max(0) as usize).collect();
-    let cout = w.shape[1];
-    let hwio = transpose(w, &[2, 3, 0, 1]);
-    let wt = cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio)?;
+    let cout = ws[1];
+    let wt = match cx.konst(node, 1) {
+        Some(w) => {
+            let hwio = transpose(w, &[2, 3, 0, 1]);
+            cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio)?
+        }
+        // Weights computed in the graph (or graph inputs) are transposed on the device.
+        None => {
+            let w = cx.input(node, 1)?;
+            let dt = cx.tensor_dtype(w);
+            cx.emit(
+                node,
+                op::TRANSPOSE,
+                vec![w],
+                dt,
+                &[ws[2], ws[3], ws[0], ws[1]],
+                vec![(param::PERM, Param::u32_vec(&[2, 3, 0, 1]))],
+            )
+        }
+    };
     let bias = match node.input(2) {
         Some(_) => cx.input(node, 2)?,
         None => cx.static_tensor(
@@ -89,6 +109,20 @@ mod tests {
         let d = lower(&model(&[("strides", A::Is(vec![2, 2]))])).dump();
         assert!(
             d.contains("TransposeConv2d(x_nhwc:f32[1, 4, 4, 2], static ConvTranspose_0_w_hwio:f32[2, 2, 2, 3], static ConvTranspose_0_bias:f32[3]) stride=u32[2]{2,2} pad_amount=u32[2, 2]{0,0,0,0} output_padding=u32[2]{0,0} group=1u -> y_nhwc:f32[1, 8, 8, 3]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn dynamic_weights_are_transposed_in_graph() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 2, 4, 4])
+            .input("w", DType::F32, &[2, 3, 2, 2])
+            .node("ConvTranspose", &["x", "w"], &["y"], &[])
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(
+            d.contains("Transpose(w:f32[2, 3, 2, 2]) perm=u32[4]{2,3,0,1} -> ConvTranspose_0_Transpose:f32[2, 2, 2, 3]"),
             "{d}"
         );
     }

@@ -1,19 +1,81 @@
 //! LayerNormalization — <https://onnx.ai/onnx/operators/onnx__LayerNormalization.html>,
 //! opset 17+. QNN `LayerNorm`: in[0] data, in[1] gamma (shape of the normalised dims), in[2]
 //! beta; params `epsilon` FLOAT_32 scalar, `axes` UINT_32 `[k]` = `axis..rank`.
-//! Constraints: the Mean/InvStdDev outputs must be unused; a missing bias becomes zeros.
+//! A missing bias becomes zeros. When the Mean or InvStdDev output is used, the node is expanded
+//! before lowering instead (QNN's LayerNorm has one output): `mean = ReduceMean(x)`,
+//! `d = x - mean`, `std = Sqrt(ReduceMean(d·d) + epsilon)`, `y = d / std · scale + bias`,
+//! `InvStdDev = Reciprocal(std)`, reduced over `axis..rank` with kept dims, statistics in f32
+//! (`stash_type` 1, the default; others are rejected).
 
 use crate::attr::norm_axis;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::LowerCx;
+use crate::passes::expand::Builder;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 use crate::tensor::Tensor;
 
+/// The expansion used when the Mean or InvStdDev output is read.
+pub fn layer_norm_with_stats(b: &mut Builder, node: &Node) -> Result<bool> {
+    if node.outputs.iter().skip(1).all(Option::is_none) {
+        return Ok(false);
+    }
+    if node.attr_i("stash_type", 1)? != 1 {
+        return Err(node.err_attr("stash_type", "only 1 (float32 statistics) is supported"));
+    }
+    let x = node
+        .input(0)
+        .ok_or_else(|| node.err_invalid("input 'X' is missing"))?;
+    let scale = node
+        .input(1)
+        .ok_or_else(|| node.err_invalid("input 'Scale' is missing"))?;
+    let r = b.g.shape(x).len();
+    let axis = norm_axis(node, "axis", node.attr_i("axis", -1)?, r)?;
+    let eps = node.attr_f("epsilon", 1e-5)? as f64;
+    let dt = b.g.dtype(x);
+    let axes: Vec<i64> = (axis as i64..r as i64).collect();
+    let xf = if dt == DType::F32 {
+        x
+    } else {
+        b.cast(x, DType::F32)
+    };
+    let mean = b.reduce("ReduceMean", xf, &axes, true);
+    let d = b.op("Sub", &[xf, mean], vec![]);
+    let sq = b.op("Mul", &[d, d], vec![]);
+    let var = b.reduce("ReduceMean", sq, &axes, true);
+    let e = b.scalar(DType::F32, eps);
+    let ve = b.op("Add", &[var, e], vec![]);
+    let std = b.op("Sqrt", &[ve], vec![]);
+    let mut n = b.op("Div", &[d, std], vec![]);
+    if dt != DType::F32 {
+        n = b.cast(n, dt);
+    }
+    let y = node
+        .output(0)
+        .ok_or_else(|| node.err_invalid("output 'Y' is missing"))?;
+    match node.input(2) {
+        Some(bias) => {
+            let s = b.op("Mul", &[n, scale], vec![]);
+            b.op_to("Add", &[s, bias], vec![], &[y]);
+        }
+        None => b.op_to("Mul", &[n, scale], vec![], &[y]),
+    }
+    if let Some(o) = node.output(1) {
+        b.op_to("Identity", &[mean], vec![], &[o]);
+    }
+    if let Some(o) = node.output(2) {
+        b.op_to("Reciprocal", &[std], vec![], &[o]);
+    }
+    Ok(true)
+}
+
 pub fn layer_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     if node.outputs.iter().skip(1).any(Option::is_some) {
-        return Err(node.err_op("the Mean and InvStdDev outputs are not supported"));
+        return Err(
+            node.err_op("the Mean and InvStdDev outputs are produced only by the expanded form")
+        );
     }
     let shape = cx.shape(node, 0);
     let r = shape.len();
@@ -54,7 +116,7 @@ mod tests {
     use crate::dtype::DType;
     use crate::ops::test_util::{lower, lower_err};
     use crate::tensor::Tensor;
-    use crate::testing::ModelBuilder;
+    use crate::testing::{ModelBuilder, A};
 
     #[test]
     fn layer_norm_snapshot() {
@@ -68,13 +130,53 @@ mod tests {
     }
 
     #[test]
-    fn mean_output_unsupported() {
+    fn layer_norm_with_stats_is_expanded() {
         let b = ModelBuilder::new(17)
-            .input("x", DType::F32, &[1, 8])
+            .input("x", DType::F32, &[2, 8])
             .init("g", Tensor::from_f32(vec![8], &[1.0; 8]))
-            .node("LayerNormalization", &["x", "g"], &["y", "mean"], &[])
+            .node(
+                "LayerNormalization",
+                &["x", "g"],
+                &["y", "mean", "inv"],
+                &[],
+            )
+            .output("y")
+            .output("mean")
+            .output("inv");
+        let p = lower(&b);
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            vec![
+                "ReduceMean",
+                "ElementWiseSubtract",
+                "ElementWiseMultiply",
+                "ReduceMean",
+                "ElementWiseAdd",
+                "ElementWiseSquareRoot",
+                "ElementWiseDivide",
+                "ElementWiseMultiply",
+                "Reshape",
+                "ElementWiseDivide"
+            ],
+            "{d}"
+        );
+        assert!(d.contains("output mean:f32[2, 1]"), "{d}");
+    }
+
+    #[test]
+    fn layer_norm_with_stats_other_stash_type_unsupported() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 8])
+            .init("g", Tensor::from_f32(vec![8], &[1.0; 8]))
+            .node(
+                "LayerNormalization",
+                &["x", "g"],
+                &["y", "mean"],
+                &[("stash_type", A::I(10))],
+            )
             .output("y")
             .output("mean");
-        assert!(lower_err(&b).contains("Mean and InvStdDev outputs are not supported"));
+        assert!(lower_err(&b).contains("attribute 'stash_type'"));
     }
 }

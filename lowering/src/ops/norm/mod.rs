@@ -1,6 +1,6 @@
 //! Normalisations.
 
-use crate::ops::Rule;
+use crate::ops::{Expander, Rule};
 
 pub mod batch_norm;
 pub mod group_norm;
@@ -15,6 +15,9 @@ pub const RULES: &[(&str, Rule)] = &[
     ("LayerNormalization", layer_norm::layer_norm),
     ("RMSNormalization", rms_norm::rms_norm),
 ];
+
+pub const EXPANSIONS: &[(&str, Expander)] =
+    &[("LayerNormalization", layer_norm::layer_norm_with_stats)];
 
 use crate::error::Result;
 use crate::ir::Node;

@@ -1,0 +1,199 @@
+//! Ops with no QNN counterpart on HTP that ONNX defines as short functions, expanded before
+//! lowering into the ops of their function bodies:
+//!
+//! - Selu — <https://onnx.ai/onnx/operators/onnx__Selu.html>: `gamma · Elu(x, alpha)`.
+//! - ThresholdedRelu — <https://onnx.ai/onnx/operators/onnx__ThresholdedRelu.html>:
+//!   `Where(x > alpha, x, 0)`.
+//! - Swish — <https://onnx.ai/onnx/operators/onnx__Swish.html>: `x · Sigmoid(alpha · x)`.
+//! - Tan — <https://onnx.ai/onnx/operators/onnx__Tan.html>: `Sin(x) / Cos(x)`.
+//! - Mean — <https://onnx.ai/onnx/operators/onnx__Mean.html>: `Sum(x..) · (1 / n)`.
+//! - IsNaN — <https://onnx.ai/onnx/operators/onnx__IsNaN.html>: `Not(x == x)`.
+//! - LpNormalization — <https://onnx.ai/onnx/operators/onnx__LpNormalization.html>:
+//!   `x / ReduceSum(|x|)` (p = 1) or `x / Sqrt(ReduceSum(x · x))` (p = 2) over `axis`.
+//! - Gelu with `approximate = 'tanh'` — <https://onnx.ai/onnx/operators/onnx__Gelu.html>:
+//!   `0.5 · x · (1 + Tanh(√(2/π) · (x + 0.044715 · x³)))` (the erf form has its own rule).
+//!
+//! All of them run on HTP in f16/f32 through the rules of the ops they expand into.
+
+use crate::attr::norm_axis;
+use crate::error::Result;
+use crate::ir::{Attr, Node, ValueId};
+use crate::passes::expand::Builder;
+
+fn io(node: &Node) -> Result<(ValueId, ValueId)> {
+    let x = node
+        .input(0)
+        .ok_or_else(|| node.err_invalid("input 0 is missing"))?;
+    let y = node
+        .output(0)
+        .ok_or_else(|| node.err_invalid("output 0 is missing"))?;
+    Ok((x, y))
+}
+
+pub fn selu(b: &mut Builder, node: &Node) -> Result<bool> {
+    let (x, y) = io(node)?;
+    let alpha = node.attr_f("alpha", 1.673_263_2)?;
+    let gamma = node.attr_f("gamma", 1.050_701)?;
+    let dt = b.g.dtype(x);
+    let e = b.op("Elu", &[x], vec![("alpha", Attr::Float(alpha))]);
+    let g = b.scalar(dt, gamma as f64);
+    b.op_to("Mul", &[e, g], vec![], &[y]);
+    Ok(true)
+}
+
+pub fn thresholded_relu(b: &mut Builder, node: &Node) -> Result<bool> {
+    let (x, y) = io(node)?;
+    let alpha = node.attr_f("alpha", 1.0)?;
+    let dt = b.g.dtype(x);
+    let a = b.scalar(dt, alpha as f64);
+    let zero = b.scalar(dt, 0.0);
+    let gt = b.op("Greater", &[x, a], vec![]);
+    b.op_to("Where", &[gt, x, zero], vec![], &[y]);
+    Ok(true)
+}
+
+pub fn swish(b: &mut Builder, node: &Node) -> Result<bool> {
+    let (x, y) = io(node)?;
+    let alpha = node.attr_f("alpha", 1.0)?;
+    let dt = b.g.dtype(x);
+    let ax = if alpha == 1.0 {
+        x
+    } else {
+        let a = b.scalar(dt, alpha as f64);
+        b.op("Mul", &[x, a], vec![])
+    };
+    let s = b.op("Sigmoid", &[ax], vec![]);
+    b.op_to("Mul", &[x, s], vec![], &[y]);
+    Ok(true)
+}
+
+pub fn tan(b: &mut Builder, node: &Node) -> Result<bool> {
+    let (x, y) = io(node)?;
+    let s = b.op("Sin", &[x], vec![]);
+    let c = b.op("Cos", &[x], vec![]);
+    b.op_to("Div", &[s, c], vec![], &[y]);
+    Ok(true)
+}
+
+pub fn mean(b: &mut Builder, node: &Node) -> Result<bool> {
+    let (x, y) = io(node)?;
+    let ins: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+    let dt = b.g.dtype(x);
+    let s = if ins.len() == 1 {
+        x
+    } else {
+        b.op("Sum", &ins, vec![])
+    };
+    let k = b.scalar(dt, 1.0 / ins.len() as f64);
+    b.op_to("Mul", &[s, k], vec![], &[y]);
+    Ok(true)
+}
+
+pub fn is_nan(b: &mut Builder, node: &Node) -> Result<bool> {
+    let (x, y) = io(node)?;
+    let eq = b.op("Equal", &[x, x], vec![]);
+    b.op_to("Not", &[eq], vec![], &[y]);
+    Ok(true)
+}
+
+pub fn lp_normalization(b: &mut Builder, node: &Node) -> Result<bool> {
+    let (x, y) = io(node)?;
+    let r = b.g.shape(x).len();
+    let axis = norm_axis(node, "axis", node.attr_i("axis", -1)?, r)? as i64;
+    let norm = match node.attr_i("p", 2)? {
+        1 => {
+            let a = b.op("Abs", &[x], vec![]);
+            b.reduce("ReduceSum", a, &[axis], true)
+        }
+        2 => {
+            let sq = b.op("Mul", &[x, x], vec![]);
+            let s = b.reduce("ReduceSum", sq, &[axis], true);
+            b.op("Sqrt", &[s], vec![])
+        }
+        p => return Err(node.err_attr("p", format!("only 1 and 2 are supported, got {p}"))),
+    };
+    b.op_to("Div", &[x, norm], vec![], &[y]);
+    Ok(true)
+}
+
+pub fn gelu_tanh(b: &mut Builder, node: &Node) -> Result<bool> {
+    if node.attr_s("approximate", "none")? != "tanh" {
+        return Ok(false);
+    }
+    let (x, y) = io(node)?;
+    let dt = b.g.dtype(x);
+    let x2 = b.op("Mul", &[x, x], vec![]);
+    let x3 = b.op("Mul", &[x2, x], vec![]);
+    let c = b.scalar(dt, 0.044715);
+    let cx3 = b.op("Mul", &[x3, c], vec![]);
+    let inner = b.op("Add", &[x, cx3], vec![]);
+    let k = b.scalar(dt, (2.0 / std::f64::consts::PI).sqrt());
+    let scaled = b.op("Mul", &[inner, k], vec![]);
+    let t = b.op("Tanh", &[scaled], vec![]);
+    let one = b.scalar(dt, 1.0);
+    let t1 = b.op("Add", &[t, one], vec![]);
+    let half = b.scalar(dt, 0.5);
+    let hx = b.op("Mul", &[x, half], vec![]);
+    b.op_to("Mul", &[hx, t1], vec![], &[y]);
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::ops::test_util::{lower, lower_err};
+    use crate::testing::{ModelBuilder, A};
+
+    fn one(op: &str, attrs: &[(&str, A)]) -> ModelBuilder {
+        ModelBuilder::new(24)
+            .input("x", DType::F32, &[2, 3])
+            .node(op, &["x"], &["y"], attrs)
+            .output("y")
+    }
+
+    fn types(op: &str, attrs: &[(&str, A)]) -> Vec<&'static str> {
+        lower(&one(op, attrs)).op_types()
+    }
+
+    #[test]
+    fn composite_snapshots() {
+        assert_eq!(types("Selu", &[]), vec!["Elu", "ElementWiseMultiply"]);
+        assert_eq!(
+            types("ThresholdedRelu", &[]),
+            vec!["ElementWiseGreater", "ElementWiseSelect"]
+        );
+        assert_eq!(types("Swish", &[]), vec!["Sigmoid", "ElementWiseMultiply"]);
+        assert_eq!(
+            types("Tan", &[]),
+            vec!["ElementWiseSin", "ElementWiseCos", "ElementWiseDivide"]
+        );
+        assert_eq!(
+            types("IsNaN", &[]),
+            vec!["ElementWiseEqual", "ElementWiseNot"]
+        );
+        assert_eq!(
+            types("LpNormalization", &[("p", A::I(1))]),
+            vec!["ElementWiseAbs", "ReduceSum", "ElementWiseDivide"]
+        );
+        assert_eq!(
+            types("Gelu", &[("approximate", A::S("tanh"))]).last(),
+            Some(&"ElementWiseMultiply")
+        );
+        assert_eq!(types("Gelu", &[]), vec!["Gelu"]);
+        let d = lower(
+            &ModelBuilder::new(13)
+                .input("a", DType::F32, &[2])
+                .input("b", DType::F32, &[2])
+                .node("Mean", &["a", "b"], &["y"], &[])
+                .output("y"),
+        )
+        .dump();
+        assert!(d.contains("ElementWiseAdd(a:f32[2], b:f32[2])"), "{d}");
+    }
+
+    #[test]
+    fn lp_normalization_other_p_unsupported() {
+        assert!(lower_err(&one("LpNormalization", &[("p", A::I(3))]))
+            .contains("attribute 'p': only 1 and 2"));
+    }
+}

@@ -328,7 +328,7 @@ pub struct TensorMeta {
 impl TensorMeta {
     /// The element type as a [`DataType`], if this build knows its name.
     pub fn data_type(&self) -> Option<DataType> {
-        ALL_DTYPES
+        DataType::ALL
             .iter()
             .find(|&&d| dtype_name(d) == self.dtype)
             .copied()
@@ -344,25 +344,6 @@ impl From<&TensorInfo> for TensorMeta {
         }
     }
 }
-
-const ALL_DTYPES: [DataType; 16] = [
-    DataType::F32,
-    DataType::F16,
-    DataType::I8,
-    DataType::U8,
-    DataType::I16,
-    DataType::U16,
-    DataType::I32,
-    DataType::U32,
-    DataType::I64,
-    DataType::U64,
-    DataType::Bool,
-    DataType::QU8,
-    DataType::QI8,
-    DataType::QU16,
-    DataType::QI16,
-    DataType::QI32,
-];
 
 fn dtype_name(d: DataType) -> &'static str {
     match d {
@@ -1175,7 +1156,7 @@ mod tests {
 
     #[test]
     fn dtype_names_round_trip() {
-        for d in ALL_DTYPES {
+        for d in DataType::ALL {
             let t = TensorMeta {
                 name: String::new(),
                 dtype: dtype_name(d).into(),

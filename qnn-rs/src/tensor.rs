@@ -57,28 +57,29 @@ impl DataType {
         }
     }
 
+    /// Every data type this crate knows.
+    pub const ALL: [DataType; 16] = [
+        DataType::F32,
+        DataType::F16,
+        DataType::I8,
+        DataType::U8,
+        DataType::I16,
+        DataType::U16,
+        DataType::I32,
+        DataType::U32,
+        DataType::I64,
+        DataType::U64,
+        DataType::Bool,
+        DataType::QU8,
+        DataType::QI8,
+        DataType::QU16,
+        DataType::QI16,
+        DataType::QI32,
+    ];
+
     /// The data type of a raw `Qnn_DataType_t`, if this crate knows it.
     pub fn from_raw(raw: u32) -> Option<DataType> {
-        [
-            DataType::F32,
-            DataType::F16,
-            DataType::I8,
-            DataType::U8,
-            DataType::I16,
-            DataType::U16,
-            DataType::I32,
-            DataType::U32,
-            DataType::I64,
-            DataType::U64,
-            DataType::Bool,
-            DataType::QU8,
-            DataType::QI8,
-            DataType::QU16,
-            DataType::QI16,
-            DataType::QI32,
-        ]
-        .into_iter()
-        .find(|d| d.raw() == raw)
+        DataType::ALL.into_iter().find(|d| d.raw() == raw)
     }
 
     /// Bytes per element.

@@ -32,22 +32,8 @@ fn descr(d: DataType) -> Option<&'static str> {
 
 fn from_descr(s: &str) -> Option<DataType> {
     let s = s.replace('=', "<");
-    [
-        DataType::F32,
-        DataType::F16,
-        DataType::I8,
-        DataType::U8,
-        DataType::I16,
-        DataType::U16,
-        DataType::I32,
-        DataType::U32,
-        DataType::I64,
-        DataType::U64,
-        DataType::Bool,
-    ]
-    .into_iter()
-    .find(|&d| {
-        let want = descr(d).unwrap();
+    DataType::ALL.into_iter().find(|&d| {
+        let Some(want) = descr(d) else { return false };
         want == s || (want.starts_with('|') && s.len() == 3 && want[1..] == s[1..])
     })
 }

@@ -305,6 +305,24 @@ fn host_name(d: lowering::DType) -> &'static str {
 
 type IoDesc = (String, String, Vec<u32>, String);
 
+fn io_descs(
+    ios: &[lowering::plan::PlanIo],
+    slots: &[usize],
+    graph: &[qnn::TensorInfo],
+) -> Vec<IoDesc> {
+    ios.iter()
+        .zip(slots)
+        .map(|(io, &s)| {
+            (
+                io.onnx_name.clone(),
+                dtype_name(graph[s].dtype).into(),
+                graph[s].dims.clone(),
+                host_name(io.host_dtype).into(),
+            )
+        })
+        .collect()
+}
+
 #[pymethods]
 impl Compiled {
     /// Milliseconds spent lowering (0 on a cache hit).
@@ -342,38 +360,14 @@ impl Compiled {
     #[getter]
     fn inputs(&self) -> Vec<IoDesc> {
         let e = &self.inner.emitted;
-        let g = e.graph.inputs();
-        e.inputs
-            .iter()
-            .zip(&e.input_slots)
-            .map(|(io, &s)| {
-                (
-                    io.onnx_name.clone(),
-                    dtype_name(g[s].dtype).into(),
-                    g[s].dims.clone(),
-                    host_name(io.host_dtype).into(),
-                )
-            })
-            .collect()
+        io_descs(&e.inputs, &e.input_slots, e.graph.inputs())
     }
 
     /// Outputs in ONNX order, like `inputs`.
     #[getter]
     fn outputs(&self) -> Vec<IoDesc> {
         let e = &self.inner.emitted;
-        let g = e.graph.outputs();
-        e.outputs
-            .iter()
-            .zip(&e.output_slots)
-            .map(|(io, &s)| {
-                (
-                    io.onnx_name.clone(),
-                    dtype_name(g[s].dtype).into(),
-                    g[s].dims.clone(),
-                    host_name(io.host_dtype).into(),
-                )
-            })
-            .collect()
+        io_descs(&e.outputs, &e.output_slots, e.graph.outputs())
     }
 
     /// Executes on caller memory given as (address, byte length) pairs in ONNX order, without

@@ -5,7 +5,7 @@
 
 #![cfg(target_os = "linux")]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use qnn_sys::{BackendLibrary, LoadError};
@@ -85,7 +85,7 @@ fn library_for_another_cpu_is_a_dlopen_error_naming_it() {
         "/usr/lib/x86_64-linux-gnu/libm.so.6",
     ]
     .into_iter()
-    .map(Path::new)
+    .map(std::path::Path::new)
     .find(|p| p.exists());
     let Some(libm) = libm else {
         eprintln!("skipped: no libm.so.6 to patch");

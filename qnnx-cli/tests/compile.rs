@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use lowering::testing::{ModelBuilder, A};
+use lowering::testing::ModelBuilder;
 use lowering::DType;
 use serde_json::Value;
 
@@ -385,11 +385,12 @@ fn float_models_are_refused_for_socs_without_fp16() {
 #[test]
 fn check_reports_each_node_and_exits_3_when_one_is_unsupported() {
     let dir = temp_dir("check");
-    let onnx = dir.join("softmax.onnx");
+    let onnx = dir.join("det.onnx");
     let m = ModelBuilder::new(17)
-        .input("x", DType::F32, &[2, 4])
+        .input("x", DType::F32, &[2, 2, 2])
         .named_node("relu", "Relu", &["x"], &["h"], &[])
-        .named_node("sm", "Softmax", &["h"], &["y"], &[("axis", A::I(0))])
+        // Matrix determinant: no QNN backend has it.
+        .named_node("det", "Det", &["h"], &["y"], &[])
         .output("y");
     std::fs::write(&onnx, m.bytes()).unwrap();
     let out = qnnx(&["check", s(&onnx), "--json"]);
@@ -399,17 +400,17 @@ fn check_reports_each_node_and_exits_3_when_one_is_unsupported() {
     assert_eq!(v["node_count"], 2);
     assert_eq!(v["supported_count"], 1);
     assert_eq!(v["nodes"][0]["supported"], true);
-    assert_eq!(v["nodes"][1]["name"], "sm");
-    assert_eq!(v["unsupported"][0]["node"], "sm");
+    assert_eq!(v["nodes"][1]["name"], "det");
+    assert_eq!(v["unsupported"][0]["node"], "det");
     assert!(v["unsupported"][0]["reason"]
         .as_str()
         .unwrap()
-        .contains("axis"));
+        .contains("Det"));
     let text = qnnx(&["check", s(&onnx)]);
     assert_eq!(text.status.code(), Some(3));
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(
-        text.contains("1 of 2 nodes") && text.contains("Softmax"),
+        text.contains("1 of 2 nodes") && text.contains("Det"),
         "{text}"
     );
 
@@ -424,7 +425,7 @@ fn check_reports_each_node_and_exits_3_when_one_is_unsupported() {
         assert_eq!(out.status.code(), Some(3), "{cmd}");
         let v = json(&out);
         assert_eq!(v["exit_code"], 3);
-        assert_eq!(v["unsupported"][0]["node"], "sm", "{cmd}: {v}");
+        assert_eq!(v["unsupported"][0]["node"], "det", "{cmd}: {v}");
         assert!(v["error"].as_str().unwrap().contains("qnnx check"), "{v}");
     }
 

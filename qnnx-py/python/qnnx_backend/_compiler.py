@@ -217,6 +217,16 @@ class CompiledGraph:
         return outs
 
 
+def _unsupported_error(nodes: Sequence[tuple], device: str) -> UnsupportedOpError:
+    err = UnsupportedOpError(
+        f"{len(nodes)} node(s) cannot run on {device}:\n" + "\n".join(f"  {r}" for (_, _, r) in nodes)
+    )
+    err.nodes = list(nodes)
+    err.operators = sorted({op for (_, op, _) in nodes})
+    err.device = device
+    return err
+
+
 def _itemsize(dtype: torch.dtype) -> int:
     return dtype.itemsize
 
@@ -323,29 +333,31 @@ class QnnCallable:
                         return CompiledGraph(hit, device, self.out_meta, s.check_nan)
                 if onnx_bytes is None:
                     onnx_bytes = _export(frozen, runtime_tensors, s)
-                unsupported = _native.check(onnx_bytes, device)
-                if unsupported:
-                    err = UnsupportedOpError(
-                        f"{len(unsupported)} node(s) cannot run on {device}:\n"
-                        + "\n".join(f"  {r}" for (_, _, r) in unsupported)
-                    )
-                    err.nodes = unsupported
-                    err.operators = sorted({op for (_, op, _) in unsupported})
-                    err.device = device
-                    raise err
                 if s.dry_run:
+                    unsupported = _native.check(onnx_bytes, device)
+                    if unsupported:
+                        raise _unsupported_error(unsupported, device)
                     logger.info("qnn dry run: every node is supported on %s", device)
                     return None
                 t = time.perf_counter()
-                native = _native.compile(
-                    onnx_bytes,
-                    device=device,
-                    soc_model=s.soc_model,
-                    htp_arch=s.htp_arch,
-                    fp16=s.fp16,
-                    opt_level=s.opt_level,
-                    cache_dir=cache_dir,
-                )
+                # No separate check() first: it runs the whole lowering (parse, passes, op
+                # rules) only to discard the plan, and compile reports every unsupported node
+                # itself (for resnet18 the check cost as much as the lowering).
+                try:
+                    native = _native.compile(
+                        onnx_bytes,
+                        device=device,
+                        soc_model=s.soc_model,
+                        htp_arch=s.htp_arch,
+                        fp16=s.fp16,
+                        opt_level=s.opt_level,
+                        cache_dir=cache_dir,
+                    )
+                except UnsupportedOpError as e:
+                    nodes = getattr(e, "nodes", None)
+                    if nodes:
+                        raise _unsupported_error(nodes, device) from None
+                    raise
                 if native.from_cache:
                     STATS["cache_hits"] += 1
                 else:

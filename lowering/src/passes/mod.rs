@@ -18,6 +18,7 @@ pub mod infer;
 pub mod layout;
 pub mod narrow_int64;
 pub mod simplify;
+pub mod tile_batch_broadcast;
 
 /// A graph ready for the lowering rules.
 pub struct Prepared {
@@ -115,6 +116,7 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     layout::run(&mut g, table);
     let errs = const_fold::run(&mut g);
     simplify::run(&mut g);
+    tile_batch_broadcast::run(&mut g);
     dce::run(&mut g);
     let output_host_dtypes: Vec<DType> = g.outputs.iter().map(|&v| g.values[v].dtype).collect();
     narrow_int64::run(&mut g);

@@ -4,13 +4,18 @@
 //! constant ones are made non-negative here, dynamic ones by `Select(idx < 0, idx + dim, idx)`.
 //! Rank-0 indices travel as `[1]` (plans have no rank 0), so QNN's output keeps the gathered
 //! axis as size 1 and a Reshape drops it.
+//!
+//! The HTP validates Gather and GatherElements for f16, f32 and i32 data only, although it lists
+//! bool, u8 and i8 (measured on libQnnHtp 2.51, SoC 60: error 3110 for the others). bool and u8
+//! data (a padding mask gathered per position, say) go through i32 with Casts, which are exact;
+//! i8 cannot (the HTP has no unquantized i8 Cast) and is refused by the op table.
 
 use crate::attr::norm_axis;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::{plan_shape, LowerCx};
-use crate::plan::Param;
+use crate::plan::{DType as PDType, Param, TensorId};
 use crate::qnn_names::{op, param};
 use crate::tensor::Tensor;
 
@@ -64,22 +69,71 @@ fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<crate::plan::Ten
     }
 }
 
+/// The data input, cast to i32 when its dtype is one the HTP cannot gather (see the module doc).
+fn data(cx: &mut LowerCx, node: &Node) -> Result<TensorId> {
+    let x = cx.input(node, 0)?;
+    if !matches!(cx.tensor_dtype(x), PDType::Bool | PDType::U8) {
+        return Ok(x);
+    }
+    let s = cx.tshape(x);
+    Ok(cx.emit(node, op::CAST, vec![x], PDType::I32, &s, vec![]))
+}
+
+/// Emits `q` into `y`. `qnn_shape` is QNN's output shape when it differs from `y`'s (a Reshape
+/// follows); a widened `data` is cast back to `y`'s dtype last.
+fn emit_gather(
+    cx: &mut LowerCx,
+    node: &Node,
+    q: &'static str,
+    ins: Vec<TensorId>,
+    y: TensorId,
+    qnn_shape: Option<Vec<usize>>,
+    params: Vec<(&'static str, Param)>,
+) {
+    let got = cx.tensor_dtype(ins[0]);
+    let widened = got != cx.tensor_dtype(y);
+    let mut t = match (qnn_shape, widened) {
+        (None, false) => {
+            cx.op(node, q, ins, vec![y], params);
+            return;
+        }
+        (None, true) => {
+            let ys = cx.tshape(y);
+            cx.emit(node, q, ins, got, &ys, params)
+        }
+        (Some(qs), _) => cx.emit(node, q, ins, got, &qs, params),
+    };
+    if cx.tshape(t) != cx.tshape(y) {
+        if !widened {
+            cx.op(node, op::RESHAPE, vec![t], vec![y], vec![]);
+            return;
+        }
+        let ys = cx.tshape(y);
+        t = cx.emit(node, op::RESHAPE, vec![t], got, &ys, vec![]);
+    }
+    cx.op(node, op::CAST, vec![t], vec![y], vec![]);
+}
+
 pub fn gather(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let s = cx.shape(node, 0);
     let axis = norm_axis(node, "axis", node.attr_i("axis", 0)?, s.len())?;
     let idx = indices(cx, node, s[axis])?;
-    let x = cx.input(node, 0)?;
+    let x = data(cx, node)?;
     let y = cx.output(node, 0)?;
     let params = vec![(param::AXIS, Param::i32(axis as i32))];
     let mut qnn_shape = s.clone();
     qnn_shape[axis] = 1;
-    if cx.shape(node, 1).is_empty() && plan_shape(&qnn_shape) != cx.plan.tensors[y].shape {
-        let dt = cx.tensor_dtype(y);
-        let g = cx.emit(node, op::GATHER, vec![x, idx], dt, &qnn_shape, params);
-        cx.op(node, op::RESHAPE, vec![g], vec![y], vec![]);
-    } else {
-        cx.op(node, op::GATHER, vec![x, idx], vec![y], params);
-    }
+    let reshape =
+        cx.shape(node, 1).is_empty() && plan_shape(&qnn_shape) != cx.plan.tensors[y].shape;
+    emit_gather(
+        cx,
+        node,
+        op::GATHER,
+        vec![x, idx],
+        y,
+        reshape.then_some(qnn_shape),
+        params,
+    );
     Ok(())
 }
 
@@ -87,15 +141,10 @@ pub fn gather_elements(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let s = cx.shape(node, 0);
     let axis = norm_axis(node, "axis", node.attr_i("axis", 0)?, s.len())?;
     let idx = indices(cx, node, s[axis])?;
-    let x = cx.input(node, 0)?;
+    let x = data(cx, node)?;
     let y = cx.output(node, 0)?;
-    cx.op(
-        node,
-        op::GATHER_ELEMENTS,
-        vec![x, idx],
-        vec![y],
-        vec![(param::AXIS, Param::u32(axis as u32))],
-    );
+    let params = vec![(param::AXIS, Param::u32(axis as u32))];
+    emit_gather(cx, node, op::GATHER_ELEMENTS, vec![x, idx], y, None, params);
     Ok(())
 }
 
@@ -121,6 +170,52 @@ mod tests {
             p.dump()
         );
         assert_eq!(p.inputs[0].host_dtype, DType::I64);
+    }
+
+    #[test]
+    fn bool_data_is_gathered_as_int32() {
+        // A padding mask read per position: the HTP refuses bool Gather (error 3110).
+        let b = ModelBuilder::new(17)
+            .input("mask", DType::Bool, &[2, 8])
+            .init("i", Tensor::from_i64(vec![3], &[0, 2, 7]))
+            .node(
+                "Gather",
+                &["mask", "i"],
+                &["y"],
+                &[("axis", crate::testing::A::I(1))],
+            )
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(
+            d.contains("Cast(mask:bool[2, 8]) -> Gather_0_Cast:i32[2, 8]"),
+            "{d}"
+        );
+        assert!(d.contains("Gather(Gather_0_Cast:i32[2, 8], static Gather_0_indices:i32[3]) axis=1i -> Gather_0_Gather:i32[2, 3]"), "{d}");
+        assert!(
+            d.contains("Cast(Gather_0_Gather:i32[2, 3]) -> y:bool[2, 3]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn bool_scalar_index_reshapes_then_casts() {
+        let b = ModelBuilder::new(17)
+            .input("mask", DType::Bool, &[3, 4])
+            .init("i", Tensor::from_i64(vec![], &[1]))
+            .node("Gather", &["mask", "i"], &["y"], &[])
+            .output("y");
+        let p = lower(&b);
+        assert_eq!(p.op_types(), ["Cast", "Gather", "Reshape", "Cast"]);
+    }
+
+    #[test]
+    fn int8_data_is_refused_by_the_table() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::I8, &[2, 8])
+            .init("i", Tensor::from_i64(vec![1], &[0]))
+            .node("Gather", &["x", "i"], &["y"], &[])
+            .output("y");
+        assert!(lower_err(&b).contains("i8"), "{}", lower_err(&b));
     }
 
     #[test]

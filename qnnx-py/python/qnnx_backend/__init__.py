@@ -57,12 +57,23 @@ def is_available(device: Optional[str] = None) -> bool:
     return _native.is_available(device)
 
 
-def compile(model: torch.nn.Module, **options: Any):
-    """``torch.compile(model, backend="qnn", options=options)``; the ``dynamic`` routing option of
-    qnnx-backend 0.4 is accepted (``dynamic=False`` fixes the signature after the first call)."""
-    dynamic = options.pop("dynamic", True)
+def compile(model: torch.nn.Module, *, dynamic: bool = True, **options: Any) -> torch.nn.Module:
+    """``torch.compile(model, backend="qnn", options=options)`` with the ``dynamic`` routing of
+    qnnx-backend 0.4.
+
+    ``dynamic=True``: cache-free prefill calls of decoders (integer ``input_ids`` of shape
+    ``[batch, sequence]``, optional ``attention_mask``) are padded on the right to static buckets
+    of 64, 128, then multiples of 256 tokens, so a new length reuses a compiled graph; the
+    returned logits cover the real tokens only. Other calls compile one graph per input shape.
+    ``dynamic=False`` fixes the input signature at the first call; later calls with another one
+    raise ``QnnxError``. The full input contract is in ``qnnx_backend._buckets``.
+    """
+    from ._buckets import QnnCompiledModule
+
+    if not isinstance(dynamic, bool):
+        raise ValueError(f"dynamic={dynamic!r}: must be True or False")
     parse_options(options)
-    return torch.compile(model, backend="qnn", options=options, dynamic=False if not dynamic else None)
+    return QnnCompiledModule(model, options, dynamic)
 
 
 def _register() -> None:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from . import _native
+from . import _kvcache, _native
 from ._decompose import decompose
 from .exceptions import CacheError, LibraryLoadError, LoweringError, QnnApiError, QnnxError, UnsupportedOpError
 from .settings import QnnSettings
@@ -276,12 +276,29 @@ class QnnCallable:
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], settings: QnnSettings):
         self.gm = gm
-        # A copy for export: the original keeps running eagerly on fallback.
-        self.export_gm = decompose(torch.fx.GraphModule(gm, copy.deepcopy(gm.graph)))
         self.settings = settings
+        # Graphs that write into their inputs (KV caches) are compiled in a functional form whose
+        # extra outputs replay the writes on the caller's tensors (_kvcache); without kv_cache the
+        # writes would be lost, so such graphs are refused.
+        self.kv_plan: Optional[_kvcache.MutationPlan] = None
+        self.refusal: Optional[LoweringError] = None
+        source = gm
+        mutated = _kvcache.mutated_inputs(gm)
+        if mutated and not settings.kv_cache:
+            self.refusal = LoweringError(
+                f"the graph updates its input(s) {', '.join(mutated)} in place (a KV cache?); compiled "
+                "without kv_cache=True those updates would be lost. Pass options={'kv_cache': True}."
+            )
+        elif mutated:
+            try:
+                source, self.kv_plan = _kvcache.functionalize(gm, [_is_static(a) for a in example_inputs])
+            except LoweringError as e:
+                self.refusal = e
+        # A copy for export: the original keeps running eagerly on fallback.
+        self.export_gm = decompose(torch.fx.GraphModule(source, copy.deepcopy(source.graph)))
         self.runtime = [i for i, a in enumerate(example_inputs) if not _is_static(a)]
         self.statics = [a for a in example_inputs if _is_static(a)]
-        self.out_meta = _out_meta(gm)
+        self.out_meta = _out_meta(source)
         self.returns_tuple = _returns_sequence(gm)
         self.graphs: dict[Any, Optional[CompiledGraph]] = {}
         self.warned = False
@@ -306,14 +323,11 @@ class QnnCallable:
         reasons: list[str] = []
         onnx_bytes = None
         cache_dir = _cache_dir(s)
-        if s.kv_cache:
-            # Dropping the cache mutations would return stale KV caches: refuse rather than run
-            # something that silently differs from eager.
-            err = LoweringError("kv_cache=True is not implemented yet: compiled graphs cannot update KV caches")
+        if self.refusal is not None:
             if s.strict:
-                raise err
+                raise self.refusal
             devices = []
-            reasons.append(str(err))
+            reasons.append(str(self.refusal))
         for device in devices:
             alias = None
             try:
@@ -429,6 +443,8 @@ class QnnCallable:
             return self.gm(*args)
         tensors = [args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)]
         outs = graph(tensors)
+        if self.kv_plan is not None:
+            outs = self.kv_plan.finish(args, outs)
         if torch.is_grad_enabled():
             anchor = next(
                 (a for a in list(args) + self.statics if isinstance(a, torch.Tensor) and a.requires_grad),

@@ -34,8 +34,10 @@ class QnnSettings:
     """Cache folder; default $QNNX_CACHE_DIR, else the platform cache folder (XDG on Linux,
     LocalAppData on Windows)."""
     kv_cache: bool = _defaults.KV_CACHE
-    """Keep KV-cache mutations in compiled decoder graphs. Not implemented yet: graphs compiled
-    with it run eagerly with a warning (strict: LoweringError)."""
+    """Compile graphs that update their inputs in place (a Hugging Face ``StaticCache``): the
+    graph runs in a functional form and the updates are replayed on the caller's tensors
+    (see _kvcache). Without it such graphs are refused (eager with a warning; strict:
+    LoweringError), never run with the updates dropped."""
     soc_model: Optional[int] = _defaults.SOC_MODEL
     """Target SoC (Qnn_SocModel_t, e.g. 60 = SC8380XP) or a name ("SM8650"). Default: the
     device's own; SoC 60 on the x86_64 emulator."""

@@ -1,0 +1,235 @@
+"""Hugging Face decoders through the qnn backend on the emulated HTP: bucketed prefill
+(``qnnx_backend.compile(dynamic=True)``) and greedy generation with ``kv_cache=True``.
+
+The models are built from ``transformers`` configs with random weights (no downloads): GPT-2,
+a Llama-style decoder (RMSNorm, rotary positions, SiLU MLP, grouped-query attention) and a
+Qwen2-style one (the same with QKV biases), all with eager attention.
+"""
+
+import warnings
+
+import pytest
+import torch
+
+import qnnx_backend
+from qnnx_backend import _buckets, _kvcache
+
+transformers = pytest.importorskip("transformers")
+
+OPTIONS = {"strict": True, "device": "npu", "soc_model": 60}
+# Prefill logits against eager: the HTP computes in fp16 (measured 1.1e-3 to 1.7e-3 of the
+# largest logit for these models).
+PREFILL_REL = 1e-2
+PROMPT = 7
+NEW_TOKENS = 16
+
+
+def _model(kind: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    common = dict(vocab_size=512, bos_token_id=0, eos_token_id=1, pad_token_id=0)
+    if kind == "gpt2":
+        # initializer_range 0.3: with GPT-2's default 0.02 a random model repeats one token.
+        cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=2, n_positions=256, initializer_range=0.3, **common)
+        model = transformers.GPT2LMHeadModel(cfg)
+    else:
+        cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[kind]
+        cfg = cls(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            **common,
+        )
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model.config._attn_implementation = "eager"
+    return model.eval()
+
+
+def _prompt(batch: int, n: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(2, 512, (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+def _generate(model, ids):
+    return model.generate(
+        ids,
+        max_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        cache_implementation="static",
+        disable_compile=True,  # generate would otherwise torch.compile with inductor itself
+    )
+
+
+KINDS = ["gpt2", "llama", "qwen2"]
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("kind", KINDS)
+def test_bucketed_prefill_matches_eager_and_reuses_the_bucket(kind):
+    model = _model(kind)
+    compiled = qnnx_backend.compile(model, dynamic=True, **OPTIONS)
+    with torch.no_grad():
+        for n in (10, 37):
+            ids = _prompt(2, n, seed=n)
+            got = compiled(input_ids=ids).logits
+            want = model(input_ids=ids, use_cache=False).logits
+            assert got.shape == want.shape == (2, n, 512)
+            err = (got - want).abs().max().item()
+            scale = want.abs().max().item()
+            assert err <= PREFILL_REL * scale, f"{kind} n={n}: max error {err:.3e}, max |logit| {scale:.3e}"
+            # Top-1 agrees except where two logits are within fp16 noise of each other.
+            assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.95
+    # 37 tokens were not seen before: they ran in the 64-token graph compiled for 10.
+    assert compiled.buckets == {64}
+    assert qnnx_backend.STATS["compiles"] == 1
+    assert qnnx_backend.STATS["fallbacks"] == 0
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("kind", KINDS)
+def test_greedy_generation_with_kv_cache_gives_the_eager_tokens(kind):
+    model = _model(kind)
+    ids = _prompt(1, PROMPT)
+    with torch.no_grad():
+        want = _generate(model, ids)
+        model.forward = torch.compile(model.forward, backend="qnn", options={**OPTIONS, "kv_cache": True})
+        got = _generate(model, ids)
+    tokens = want[0, PROMPT:].tolist()
+    assert len(set(tokens)) > 3, f"degenerate reference {tokens}: the comparison would mean little"
+    assert got[0, PROMPT:].tolist() == tokens
+    # One prefill graph and one decode graph, both on QNN, reused for every token.
+    assert qnnx_backend.STATS["compiles"] == 2
+    assert qnnx_backend.STATS["fallbacks"] == 0
+
+
+@pytest.mark.htp
+def test_cache_updates_land_in_the_callers_tensors():
+    model = _model("llama")
+    ids = _prompt(1, PROMPT)
+    caches = []
+    with torch.no_grad():
+        for compiled in (False, True):
+            torch._dynamo.reset()
+            cache = transformers.StaticCache(config=model.config, max_cache_len=32)
+            fwd = model.forward
+            if compiled:
+                fwd = torch.compile(model.forward, backend="qnn", options={**OPTIONS, "kv_cache": True})
+            out = fwd(input_ids=ids, past_key_values=cache, use_cache=True)
+            nxt = out.logits[:, -1:].argmax(-1)
+            fwd(input_ids=nxt, past_key_values=cache, use_cache=True)
+            caches.append(cache)
+    eager, ours = caches
+    for le, lo in zip(eager.layers, ours.layers):
+        assert int(lo.cumulative_length) == int(le.cumulative_length) == PROMPT + 1
+        # Rows up to the written positions match eager to fp16 accuracy; the rest stay zero.
+        for a, b in ((le.keys, lo.keys), (le.values, lo.values)):
+            assert (a[:, :, : PROMPT + 1] - b[:, :, : PROMPT + 1]).abs().max() < 2e-2 * a.abs().max()
+            assert torch.count_nonzero(b[:, :, PROMPT + 1 :]) == 0
+
+
+@pytest.mark.htp
+def test_without_kv_cache_a_mutating_graph_is_refused_not_silently_wrong():
+    model = _model("llama")
+    ids = _prompt(1, PROMPT)
+    forward = model.forward
+    with torch.no_grad():
+        want = _generate(model, ids)
+        model.forward = torch.compile(forward, backend="qnn", options=OPTIONS)
+        with pytest.raises(qnnx_backend.LoweringError, match="kv_cache"):
+            _generate(model, ids)
+        torch._dynamo.reset()
+        model.forward = torch.compile(forward, backend="qnn", options={**OPTIONS, "strict": False})
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = _generate(model, ids)
+    assert torch.equal(got, want)
+    assert any("kv_cache" in str(x.message) for x in w)
+
+
+@pytest.mark.htp
+def test_dynamic_false_fixes_the_signature():
+    model = _model("llama")
+    compiled = qnnx_backend.compile(model, dynamic=False, **OPTIONS)
+    with torch.no_grad():
+        compiled(input_ids=_prompt(1, 8), use_cache=False)
+        with pytest.raises(qnnx_backend.QnnxError, match="dynamic=False"):
+            compiled(input_ids=_prompt(1, 9), use_cache=False)
+
+
+def test_buckets():
+    assert [_buckets.bucket(n) for n in (1, 64, 65, 128, 129, 256, 257, 700)] == [64, 64, 128, 128, 256, 256, 512, 768]
+    assert _buckets.bucket(200, limit=200) == 200
+    with pytest.raises(ValueError, match="at most 200 positions"):
+        _buckets.bucket(201, limit=200)
+    with pytest.raises(ValueError, match="at least one"):
+        _buckets.bucket(0)
+
+
+def test_inputs_outside_the_bucketed_prefill_contract():
+    model = _model("llama")
+    compiled = qnnx_backend.compile(model, dynamic=True, **OPTIONS)
+    ids = _prompt(1, 5)
+    with pytest.raises(ValueError, match="cache-free"):
+        compiled(input_ids=ids, use_cache=True)
+    with pytest.raises(ValueError, match="attention_mask has shape"):
+        compiled(input_ids=ids, attention_mask=torch.ones(1, 6, dtype=torch.long))
+    with pytest.raises(ValueError, match="at most 256 positions"):
+        compiled(input_ids=_prompt(1, 300))
+    with pytest.raises(ValueError, match=r"\[batch, sequence\]"):
+        compiled(input_ids=ids[0])
+    with pytest.raises(ValueError, match="dynamic=1"):
+        qnnx_backend.compile(model, dynamic=1)
+
+
+class _Appender(torch.nn.Module):
+    """A toy step with the StaticCache pattern: writes rows into a caller's buffer, bumps a
+    counter, and reads the buffer after the write."""
+
+    def forward(self, buf, pos, counter, rows):
+        buf.index_copy_(1, pos, rows)
+        counter.add_(rows.shape[1])
+        return buf.sum(dim=1) * 2, counter
+
+
+def test_functionalized_graph_replays_writes_exactly():
+    captured = {}
+
+    def backend(gm, example_inputs):
+        fgm, plan = _kvcache.functionalize(gm, [False] * len(example_inputs))
+        captured["plan"] = plan
+
+        def run(*args):
+            return tuple(plan.finish(args, list(fgm(*args))))
+
+        return run
+
+    step = torch.compile(_Appender(), backend=backend, dynamic=False)
+    buf, counter = torch.zeros(2, 6, 3), torch.tensor(0)
+    ref_buf, ref_counter = buf.clone(), counter.clone()
+    for p in ([0, 1], [2, 3], [5, 4]):
+        rows = torch.randn(2, 2, 3)
+        pos = torch.tensor(p)
+        got_sum, got_counter = step(buf, pos, counter, rows)
+        want_sum, want_counter = _Appender()(ref_buf, pos, ref_counter, rows)
+        assert torch.equal(got_sum, want_sum)
+        assert got_counter is counter  # the caller's tensor, updated in place
+        assert torch.equal(buf, ref_buf) and torch.equal(counter, ref_counter)
+    plan = captured["plan"]
+    # Only this step's rows and positions leave the graph, never the whole buffer.
+    assert [w.method for w in plan.writebacks] == ["index_copy_", "add_"]
+    assert plan.n_extra == 2
+
+
+def test_unsupported_in_place_update_of_an_input_is_refused():
+    class SliceWrite(torch.nn.Module):
+        def forward(self, buf, x):
+            buf[:, 0] = x
+            return buf * 2
+
+    def backend(gm, example_inputs):
+        with pytest.raises(qnnx_backend.LoweringError, match="in-place"):
+            _kvcache.functionalize(gm, [False] * len(example_inputs))
+        return gm.forward
+
+    torch.compile(SliceWrite(), backend=backend)(torch.zeros(2, 3), torch.ones(2))

@@ -26,7 +26,8 @@ fn generate() {
         .unwrap_or_else(|| panic!("no QnnInterface.h under {}/include[/QNN]", root.display()));
     let wrapper = "#include <stdbool.h>\n#include <stdint.h>\n#include <stddef.h>\n\
         #include \"QnnInterface.h\"\n#include \"System/QnnSystemInterface.h\"\n\
-        #include \"HTP/QnnHtpDevice.h\"\n#include \"HTP/QnnHtpGraph.h\"\n";
+        #include \"HTP/QnnHtpDevice.h\"\n#include \"HTP/QnnHtpGraph.h\"\n\
+        #include \"HTP/QnnHtpContext.h\"\n";
     let bindings = bindgen::Builder::default()
         .header_contents("qnn_wrapper.h", wrapper)
         .clang_arg(format!("-I{}", include.display()))

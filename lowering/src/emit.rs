@@ -15,6 +15,8 @@ use std::time::Instant;
 use crate::plan::{DType, Param, Plan, PlanIo, Scalar, TensorKind};
 use crate::{LowerError, LowerOptions};
 
+pub mod multi;
+
 /// A finalized QNN graph and the model I/O it binds.
 pub struct Emitted {
     pub graph: qnn::Graph,

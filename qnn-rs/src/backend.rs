@@ -746,4 +746,81 @@ mod fake_tests {
         assert!(CONTEXT_FREES.load(SeqCst) > before.0);
         assert!(BACKEND_FREES.load(SeqCst) > before.1);
     }
+
+    static CONTEXT_CONFIG: AtomicU32 = AtomicU32::new(u32::MAX);
+
+    /// Records the config list `contextCreate` got: 0 for NULL, else `1000 + 100 * count +
+    /// 10 * option + flag` of its one HTP custom config.
+    unsafe extern "C" fn context_create_records(
+        _: Handle,
+        _: Handle,
+        list: *const *const Config,
+        out: *mut Handle,
+    ) -> ErrorHandle {
+        let v = if list.is_null() {
+            0
+        } else {
+            // SAFETY: the safe layer passes a NULL-terminated list of CUSTOM configs pointing
+            // at HTP context configs.
+            unsafe {
+                let mut n = 0;
+                while !(*list.add(n)).is_null() {
+                    n += 1;
+                }
+                let c = &**list;
+                assert_eq!(c.option, qnn_sys::consts::CONFIG_OPTION_CUSTOM);
+                let custom = &*c
+                    .value
+                    .custom_config
+                    .cast::<qnn_sys::htp::ContextCustomConfig>();
+                1000 + 100 * n as u32 + 10 * custom.option + u32::from(custom.value.flag)
+            }
+        };
+        CONTEXT_CONFIG.store(v, SeqCst);
+        // SAFETY: out-pointer from the safe layer.
+        unsafe { *out = 2 as Handle };
+        0
+    }
+
+    type ContextCreate =
+        unsafe extern "C" fn(Handle, Handle, *const *const Config, *mut Handle) -> ErrorHandle;
+
+    fn backend_with(kind: BackendKind, create: ContextCreate) -> Backend {
+        // SAFETY: an all-NULL table is valid: every slot is an Option.
+        let mut f: CoreFunctions = unsafe { std::mem::zeroed() };
+        f.logCreate = Some(log_create);
+        f.logFree = Some(free1);
+        f.backendCreate = Some(backend_create);
+        f.backendFree = Some(free1);
+        f.contextCreate = Some(create);
+        f.contextFree = Some(context_free);
+        Backend::from_api(
+            Api::from_table(f, "fake"),
+            kind,
+            "fake".into(),
+            "FAKE".into(),
+            Default::default(),
+            LogLevel::Warn,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn context_options_pass_the_weight_sharing_config() {
+        use crate::ContextOptions;
+        let b = backend_with(BackendKind::Htp, context_create_records);
+        drop(Context::new(&b, None).unwrap());
+        assert_eq!(CONTEXT_CONFIG.load(SeqCst), 0, "no configs: a NULL list");
+        let shared = ContextOptions {
+            weight_sharing: true,
+        };
+        drop(Context::with_options(&b, None, &shared).unwrap());
+        // One config, option 1 (WEIGHT_SHARING_ENABLED), flag true.
+        assert_eq!(CONTEXT_CONFIG.load(SeqCst), 1000 + 100 + 10 + 1);
+        let gpu = backend_with(BackendKind::Gpu, context_create_records);
+        let err = Context::with_options(&gpu, None, &shared)
+            .err()
+            .expect("accepted");
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
 }

@@ -4,14 +4,49 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
+use qnn_sys::htp::{context_option, ContextCustomConfig, ContextCustomValue};
 use qnn_sys::Handle;
 
 use crate::api::qnn_call;
-use crate::backend::{Backend, BackendInner};
+use crate::backend::{Backend, BackendInner, BackendKind};
 use crate::device::{Device, DeviceInner};
 use crate::error::{io, Error, Result};
 use crate::graph::{Graph, GraphBuilder, GraphOptions};
 use crate::system::BinaryInfo;
+
+/// Context configs applied at `contextCreate` / `contextCreateFromBinary`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContextOptions {
+    /// `QNN_HTP_CONTEXT_CONFIG_OPTION_WEIGHT_SHARING_ENABLED`: static tensors with equal
+    /// contents are stored once for all graphs of the context (observed: tensor names do not
+    /// matter). HTP only; Qualcomm documents it for offline prepare on x86_64 Linux and HTP v73
+    /// or later, at most 64 graphs per context. The x86_64 library cannot load the binaries it
+    /// writes this way (see [`BinaryInfo::uses_shared_weights`]).
+    pub weight_sharing: bool,
+}
+
+impl ContextOptions {
+    fn htp_configs(&self, kind: BackendKind) -> Result<Vec<ContextCustomConfig>> {
+        let mut customs = Vec::new();
+        if self.weight_sharing {
+            if kind != BackendKind::Htp {
+                return Err(Error::InvalidArgument(format!(
+                    "weight sharing is an HTP context option, not one of {kind:?}"
+                )));
+            }
+            customs.push(ContextCustomConfig {
+                option: context_option::WEIGHT_SHARING_ENABLED,
+                // Zero the whole union first so no uninitialised bytes cross into C.
+                value: {
+                    let mut v = ContextCustomValue { raw: [0; 2] };
+                    v.flag = true;
+                    v
+                },
+            });
+        }
+        Ok(customs)
+    }
+}
 
 pub(crate) struct ContextInner {
     pub(crate) backend: Arc<BackendInner>,
@@ -51,16 +86,29 @@ pub struct Context {
 impl Context {
     /// `contextCreate` on `backend`, optionally on a configured `device`.
     pub fn new(backend: &Backend, device: Option<&Device>) -> Result<Context> {
+        Context::with_options(backend, device, &ContextOptions::default())
+    }
+
+    /// `contextCreate` with context configs from `options` (HTP custom configs).
+    pub fn with_options(
+        backend: &Backend,
+        device: Option<&Device>,
+        options: &ContextOptions,
+    ) -> Result<Context> {
         let b = &backend.inner;
+        let mut customs = options.htp_configs(b.kind)?;
+        let configs = crate::api::CustomConfigs::new(&mut customs);
+        let list_ptr = configs.as_ptr();
         let dev = device
             .map(|d| d.inner.handle)
             .unwrap_or(std::ptr::null_mut());
         let mut handle: Handle = std::ptr::null_mut();
-        // SAFETY: handles are live (held below); NULL config is allowed.
+        // SAFETY: handles are live (held below); the config list is NULL or NULL-terminated and
+        // points at configs that live until after the call.
         unsafe {
             qnn_call!(
                 b.api,
-                contextCreate(b.handle, dev, std::ptr::null(), &mut handle)
+                contextCreate(b.handle, dev, list_ptr, &mut handle); || format!("{options:?}")
             )
         }?;
         Ok(Context {
@@ -82,12 +130,32 @@ impl Context {
         device: Option<&Device>,
         bytes: &[u8],
     ) -> Result<Context> {
-        Context::load(backend, device, bytes, None)
+        Context::load(backend, device, bytes, None, &ContextOptions::default())
+    }
+
+    /// [`Context::from_binary`] with context configs passed to `contextCreateFromBinary`.
+    pub fn from_binary_with_options(
+        backend: &Backend,
+        device: Option<&Device>,
+        bytes: &[u8],
+        options: &ContextOptions,
+    ) -> Result<Context> {
+        Context::load(backend, device, bytes, None, options)
     }
 
     /// Memory-maps `path` and loads it like [`Context::from_binary`]; the context keeps the
     /// mapping.
     pub fn from_file(backend: &Backend, device: Option<&Device>, path: &Path) -> Result<Context> {
+        Context::from_file_with_options(backend, device, path, &ContextOptions::default())
+    }
+
+    /// [`Context::from_file`] with context configs passed to `contextCreateFromBinary`.
+    pub fn from_file_with_options(
+        backend: &Backend,
+        device: Option<&Device>,
+        path: &Path,
+        options: &ContextOptions,
+    ) -> Result<Context> {
         let file = std::fs::File::open(path).map_err(io(path))?;
         // SAFETY: the mapping is read-only and private. Truncating the file while it is mapped
         // would fault; cache files are replaced by rename, never rewritten in place.
@@ -99,7 +167,7 @@ impl Context {
         // SAFETY: `map` outlives this call (it is stored in the context on success, dropped on
         // failure after `load` returns).
         let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-        Context::load(backend, device, bytes, Some(map)).map_err(|e| match e {
+        Context::load(backend, device, bytes, Some(map), options).map_err(|e| match e {
             Error::Api(mut api) => {
                 let ctx = format!("{}", path.display());
                 api.context = Some(match api.context.take() {
@@ -117,6 +185,7 @@ impl Context {
         device: Option<&Device>,
         bytes: &[u8],
         map: Option<memmap2::Mmap>,
+        options: &ContextOptions,
     ) -> Result<Context> {
         if bytes.is_empty() {
             return Err(Error::InvalidArgument("context binary is empty".into()));
@@ -129,16 +198,23 @@ impl Context {
             }
         };
         let b = &backend.inner;
+        if let Some(info) = &info {
+            refuse_shared_weights_on_emulator(b.kind, info)?;
+        }
+        let mut customs = options.htp_configs(b.kind)?;
+        let configs = crate::api::CustomConfigs::new(&mut customs);
+        let list_ptr = configs.as_ptr();
         let dev = device
             .map(|d| d.inner.handle)
             .unwrap_or(std::ptr::null_mut());
         let mut handle: Handle = std::ptr::null_mut();
-        // SAFETY: `bytes` is valid for `len` bytes during the call; handles are live.
+        // SAFETY: `bytes` is valid for `len` bytes during the call; handles are live; the config
+        // list is NULL or NULL-terminated and outlives the call.
         unsafe {
             qnn_call!(b.api, contextCreateFromBinary(
                 b.handle,
                 dev,
-                std::ptr::null(),
+                list_ptr,
                 bytes.as_ptr().cast(),
                 bytes.len() as u64,
                 &mut handle,
@@ -230,6 +306,23 @@ impl Context {
         let bytes = self.to_binary()?;
         write_atomic(path, &bytes)
     }
+}
+
+/// The x86_64 HTP library prepares weight-shared contexts but cannot load their binaries:
+/// `contextCreateFromBinary` returns 1000 (`Shared weights buffer isn't supported on this
+/// platform`) in a process that has finalized a graph before, and jumps to a NULL function
+/// pointer (SIGSEGV) in one that has not. So such binaries are refused before QNN sees them.
+fn refuse_shared_weights_on_emulator(kind: BackendKind, info: &BinaryInfo) -> Result<()> {
+    if kind == BackendKind::Htp && cfg!(target_arch = "x86_64") && info.uses_shared_weights() {
+        return Err(Error::InvalidArgument(
+            "this context binary was prepared with HTP weight sharing, which the x86_64 HTP \
+             library (the emulator) cannot load (QNN 1000: shared weights buffer not supported \
+             on this platform); load it on a Snapdragon device, or compile without weight \
+             sharing to run it here"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to `path` through a temporary sibling and a rename, so readers never see a

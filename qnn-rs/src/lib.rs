@@ -43,7 +43,7 @@ mod fault_tests;
 pub use backend::{
     probe, Backend, BackendKind, BackendOptions, HardwareDevice, HtpDeviceInfo, OperationName,
 };
-pub use context::{write_atomic, Context};
+pub use context::{write_atomic, Context, ContextOptions};
 pub use device::{Device, DeviceOptions, EMULATOR_DEFAULT_SOC};
 pub use error::{ApiError, Error, LoadError, Result};
 pub use graph::{
@@ -51,7 +51,7 @@ pub use graph::{
     DEFAULT_PACKAGE,
 };
 pub use log::LogLevel;
-pub use system::{binary_info, BinaryInfo, GraphInfo};
+pub use system::{binary_info, BinaryInfo, GraphInfo, HtpGraphInfo};
 pub use tensor::{
     first_nan, DataType, Element, Input, Output, Quantization, TensorInfo, TensorKind,
 };

@@ -23,12 +23,76 @@ pub struct BinaryInfo {
     pub graphs: Vec<GraphInfo>,
 }
 
+impl BinaryInfo {
+    /// Whether the binary was prepared with HTP weight sharing
+    /// ([`ContextOptions::weight_sharing`](crate::ContextOptions)): some graph keeps weights in
+    /// the context's shared-weights buffer.
+    pub fn uses_shared_weights(&self) -> bool {
+        self.graphs
+            .iter()
+            .any(|g| g.htp.is_some_and(|h| h.shared_weights_size > 0))
+    }
+}
+
 /// One graph of a context binary.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GraphInfo {
     pub name: String,
     pub inputs: Vec<TensorInfo>,
     pub outputs: Vec<TensorInfo>,
+    /// The HTP's memory figures for the graph, when the binary carries them (graph info
+    /// version 3 with the 2.5x graph blob).
+    pub htp: Option<HtpGraphInfo>,
+}
+
+/// Memory figures of one graph that the HTP library records in a context binary
+/// ([`qnn_sys::htp::GraphBlobInfoV2`]), in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HtpGraphInfo {
+    pub spill_fill_buffer_size: u64,
+    /// Graph inputs and outputs.
+    pub io_tensor_size: u64,
+    /// Op data such as run lists.
+    pub op_data_size: u64,
+    /// Static data (weights) the graph does not share.
+    pub const_size: u64,
+    /// Weights in the context's shared-weights buffer: non-zero exactly when the context was
+    /// prepared with weight sharing; every graph of such a context reports the whole buffer.
+    pub shared_weights_size: u64,
+}
+
+/// Reads the HTP graph blob of a version-3 graph info, if it has the layout the 2.5x libraries
+/// write (a V1 blob followed by a V2 one).
+///
+/// # Safety
+/// `g` must come from `systemContextGetBinaryInfo` and its memory must still be valid.
+unsafe fn htp_graph_info(g: &qnn_sys::system::GraphInfo) -> Option<HtpGraphInfo> {
+    use qnn_sys::htp::{GraphBlobInfoV1, GraphBlobInfoV2, GRAPH_BLOB_INFO_V2_OFFSET};
+    if g.version != 3 {
+        return None;
+    }
+    let t = &g.v3;
+    let need = GRAPH_BLOB_INFO_V2_OFFSET + std::mem::size_of::<GraphBlobInfoV2>();
+    if t.graph_blob_info.is_null() || (t.graph_blob_info_size as usize) < need {
+        return None;
+    }
+    let base = t.graph_blob_info.cast::<u8>();
+    // SAFETY: the blob is `graph_blob_info_size` bytes (checked above); unaligned reads.
+    let (v1, v2) = unsafe {
+        (
+            base.cast::<GraphBlobInfoV1>().read_unaligned(),
+            base.add(GRAPH_BLOB_INFO_V2_OFFSET)
+                .cast::<GraphBlobInfoV2>()
+                .read_unaligned(),
+        )
+    };
+    (v1.version == 1 && v2.version == 2).then_some(HtpGraphInfo {
+        spill_fill_buffer_size: v1.spill_fill_buffer_size,
+        io_tensor_size: v2.io_tensor_size,
+        op_data_size: v2.op_data_size,
+        const_size: v2.const_size,
+        shared_weights_size: v2.shared_weights_size,
+    })
 }
 
 fn system_error(call: &'static str, rc: u64, context: String) -> Error {
@@ -163,7 +227,8 @@ unsafe fn copy_info(info: &qnn_sys::system::BinaryInfo) -> Result<BinaryInfo> {
     let mut graphs = Vec::with_capacity(num_graphs as usize);
     for i in 0..num_graphs as usize {
         // SAFETY: the library returned `num_graphs` graph infos; all versions share the prefix.
-        let g = unsafe { &(*graphs_ptr.add(i)).common };
+        let full = unsafe { &*graphs_ptr.add(i) };
+        let g = &full.common;
         let read = |p: *mut qnn_sys::Tensor, n: u32| -> Result<Vec<TensorInfo>> {
             (0..n as usize)
                 // SAFETY: `n` tensors of stride 144 (QNN-NOTES §2).
@@ -174,6 +239,8 @@ unsafe fn copy_info(info: &qnn_sys::system::BinaryInfo) -> Result<BinaryInfo> {
             name: owned_str(g.graph_name),
             inputs: read(g.graph_inputs, g.num_graph_inputs)?,
             outputs: read(g.graph_outputs, g.num_graph_outputs)?,
+            // SAFETY: from the same binary info, valid until systemContextFree.
+            htp: unsafe { htp_graph_info(full) },
         });
     }
     Ok(BinaryInfo {

@@ -180,3 +180,174 @@ fn unfinalized_graph_blocks_serialization() {
     let err = ctx.to_binary().unwrap_err();
     assert_eq!(err.code(), Some(5003), "{err}");
 }
+
+const WK: u32 = 256;
+const WLAYERS: usize = 2;
+
+/// A stack of `WLAYERS` FullyConnected layers (`WK` x `WK`) taking `[rows, WK]`, named `name`
+/// in `ctx`. Weight tensors are named with `prefix`; their values come from `seed`.
+fn fc_stack(ctx: &Context, name: &str, rows: u32, prefix: &str, seed: u32) -> qnn::Graph {
+    let mut g = ctx.build_graph(name, &GraphOptions::default()).unwrap();
+    let mut x = g.input("x", DataType::F32, &[rows, WK]).unwrap();
+    for l in 0..WLAYERS {
+        let w = values(seed + l as u32, (WK * WK) as usize, 0.06);
+        let b = values(seed + 100 + l as u32, WK as usize, 0.1);
+        let wi = g.constant(&format!("{prefix}w{l}"), &[WK, WK], &w).unwrap();
+        let bi = g.constant(&format!("{prefix}b{l}"), &[WK], &b).unwrap();
+        let y = if l + 1 == WLAYERS {
+            g.output("y", DataType::F32, &[rows, WK]).unwrap()
+        } else {
+            g.native(&format!("h{l}"), DataType::F32, &[rows, WK])
+                .unwrap()
+        };
+        g.add_node(
+            &Node::new(format!("fc{l}"), "FullyConnected")
+                .inputs(&[x, wi, bi])
+                .outputs(&[y]),
+        )
+        .unwrap();
+        x = y;
+    }
+    g.finalize().unwrap()
+}
+
+fn run_stack(g: &qnn::Graph) -> Vec<f32> {
+    let rows = g.inputs()[0].dims[0] as usize;
+    let x = values(7, rows * WK as usize, 1.0);
+    let mut out = vec![0f32; rows * WK as usize];
+    g.execute(&[Input::new(&x)], &mut [Output::new(&mut out)])
+        .unwrap();
+    out
+}
+
+/// A "prefill" (32 rows) and a "decode" (1 row) stack in one context; the decode graph's
+/// weights have their own names (`d_`) and values from `decode_seed`. Returns the binary and
+/// both outputs.
+fn pair(weight_sharing: bool, decode_seed: u32) -> Option<(Vec<u8>, Vec<f32>, Vec<f32>)> {
+    let (b, d) = htp()?;
+    let ctx = Context::with_options(&b, Some(&d), &qnn::ContextOptions { weight_sharing }).unwrap();
+    let prefill = fc_stack(&ctx, "prefill", 32, "", 1);
+    let decode = fc_stack(&ctx, "decode", 1, "d_", decode_seed);
+    let (p, dd) = (run_stack(&prefill), run_stack(&decode));
+    Some((ctx.to_binary().unwrap(), p, dd))
+}
+
+/// Equal weights are stored once under weight sharing, whatever their tensor names, and the
+/// graphs compute exactly what they compute without it.
+#[test]
+fn weight_sharing_stores_equal_weights_once() {
+    let Some((plain, p0, d0)) = pair(false, 1) else {
+        return;
+    };
+    let (shared, p1, d1) = pair(true, 1).unwrap();
+    assert_eq!(p1, p0, "prefill differs under weight sharing");
+    assert_eq!(d1, d0, "decode differs under weight sharing");
+    let weights = (WLAYERS as u64) * (u64::from(WK) * u64::from(WK) + u64::from(WK)) * 2;
+    assert!(
+        (shared.len() as f64) < 0.75 * plain.len() as f64,
+        "shared {} bytes, plain {} bytes",
+        shared.len(),
+        plain.len()
+    );
+    assert!(
+        plain.len() as u64 - shared.len() as u64 >= weights * 9 / 10,
+        "saved {} bytes of {weights} bytes of fp16 weights",
+        plain.len() - shared.len()
+    );
+    let (backend, _d) = htp().unwrap();
+    let sys = backend.system().unwrap();
+    let info = qnn::binary_info(&sys, &shared).unwrap();
+    assert!(info.uses_shared_weights());
+    let names: Vec<&str> = info.graphs.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["prefill", "decode"]);
+    for g in &info.graphs {
+        let h = g.htp.expect("HTP graph blob");
+        assert!(h.shared_weights_size >= weights, "{h:?}");
+        assert!(h.const_size < weights / 10, "{h:?}");
+    }
+    let info = qnn::binary_info(&sys, &plain).unwrap();
+    assert!(!info.uses_shared_weights());
+    for g in &info.graphs {
+        let h = g.htp.expect("HTP graph blob");
+        assert_eq!(h.shared_weights_size, 0);
+        assert!(h.const_size >= weights, "{h:?}");
+    }
+}
+
+/// Sharing is by content: equal names with different values stay apart, and each graph keeps
+/// its own weights.
+#[test]
+fn weight_sharing_keeps_different_weights_apart() {
+    let Some((b, d)) = htp() else { return };
+    let ctx = Context::with_options(
+        &b,
+        Some(&d),
+        &qnn::ContextOptions {
+            weight_sharing: true,
+        },
+    )
+    .unwrap();
+    let prefill = fc_stack(&ctx, "prefill", 32, "", 1);
+    let decode = fc_stack(&ctx, "decode", 1, "", 50);
+    let shared = ctx.to_binary().unwrap();
+    let alone = Context::new(&b, Some(&d)).unwrap();
+    let want = run_stack(&fc_stack(&alone, "decode", 1, "", 50));
+    assert_eq!(run_stack(&decode), want);
+    run_stack(&prefill);
+    let (plain, _, _) = pair(false, 50).unwrap();
+    assert!(
+        shared.len() as f64 > 0.9 * plain.len() as f64,
+        "shared {} bytes, plain {} bytes: different weights were merged",
+        shared.len(),
+        plain.len()
+    );
+}
+
+/// The x86_64 library cannot load weight-shared binaries, and crashes trying in a process that
+/// has not finalized a graph: a fresh process must get an error instead.
+#[test]
+fn weight_shared_binary_is_refused_in_a_fresh_process() {
+    let Some((shared, _, _)) = pair(true, 1) else {
+        return;
+    };
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let path = temp_path("shared.bin");
+    qnn::write_atomic(&path, &shared).unwrap();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_loads_shared_binary",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("QNNX_CHILD_BINARY", &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success(),
+        "child failed ({:?}):\n{stdout}\n{}",
+        child.status,
+        String::from_utf8_lossy(&child.stderr)
+    );
+    assert!(stdout.contains("REFUSED"), "{stdout}");
+    assert!(stdout.contains("weight sharing"), "{stdout}");
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+#[ignore = "run by weight_shared_binary_is_refused_in_a_fresh_process in a child process"]
+fn child_loads_shared_binary() {
+    let path = PathBuf::from(std::env::var_os("QNNX_CHILD_BINARY").expect("QNNX_CHILD_BINARY"));
+    let (backend, device) = htp().expect("HTP library");
+    match Context::from_file(&backend, Some(&device), &path) {
+        Ok(_) => println!("LOADED"),
+        Err(e) => {
+            assert!(matches!(e, qnn::Error::InvalidArgument(_)), "{e}");
+            println!("REFUSED {e}");
+        }
+    }
+}

@@ -58,6 +58,7 @@ mod tests {
             crate::system::GraphInfo => g::QnnSystemContext_GraphInfo_t,
             crate::system::BinaryInfo => g::QnnSystemContext_BinaryInfo_t,
             crate::htp::GraphCustomConfig => g::QnnHtpGraph_CustomConfig_t,
+            crate::htp::ContextCustomConfig => g::QnnHtpContext_CustomConfig_t,
             crate::htp::DeviceInfoExtension => g::QnnHtpDevice_DeviceInfoExtension_t,
         );
         assert!(bad.is_empty(), "layout differences:\n{}", bad.join("\n"));

@@ -152,6 +152,93 @@ pub struct GraphCustomConfig {
     pub value: GraphCustomValue,
 }
 
+/// `QnnHtpContext_ConfigOption_t` values (`HTP/QnnHtpContext.h`; numbers from the copy in
+/// `qualcomm/geniex-qairt-plugin` `qnn-api/include/HTP/QnnHtpContext.h` at commit `c40b5e0e`,
+/// QNN-NOTES §2). Options not listed are not used by this workspace.
+pub mod context_option {
+    /// `bool weightSharingEnabled`: graphs of the context store static tensors they share
+    /// once. Qualcomm documents it for offline prepare on x86_64 Linux, HTP v73 and later, at
+    /// most 64 graphs per context.
+    pub const WEIGHT_SHARING_ENABLED: u32 = 1;
+    /// `QnnHtpContext_GroupRegistration_t groupRegistration`.
+    pub const REGISTER_MULTI_CONTEXTS: u32 = 2;
+    /// `uint64_t fileReadMemoryBudgetInMb`.
+    pub const FILE_READ_MEMORY_BUDGET: u32 = 3;
+}
+
+/// `QnnHtpContext_GroupRegistration_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ContextGroupRegistration {
+    /// `Qnn_ContextHandle_t firstGroupHandle`: 0 to start a new group.
+    pub first_group_handle: crate::Handle,
+    pub max_spill_fill_buffer: u64,
+}
+
+/// The union of [`ContextCustomConfig`]. Its largest members in the header are 16 bytes
+/// (`QnnHtpContext_GroupRegistration_t`, `QnnHtpContext_ParallelWeightLoading_t`) and it holds
+/// pointers and `uint64_t`s, so it is 8-aligned; `raw` gives it that size.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ContextCustomValue {
+    /// For [`context_option::WEIGHT_SHARING_ENABLED`] and the other `bool` options.
+    pub flag: bool,
+    pub group_registration: ContextGroupRegistration,
+    pub file_read_memory_budget_mb: u64,
+    pub raw: [u64; 2],
+}
+
+/// `QnnHtpContext_CustomConfig_t`: `{QnnHtpContext_ConfigOption_t option; union {...}}`, the
+/// union at offset 8. The layout is the same in the 2.36-era header (whose union already held a
+/// pointer and a `uint64_t`) and the newer one.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ContextCustomConfig {
+    pub option: u32,
+    pub value: ContextCustomValue,
+}
+
+/// `QnnHtpSystemContext_GraphBlobInfoV1_t` with its `version` (`QnnHtpSystemContext_GraphBlobInfo_t`
+/// holding the V1 member): what `graph_blob_info` of a version-3 graph info points at.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GraphBlobInfoV1 {
+    /// 1.
+    pub version: u32,
+    pub spill_fill_buffer_size: u64,
+    pub vtcm_size: u32,
+    pub optimization_level: u32,
+    pub htp_dlbc: u8,
+    pub num_hvx_threads: u64,
+}
+
+/// `QnnHtpSystemContext_GraphBlobInfoV2_t` (from a copy of `HTP/QnnHtpSystemContext.h` newer than
+/// the 2.36-era set, found through the code index: QNN-NOTES §2). The 2.51 library writes a
+/// 112-byte blob: a [`GraphBlobInfoV1`] (version 1) followed by this struct (version 2) at
+/// offset 40; observed, the header does not say so.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GraphBlobInfoV2 {
+    /// 2.
+    pub version: u32,
+    pub native_k_channel_size: u64,
+    pub native_v_channel_size: u64,
+    pub is_safe_share_io: u32,
+    /// Graph input and output tensors, bytes.
+    pub io_tensor_size: u64,
+    /// Op data such as run lists, bytes.
+    pub op_data_size: u64,
+    /// Static data of the graph that it does not share, bytes.
+    pub const_size: u64,
+    pub ddr_tensor_size: u64,
+    /// Weights in the context's shared-weights buffer, bytes: non-zero exactly for graphs
+    /// prepared with [`context_option::WEIGHT_SHARING_ENABLED`] (observed).
+    pub shared_weights_size: u64,
+}
+
+/// Where the 2.51 library puts [`GraphBlobInfoV2`] inside the graph blob info.
+pub const GRAPH_BLOB_INFO_V2_OFFSET: usize = 40;
+
 /// `QnnGpuBackend_ConfigOption_t` values of the GPU backend's custom backend config.
 pub mod gpu_backend_option {
     pub const ENABLE_TUNING_MODE: u32 = 1;
@@ -186,4 +273,11 @@ const _: () = {
     assert!(size_of::<GraphCustomConfig>() == 56);
     assert!(offset_of!(GraphCustomConfig, value) == 8);
     assert!(size_of::<GpuBackendCustomConfig>() == 16);
+    assert!(offset_of!(ContextCustomConfig, value) == 8);
+    assert!(size_of::<ContextCustomConfig>() == 24);
+    assert!(size_of::<ContextGroupRegistration>() == 16);
+    assert!(size_of::<GraphBlobInfoV1>() == GRAPH_BLOB_INFO_V2_OFFSET);
+    assert!(offset_of!(GraphBlobInfoV2, io_tensor_size) == 32);
+    assert!(offset_of!(GraphBlobInfoV2, shared_weights_size) == 64);
+    assert!(size_of::<GraphBlobInfoV2>() == 72);
 };

@@ -81,6 +81,21 @@ pub struct GraphInfoCommon {
     pub graph_outputs: *mut Tensor,
 }
 
+/// The fields `QnnSystemContext_GraphInfoV3_t` has after [`GraphInfoCommon`] (V2 has the first
+/// two). Only meaningful when [`GraphInfo::version`] is 3.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GraphInfoV3Tail {
+    pub num_updateable_tensors: u32,
+    pub updateable_tensors: *mut Tensor,
+    /// Size of `graph_blob_info`: a backend-specific description of the graph (for HTP,
+    /// [`crate::htp::GraphBlobInfoV1`] followed by [`crate::htp::GraphBlobInfoV2`]).
+    pub graph_blob_info_size: u32,
+    pub graph_blob_info: *mut c_void,
+    pub start_op_index: u32,
+    pub end_op_index: u32,
+}
+
 /// `QnnSystemContext_GraphInfo_t`: `version` then an 80-byte union whose first 40 bytes are
 /// [`GraphInfoCommon`] in every version.
 #[repr(C)]
@@ -88,7 +103,7 @@ pub struct GraphInfoCommon {
 pub struct GraphInfo {
     pub version: u32,
     pub common: GraphInfoCommon,
-    _rest: [u64; 5],
+    pub v3: GraphInfoV3Tail,
 }
 
 /// `QnnSystemContext_BinaryInfoV1_t` (V2 appends `platformInfo`).
@@ -159,6 +174,10 @@ const _: () = {
     assert!(size_of::<GraphInfoCommon>() == 40);
     assert!(size_of::<GraphInfo>() == 88);
     assert!(offset_of!(GraphInfo, common) == 8);
+    assert!(offset_of!(GraphInfo, v3) == 48);
+    assert!(offset_of!(GraphInfoV3Tail, graph_blob_info_size) == 16);
+    assert!(offset_of!(GraphInfoV3Tail, graph_blob_info) == 24);
+    assert!(size_of::<GraphInfoV3Tail>() == 40);
     assert!(offset_of!(BinaryInfoV1, context_blob_version) == 60);
     assert!(offset_of!(BinaryInfoV1, context_blob_size) == 88);
     assert!(offset_of!(BinaryInfoV1, num_graphs) == 112);

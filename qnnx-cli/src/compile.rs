@@ -46,14 +46,32 @@ pub struct BuildArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct CompileArgs {
-    /// The ONNX model (external data files are read from its folder).
-    pub model: PathBuf,
-    /// Where to write the context binary [default: the model's path with .bin].
+    /// The ONNX model (external data files are read from its folder). Several models become
+    /// graphs of one context binary (the prefill and decode graphs of one model, say), which
+    /// stores weights equal across them once.
+    #[arg(required = true, value_name = "MODEL")]
+    pub models: Vec<PathBuf>,
+    /// Where to write the context binary [default: the model's path with .bin; required with
+    /// several models].
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Name of the graph inside the context binary.
-    #[arg(long, default_value = "qnnx")]
-    pub graph_name: String,
+    /// Name of the graph inside the context binary, for one model [default: qnnx].
+    #[arg(long, value_name = "NAME")]
+    pub graph_name: Option<String>,
+    /// Graph names in model order, comma-separated [default with several models: the file
+    /// names without extension].
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "NAME,...",
+        conflicts_with = "graph_name"
+    )]
+    pub names: Vec<String>,
+    /// With several models, give each graph its own copy of the weights. Weight sharing (the
+    /// default) makes the binary smaller, but only a device can load it: the x86_64 HTP
+    /// library cannot.
+    #[arg(long)]
+    pub no_weight_sharing: bool,
     #[command(flatten)]
     pub build: BuildArgs,
 }
@@ -67,7 +85,7 @@ pub struct CheckArgs {
     pub backend: BackendArg,
 }
 
-fn parse_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<usize>>, Failure> {
+pub(crate) fn parse_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<usize>>, Failure> {
     let mut out = BTreeMap::new();
     for spec in specs {
         let bad = || {
@@ -164,7 +182,7 @@ pub fn lower_failure(e: LowerError, model: &Path, backend: BackendArg) -> Failur
 
 /// Refuses a float model for a target without FP16 before QNN is asked: QNN's own message for
 /// it (3110 on the first float op) names neither the SoC nor the way out.
-fn check_fp16(
+pub(crate) fn check_fp16(
     file: &OnnxFile,
     target: &Target,
     opts: &LowerOptions,
@@ -344,17 +362,32 @@ pub fn io_json(e: &lowering::emit::Emitted) -> (Vec<Value>, Vec<Value>) {
 }
 
 pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
+    if args.models.len() > 1 {
+        return crate::compile_many::compile_many(cli, args);
+    }
+    let model = &args.models[0];
+    let graph_name = match (&args.graph_name, &args.names[..]) {
+        (Some(n), _) => n.clone(),
+        (None, [n]) => n.clone(),
+        (None, []) => "qnnx".to_string(),
+        (None, names) => {
+            return Err(Failure::usage(format!(
+                "--names gives {} names for 1 model",
+                names.len()
+            )))
+        }
+    };
     let output = args
         .output
         .clone()
-        .unwrap_or_else(|| args.model.with_extension("bin"));
-    if output == args.model {
+        .unwrap_or_else(|| model.with_extension("bin"));
+    if output == *model {
         return Err(Failure::usage(format!(
             "the output {} would replace the model; pass -o FILE",
             output.display()
         )));
     }
-    let built = build(cli, &args.model, &args.build, &args.graph_name)?;
+    let built = build(cli, model, &args.build, &graph_name)?;
     let c = &built.compiled;
     let binary = built.binary()?;
     qnn::write_atomic(&output, &binary)
@@ -372,7 +405,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
     let soc = soc_model.and_then(qnn::soc::by_model);
     let (inputs, outputs) = io_json(&c.emitted);
     let report = json!({
-        "model": args.model,
+        "model": model,
         "output": output,
         "size": binary.len(),
         "backend": built.target.backend.name(),
@@ -380,7 +413,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
         "soc": soc.map(|s| s.name),
         "htp_arch": soc.map(|s| s.arch).or(built.target.arch()),
         "build_id": info.as_ref().map(|i| i.build_id.clone()),
-        "graph": args.graph_name,
+        "graph": graph_name,
         "precision": if args.build.precision == Precision::Fp16 { "fp16" } else { "fp32" },
         "opt_level": args.build.opt_level,
         "inputs": inputs,
@@ -409,7 +442,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
             "wrote {}: {} bytes, graph {:?} for {target} ({how})\n",
             output.display(),
             binary.len(),
-            args.graph_name
+            graph_name
         );
         for (what, list) in [("input ", &inputs), ("output", &outputs)] {
             for t in list {

@@ -8,6 +8,7 @@
 
 mod cache;
 mod compile;
+mod compile_many;
 mod npy;
 mod progress;
 mod run;
@@ -434,9 +435,24 @@ fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
                 "name": g.name,
                 "inputs": g.inputs.iter().map(tensor_json).collect::<Vec<_>>(),
                 "outputs": g.outputs.iter().map(tensor_json).collect::<Vec<_>>(),
+                "htp_memory": g.htp.map(|h| json!({
+                    "own_weights_bytes": h.const_size,
+                    "shared_weights_bytes": h.shared_weights_size,
+                    "io_bytes": h.io_tensor_size,
+                    "op_data_bytes": h.op_data_size,
+                    "spill_fill_bytes": h.spill_fill_buffer_size,
+                })),
             })
         })
         .collect();
+    // Every graph of a weight-sharing context reports the whole shared buffer.
+    let shared_bytes = info
+        .graphs
+        .iter()
+        .filter_map(|g| g.htp)
+        .map(|h| h.shared_weights_size)
+        .max()
+        .unwrap_or(0);
     let report = json!({
         "file": model,
         "size": bytes.len(),
@@ -449,6 +465,8 @@ fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
         "soc": soc.map(|s| s.name),
         "htp_arch": soc.map(|s| s.arch),
         "graphs": graphs,
+        "weight_sharing": info.uses_shared_weights(),
+        "shared_weights_bytes": shared_bytes,
     });
     emit(cli, &report, || {
         let mut s = format!(
@@ -466,8 +484,23 @@ fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
             (Some(m), None) => s += &format!("target: SoC {m}\n"),
             _ => {}
         }
+        if info.uses_shared_weights() {
+            s += &format!(
+                "{} graphs sharing {shared_bytes} bytes of weights (only a device can load this \
+                 binary, not the x86_64 HTP library)\n",
+                info.graphs.len()
+            );
+        }
         for g in &info.graphs {
-            s += &format!("graph {:?}\n", g.name);
+            match g.htp {
+                Some(h) => {
+                    s += &format!(
+                        "graph {:?}: {} bytes of its own weights\n",
+                        g.name, h.const_size
+                    )
+                }
+                None => s += &format!("graph {:?}\n", g.name),
+            }
             for (what, list) in [("input ", &g.inputs), ("output", &g.outputs)] {
                 for t in list {
                     s += &format!(

@@ -672,3 +672,170 @@ fn external_data_models_compile_without_the_cache() {
     assert_eq!(v["entries"], serde_json::json!([]));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A two-layer MatMul + Relu stack (256 x 256 weights, the same values whatever `rows`) taking
+/// x [rows, 256]: the "prefill" and "decode" of one model.
+fn stack_model(rows: i64) -> Vec<u8> {
+    const D: usize = 256;
+    ModelBuilder::new(17)
+        .input("x", DType::F32, &[rows, D as i64])
+        .init(
+            "w1",
+            lowering::tensor::Tensor::from_f32(
+                vec![D, D],
+                &lowering::testing::rand_f32(1, D * D)
+                    .iter()
+                    .map(|v| v * 0.06)
+                    .collect::<Vec<_>>(),
+            ),
+        )
+        .init(
+            "w2",
+            lowering::tensor::Tensor::from_f32(
+                vec![D, D],
+                &lowering::testing::rand_f32(2, D * D)
+                    .iter()
+                    .map(|v| v * 0.06)
+                    .collect::<Vec<_>>(),
+            ),
+        )
+        .node("MatMul", &["x", "w1"], &["h"], &[])
+        .node("Relu", &["h"], &["r"], &[])
+        .node("MatMul", &["r", "w2"], &["y"], &[])
+        .output("y")
+        .bytes()
+}
+
+#[test]
+fn several_models_compile_to_one_binary_with_shared_weights() {
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("many");
+    let (prefill, decode) = (dir.join("prefill.onnx"), dir.join("decode.onnx"));
+    std::fs::write(&prefill, stack_model(32)).unwrap();
+    std::fs::write(&decode, stack_model(1)).unwrap();
+    let shared = dir.join("shared.bin");
+    let plain = dir.join("plain.bin");
+    let v = ok_json(&[
+        "compile",
+        s(&prefill),
+        s(&decode),
+        "-o",
+        s(&shared),
+        "--json",
+    ]);
+    assert_eq!(v["weight_sharing"], true, "{v}");
+    let names: Vec<&str> = v["graphs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["prefill", "decode"],
+        "graph names from the file stems"
+    );
+    assert_eq!(
+        v["graphs"][1]["inputs"][0]["shape"],
+        serde_json::json!([1, 256])
+    );
+    let shared_size = v["size"].as_u64().unwrap();
+    assert!(v["shared_weights_bytes"].as_u64().unwrap() >= 2 * 256 * 256 * 2);
+    let v = ok_json(&[
+        "compile",
+        s(&prefill),
+        s(&decode),
+        "-o",
+        s(&plain),
+        "--no-weight-sharing",
+        "--names",
+        "pre,dec",
+        "--json",
+    ]);
+    assert_eq!(v["weight_sharing"], false);
+    assert_eq!(v["graphs"][0]["name"], "pre");
+    let plain_size = v["size"].as_u64().unwrap();
+    assert!(
+        (shared_size as f64) < 0.75 * plain_size as f64,
+        "shared {shared_size} bytes, plain {plain_size} bytes"
+    );
+    assert_eq!(std::fs::metadata(&shared).unwrap().len(), shared_size);
+
+    // inspect shows every graph, and whether weights are shared.
+    let v = ok_json(&["inspect", s(&shared), "--json"]);
+    assert_eq!(v["weight_sharing"], true);
+    assert_eq!(v["graphs"].as_array().unwrap().len(), 2);
+    assert_eq!(v["graphs"][0]["name"], "prefill");
+    assert_eq!(
+        v["graphs"][1]["inputs"][0]["shape"],
+        serde_json::json!([1, 256])
+    );
+    let text = String::from_utf8(qnnx(&["inspect", s(&shared)]).stdout).unwrap();
+    assert!(text.contains("graph \"prefill\""), "{text}");
+    assert!(text.contains("graph \"decode\""), "{text}");
+    assert!(text.contains("2 graphs sharing"), "{text}");
+    let v = ok_json(&["inspect", s(&plain), "--json"]);
+    assert_eq!(v["weight_sharing"], false);
+    assert_eq!(v["graphs"][1]["name"], "dec");
+
+    // The unshared binary runs here, each graph by name; the shared one is refused with why.
+    let out = dir.join("out");
+    for graph in ["pre", "dec"] {
+        ok_json(&[
+            "run",
+            s(&plain),
+            "--graph",
+            graph,
+            "--runs",
+            "1",
+            "-o",
+            s(&out),
+            "--json",
+        ]);
+    }
+    if cfg!(target_arch = "x86_64") {
+        let r = qnnx(&["run", s(&shared), "--runs", "1", "-o", s(&out)]);
+        assert_eq!(r.status.code(), Some(1));
+        assert!(stderr(&r).contains("weight sharing"), "{}", stderr(&r));
+    }
+
+    // Bad command lines.
+    for (args, want) in [
+        (vec!["compile", s(&prefill), s(&decode)], "-o FILE"),
+        (
+            vec![
+                "compile",
+                s(&prefill),
+                s(&decode),
+                "-o",
+                s(&plain),
+                "--graph-name",
+                "g",
+            ],
+            "--names",
+        ),
+        (
+            vec![
+                "compile",
+                s(&prefill),
+                s(&decode),
+                "-o",
+                s(&plain),
+                "--names",
+                "a",
+            ],
+            "1 names for 2 models",
+        ),
+        (
+            vec!["compile", s(&prefill), s(&prefill), "-o", s(&plain)],
+            "two graphs would be named",
+        ),
+    ] {
+        let r = qnnx(&args);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {}", stderr(&r));
+        assert!(stderr(&r).contains(want), "{args:?}: {}", stderr(&r));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -539,6 +539,101 @@ fn compile(
     .map_err(|f| failure_to_py(py, f))
 }
 
+/// Lowers and compiles several ONNX models as graphs `names` of one QNN context (releases the
+/// GIL while working) and returns one graph object per model, in order. The objects share the
+/// context: any of them keeps it alive, and `binary()` of each is the whole context binary.
+///
+/// With `weight_sharing` (HTP only) weights equal in content across the models are stored once
+/// in the context. The x86_64 HTP library cannot load such binaries, so there a weight-shared
+/// compile is never cached (`cache_key` is None, with a warning in the log). Without weight
+/// sharing, `cache_dir` works as for `compile`, with one entry for all the models and settings.
+#[pyfunction]
+#[pyo3(signature = (onnx_list, names, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, weight_sharing = true, cache_dir = None))]
+#[allow(clippy::too_many_arguments)]
+fn compile_many(
+    py: Python<'_>,
+    onnx_list: Vec<pyo3::pybacked::PyBackedBytes>,
+    names: Vec<String>,
+    device: &str,
+    soc_model: Option<u32>,
+    htp_arch: Option<u32>,
+    fp16: bool,
+    opt_level: Option<u8>,
+    weight_sharing: bool,
+    cache_dir: Option<&str>,
+) -> PyResult<Vec<Compiled>> {
+    let kind = backend_kind(device)?;
+    if onnx_list.len() != names.len() {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{} models but {} names",
+            onnx_list.len(),
+            names.len()
+        )));
+    }
+    let result = py.detach(|| -> Result<Vec<Compiled>, MultiFailure> {
+        let cache = open_cache(cache_dir)?;
+        let rt = runtime(RuntimeKey {
+            kind,
+            soc: soc_model,
+            arch: htp_arch,
+        })
+        .map_err(Failure::Qnn)?;
+        let specs: Vec<lowering::emit::multi::GraphSpec> = onnx_list
+            .iter()
+            .zip(&names)
+            .map(|(onnx, name)| lowering::emit::multi::GraphSpec {
+                name: name.clone(),
+                onnx: &onnx[..],
+                ..Default::default()
+            })
+            .collect();
+        let opts = lowering::emit::multi::MultiOptions {
+            fp16,
+            opt_level,
+            weight_sharing,
+        };
+        let compiled = lowering::emit::multi::compile_multi(
+            &rt.backend,
+            &rt.device,
+            &specs,
+            &opts,
+            cache.as_ref(),
+        )
+        .map_err(|e| MultiFailure {
+            graph: e.graph,
+            failure: Failure::Lower(e.error),
+        })?;
+        for w in &compiled.warnings {
+            tracing::warn!(target: "qnnx", "{w}");
+        }
+        Ok(compiled
+            .into_compiled()
+            .into_iter()
+            .map(|inner| Compiled { inner })
+            .collect())
+    });
+    result.map_err(|f| {
+        let err = failure_to_py(py, f.failure);
+        set_attr(py, &err, "graph", f.graph);
+        err
+    })
+}
+
+/// A failure of `compile_many` and the graph it belongs to, if one.
+struct MultiFailure {
+    graph: Option<String>,
+    failure: Failure,
+}
+
+impl From<Failure> for MultiFailure {
+    fn from(failure: Failure) -> MultiFailure {
+        MultiFailure {
+            graph: None,
+            failure,
+        }
+    }
+}
+
 /// A graph from the cache by key, or None: used on warm starts to skip the ONNX export too.
 #[pyfunction]
 #[pyo3(signature = (key, cache_dir, *, device = "npu", soc_model = None, htp_arch = None, name = "qnnx"))]
@@ -607,6 +702,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(build_id, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(compile_many, m)?)?;
     m.add_function(wrap_pyfunction!(versions, m)?)?;
     m.add_function(wrap_pyfunction!(set_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(load_cached, m)?)?;

@@ -45,6 +45,18 @@ def compile(
     name: str = "qnnx",
     cache_dir: Optional[str] = None,
 ) -> Compiled: ...
+def compile_many(
+    onnx_list: list[bytes],
+    names: list[str],
+    *,
+    device: str = "npu",
+    soc_model: Optional[int] = None,
+    htp_arch: Optional[int] = None,
+    fp16: bool = False,
+    opt_level: Optional[int] = None,
+    weight_sharing: bool = True,
+    cache_dir: Optional[str] = None,
+) -> list[Compiled]: ...
 def load_cached(
     key: str,
     cache_dir: str,

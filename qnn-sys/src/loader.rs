@@ -2,8 +2,9 @@
 //!
 //! # Search order
 //!
-//! [`candidates`] lists, in this order, where a backend library is looked for; the first file
-//! that exists is opened (the last step lets the system loader search):
+//! [`candidates`] lists, in this order, where a backend library is looked for; [`locate`] opens
+//! the first file that exists, walking the list through [`search_in`] (the last step lets the
+//! system loader search):
 //!
 //! 1. an explicit path given by the caller;
 //! 2. `QNN_<KIND>_LIB` (`QNN_HTP_LIB`, `QNN_GPU_LIB`, `QNN_SYSTEM_LIB`, ...): a full file path;
@@ -11,12 +12,16 @@
 //! 4. `$QNN_SDK_ROOT/lib/<target>`, where `<target>` is `x86_64-linux-clang`,
 //!    `aarch64-windows-msvc`, `aarch64-oe-linux-gcc11.2` (or another `aarch64-oe-linux-gcc*`
 //!    folder present), `aarch64-ubuntu-gcc9.4` or `aarch64-android`;
-//! 5. the `onnxruntime_qnn` folder of an installed `onnxruntime-qnn` Python package (found
-//!    through `$VIRTUAL_ENV`, then by asking `python3` where the package is; nothing is imported);
+//! 5. the `onnxruntime_qnn` folder of an installed `onnxruntime-qnn` Python package, where it is
+//!    known without running Python: `$QNNX_ONNXRUNTIME_QNN_DIR` (set by the Python package in
+//!    its own process), then the site-packages of `$VIRTUAL_ENV`;
 //! 6. the project's runtime folder made by `scripts/setup-runtime`: `$QNNX_RUNTIME_DIR/qnn`, then
 //!    `<source checkout>/runtime/qnn` (for builds from a checkout), then
 //!    `$XDG_DATA_HOME/qnnx/runtime/qnn` (`%LOCALAPPDATA%\qnnx\runtime\qnn` on Windows);
-//! 7. the bare file name, resolved by the system loader (`LD_LIBRARY_PATH`, `PATH`, ...).
+//! 7. the `onnxruntime_qnn` folder that `python3` finds (nothing is imported). Spawning Python
+//!    costs 100 ms and more, so it is asked only when none of the places above has the library,
+//!    at most once per process, and never when `QNNX_ONNXRUNTIME_QNN_DIR` is set (even empty);
+//! 8. the bare file name, resolved by the system loader (`LD_LIBRARY_PATH`, `PATH`, ...).
 //!
 //! File names: `libQnnHtp.so` on Linux and Android, `QnnHtp.dll` on Windows.
 //!
@@ -125,25 +130,39 @@ pub fn sdk_lib_targets(os: Os, arch: &str) -> &'static [&'static str] {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
     /// The rule: `explicit`, `QNN_HTP_LIB`, `QNN_LIB_DIR`, `QNN_SDK_ROOT`, `onnxruntime_qnn`,
-    /// `runtime`, `system`.
+    /// `runtime`, `python3`, `system`.
     pub source: &'static str,
     /// A path, or for the `system` rule a bare file name.
     pub path: PathBuf,
 }
 
-/// The environment that [`candidates_in`] reads; separated out so the order is unit-testable.
+/// The variable naming the `onnxruntime_qnn` package folder, set by a caller that already knows
+/// it (the Python package sets it in its own process from `importlib.util.find_spec`). Set, even
+/// to an empty value, it also stops the loader from asking `python3`.
+pub const ONNXRUNTIME_QNN_DIR_VAR: &str = "QNNX_ONNXRUNTIME_QNN_DIR";
+
+/// The environment that [`candidates_in`] and [`search_in`] read; separated out so the order is
+/// unit-testable.
 #[derive(Debug, Clone, Default)]
 pub struct SearchEnv {
     pub kind_lib: Option<PathBuf>,
     pub lib_dir: Option<PathBuf>,
     pub sdk_root: Option<PathBuf>,
+    /// `onnxruntime_qnn` folders known without running Python: `QNNX_ONNXRUNTIME_QNN_DIR`, then
+    /// the site-packages under `$VIRTUAL_ENV`.
     pub python_package_dirs: Vec<PathBuf>,
     pub runtime_dirs: Vec<PathBuf>,
+    /// Whether `python3` may be asked where `onnxruntime_qnn` is (not when the caller set
+    /// `QNNX_ONNXRUNTIME_QNN_DIR`).
+    pub ask_python: bool,
+    /// The folder `python3` reported, once asked: listed after the runtime folders.
+    pub python_probe: Option<PathBuf>,
 }
 
 impl SearchEnv {
     /// Reads the process environment. Asking `python3` where `onnxruntime_qnn` lives costs a
-    /// process spawn, so it is done only when `probe_python` is set.
+    /// process spawn (100 ms and more), so it is done here only when `probe_python` is set; see
+    /// [`python_package_dir`].
     pub fn from_process(kind: LibraryKind, probe_python: bool) -> SearchEnv {
         let var = |k: &str| {
             std::env::var_os(k)
@@ -151,12 +170,11 @@ impl SearchEnv {
                 .map(PathBuf::from)
         };
         let mut python_package_dirs = Vec::new();
+        python_package_dirs.extend(var(ONNXRUNTIME_QNN_DIR_VAR));
         if let Some(venv) = var("VIRTUAL_ENV") {
             python_package_dirs.extend(site_packages_under(&venv));
         }
-        if probe_python {
-            python_package_dirs.extend(python_find_package());
-        }
+        let ask_python = std::env::var_os(ONNXRUNTIME_QNN_DIR_VAR).is_none();
         let mut runtime_dirs = Vec::new();
         if let Some(d) = var("QNNX_RUNTIME_DIR") {
             runtime_dirs.push(d);
@@ -174,6 +192,12 @@ impl SearchEnv {
             sdk_root: var("QNN_SDK_ROOT"),
             python_package_dirs,
             runtime_dirs,
+            ask_python,
+            python_probe: if probe_python && ask_python {
+                python_package_dir()
+            } else {
+                None
+            },
         }
     }
 }
@@ -207,6 +231,13 @@ fn site_packages_under(prefix: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Where the Python on PATH (`$QNNX_PYTHON`, else `python3`; `python` on Windows) finds
+/// `onnxruntime_qnn`. Asked at most once per process; the answer, found or not, is kept.
+pub fn python_package_dir() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(python_find_package).clone()
+}
+
 /// Asks the Python on PATH where `onnxruntime_qnn` is, without importing it (`find_spec` of a
 /// top-level package only locates it, so ONNX Runtime is never loaded).
 fn python_find_package() -> Option<PathBuf> {
@@ -233,7 +264,8 @@ fn python_find_package() -> Option<PathBuf> {
     (!text.is_empty()).then(|| PathBuf::from(text))
 }
 
-/// Every place `kind` is looked for, in order, given `explicit` and the process environment.
+/// Every place `kind` is looked for, in order, given `explicit` and the process environment
+/// (`python3` is asked, once per process, so that its answer is listed too).
 pub fn candidates(kind: LibraryKind, explicit: Option<&Path>) -> Vec<Candidate> {
     candidates_in(
         kind,
@@ -275,8 +307,59 @@ pub fn candidates_in(
     for d in &env.runtime_dirs {
         push("runtime", d.join("qnn").join(&name));
     }
+    if let Some(d) = &env.python_probe {
+        push("python3", d.join(&name));
+    }
     push("system", PathBuf::from(&name));
     out
+}
+
+/// The outcome of [`search_in`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Search {
+    /// The first candidate that exists (never the `system` one).
+    pub found: Option<Candidate>,
+    /// The candidates looked at, in order, ending with the bare `system` name.
+    pub searched: Vec<Candidate>,
+}
+
+/// Walks the search order for `kind` (no explicit path) and stops at the first candidate for
+/// which `exists` holds. `probe_python` is called only when no candidate before the `python3`
+/// step exists and `env.ask_python` is set, so a library found in an earlier place costs no
+/// process spawn.
+pub fn search_in(
+    kind: LibraryKind,
+    env: &SearchEnv,
+    os: Os,
+    arch: &str,
+    exists: &dyn Fn(&Path) -> bool,
+    probe_python: &mut dyn FnMut() -> Option<PathBuf>,
+) -> Search {
+    let mut env = env.clone();
+    let mut searched = Vec::new();
+    let check = |list: Vec<Candidate>, searched: &mut Vec<Candidate>| {
+        for c in list.into_iter().filter(|c| c.source != "system") {
+            if !searched.contains(&c) {
+                let hit = exists(&c.path);
+                searched.push(c.clone());
+                if hit {
+                    return Some(c);
+                }
+            }
+        }
+        None
+    };
+    env.python_probe = None;
+    let mut found = check(candidates_in(kind, None, &env, os, arch), &mut searched);
+    if found.is_none() && env.ask_python {
+        env.python_probe = probe_python();
+        found = check(candidates_in(kind, None, &env, os, arch), &mut searched);
+    }
+    searched.push(Candidate {
+        source: "system",
+        path: PathBuf::from(file_name(kind, os)),
+    });
+    Search { found, searched }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -982,21 +1065,26 @@ pub fn locate(kind: LibraryKind, explicit: Option<&Path>) -> Result<PathBuf, Loa
         }
         return Ok(p.to_path_buf());
     }
-    let list = candidates(kind, None);
-    if let Some(c) = list
-        .iter()
-        .find(|c| c.source != "system" && c.path.is_file())
-    {
-        return Ok(c.path.clone());
+    let search = search_in(
+        kind,
+        &SearchEnv::from_process(kind, false),
+        Os::current(),
+        std::env::consts::ARCH,
+        &|p| p.is_file(),
+        &mut python_package_dir,
+    );
+    if let Some(c) = search.found {
+        return Ok(c.path);
     }
-    let bare = list.last().map(|c| c.path.clone()).unwrap_or_default();
+    let bare = PathBuf::from(file_name(kind, Os::current()));
     // Only hand the bare name to the loader if it can resolve it; otherwise report the search.
     match open_quietly(&bare) {
         Ok(_) => Ok(bare),
         Err(_) => Err(LoadError::NotFound {
             name: file_name(kind, Os::current()),
             env_var: kind.env_var(),
-            searched: list
+            searched: search
+                .searched
                 .iter()
                 .filter(|c| c.source != "system")
                 .map(|c| c.path.display().to_string())
@@ -1130,6 +1218,8 @@ mod tests {
             sdk_root: Some("/sdk".into()),
             python_package_dirs: vec!["/py/onnxruntime_qnn".into()],
             runtime_dirs: vec!["/rt".into()],
+            ask_python: true,
+            python_probe: Some("/probed/onnxruntime_qnn".into()),
         };
         let c = candidates_in(
             LibraryKind::Htp,
@@ -1151,9 +1241,98 @@ mod tests {
                 ("QNN_SDK_ROOT", "/sdk/lib/x86_64-linux-clang/libQnnHtp.so"),
                 ("onnxruntime_qnn", "/py/onnxruntime_qnn/libQnnHtp.so"),
                 ("runtime", "/rt/qnn/libQnnHtp.so"),
+                ("python3", "/probed/onnxruntime_qnn/libQnnHtp.so"),
                 ("system", "libQnnHtp.so"),
             ]
         );
+    }
+
+    fn lazy_env() -> SearchEnv {
+        SearchEnv {
+            sdk_root: Some("/sdk".into()),
+            python_package_dirs: vec!["/venv/onnxruntime_qnn".into()],
+            runtime_dirs: vec!["/rt".into()],
+            ask_python: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn python_is_not_asked_when_an_earlier_place_has_the_library() {
+        for (file, source) in [
+            ("/sdk/lib/x86_64-linux-clang/libQnnHtp.so", "QNN_SDK_ROOT"),
+            ("/venv/onnxruntime_qnn/libQnnHtp.so", "onnxruntime_qnn"),
+            ("/rt/qnn/libQnnHtp.so", "runtime"),
+        ] {
+            let fs = files(&[file]);
+            let mut asked = 0;
+            let s = search_in(
+                LibraryKind::Htp,
+                &lazy_env(),
+                Os::Linux,
+                "x86_64",
+                &|p| fs.is_file(p),
+                &mut || {
+                    asked += 1;
+                    Some("/py/onnxruntime_qnn".into())
+                },
+            );
+            assert_eq!(asked, 0, "{file}");
+            let found = s.found.expect("found");
+            assert_eq!((found.source, found.path.to_str().unwrap()), (source, file));
+        }
+    }
+
+    #[test]
+    fn python_is_asked_once_after_the_runtime_folder() {
+        let fs = files(&["/py/onnxruntime_qnn/libQnnHtp.so"]);
+        let mut asked = 0;
+        let s = search_in(
+            LibraryKind::Htp,
+            &lazy_env(),
+            Os::Linux,
+            "x86_64",
+            &|p| fs.is_file(p),
+            &mut || {
+                asked += 1;
+                Some("/py/onnxruntime_qnn".into())
+            },
+        );
+        assert_eq!(asked, 1);
+        assert_eq!(
+            s.found.map(|c| (c.source, c.path)),
+            Some(("python3", "/py/onnxruntime_qnn/libQnnHtp.so".into()))
+        );
+        let order: Vec<_> = s.searched.iter().map(|c| c.source).collect();
+        assert_eq!(
+            order,
+            [
+                "QNN_SDK_ROOT",
+                "onnxruntime_qnn",
+                "runtime",
+                "python3",
+                "system"
+            ]
+        );
+    }
+
+    #[test]
+    fn python_is_not_asked_when_the_caller_named_the_package_folder() {
+        let env = SearchEnv {
+            ask_python: false,
+            ..lazy_env()
+        };
+        let s = search_in(
+            LibraryKind::Htp,
+            &env,
+            Os::Linux,
+            "x86_64",
+            &|_| false,
+            &mut || panic!("python3 must not be asked"),
+        );
+        assert_eq!(s.found, None);
+        assert_eq!(s.searched.last().map(|c| c.source), Some("system"));
+        assert!(!s.searched.iter().any(|c| c.source == "python3"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Spec: <https://onnx.ai/onnx/operators/> (Abs, Add, ..., Where). Binary ops broadcast like
 //! numpy; QNN's element-wise ops broadcast too, and operands are first brought to equal rank
 //! (static reshape for constants, a Reshape op otherwise). Variadic Max/Min/Sum become a chain.
+//! A commutative op with one constant operand takes the other operand first ([`BINARY`]).
 //! Reciprocal is `ElementWiseDivide(1, x)`.
 
 use crate::error::Result;
@@ -34,24 +35,29 @@ pub const UNARY: &[(&str, &str)] = &[
     ("Erf", op::ERF),
 ];
 
-/// ONNX binary (or variadic) op → QNN binary op.
-pub const BINARY: &[(&str, &str)] = &[
-    ("Add", op::ELEMENT_WISE_ADD),
-    ("Sub", op::ELEMENT_WISE_SUBTRACT),
-    ("Mul", op::ELEMENT_WISE_MULTIPLY),
-    ("Div", op::ELEMENT_WISE_DIVIDE),
-    ("Pow", op::ELEMENT_WISE_POWER),
-    ("Max", op::ELEMENT_WISE_MAXIMUM),
-    ("Min", op::ELEMENT_WISE_MINIMUM),
-    ("Sum", op::ELEMENT_WISE_ADD),
-    ("And", op::ELEMENT_WISE_AND),
-    ("Or", op::ELEMENT_WISE_OR),
-    ("Xor", op::ELEMENT_WISE_XOR),
-    ("Equal", op::ELEMENT_WISE_EQUAL),
-    ("Less", op::ELEMENT_WISE_LESS),
-    ("Greater", op::ELEMENT_WISE_GREATER),
-    ("LessOrEqual", op::ELEMENT_WISE_LESS_EQUAL),
-    ("GreaterOrEqual", op::ELEMENT_WISE_GREATER_EQUAL),
+/// ONNX binary (or variadic) op → QNN binary op, and whether its two operands commute.
+///
+/// A commutative op with exactly one constant operand gets the activation as `in[0]`: the HTP
+/// emulator (QNN 2.51, v73) runs `ElementWiseAdd(static bias, x)` several times slower than
+/// `ElementWiseAdd(x, static bias)` (TransformerEncoderLayer 44 -> 23 ms), and the TorchScript
+/// exporter writes the bias of `nn.Linear` first.
+pub const BINARY: &[(&str, &str, bool)] = &[
+    ("Add", op::ELEMENT_WISE_ADD, true),
+    ("Sub", op::ELEMENT_WISE_SUBTRACT, false),
+    ("Mul", op::ELEMENT_WISE_MULTIPLY, true),
+    ("Div", op::ELEMENT_WISE_DIVIDE, false),
+    ("Pow", op::ELEMENT_WISE_POWER, false),
+    ("Max", op::ELEMENT_WISE_MAXIMUM, true),
+    ("Min", op::ELEMENT_WISE_MINIMUM, true),
+    ("Sum", op::ELEMENT_WISE_ADD, true),
+    ("And", op::ELEMENT_WISE_AND, true),
+    ("Or", op::ELEMENT_WISE_OR, true),
+    ("Xor", op::ELEMENT_WISE_XOR, true),
+    ("Equal", op::ELEMENT_WISE_EQUAL, true),
+    ("Less", op::ELEMENT_WISE_LESS, false),
+    ("Greater", op::ELEMENT_WISE_GREATER, false),
+    ("LessOrEqual", op::ELEMENT_WISE_LESS_EQUAL, false),
+    ("GreaterOrEqual", op::ELEMENT_WISE_GREATER_EQUAL, false),
 ];
 
 pub const RULES: &[(&str, Rule)] = &[
@@ -111,7 +117,10 @@ pub fn unary(cx: &mut LowerCx, node: &Node) -> Result<()> {
 }
 
 pub fn binary(cx: &mut LowerCx, node: &Node) -> Result<()> {
-    let q = lookup(BINARY, &node.op_type);
+    let &(_, q, commutative) = BINARY
+        .iter()
+        .find(|(o, _, _)| *o == node.op_type)
+        .expect("rule registered with a table row");
     let n = node.inputs.len();
     let out_shape = cx.out_shape(node, 0);
     let rank = out_shape.len();
@@ -121,12 +130,16 @@ pub fn binary(cx: &mut LowerCx, node: &Node) -> Result<()> {
         cx.op(node, op::RESHAPE, vec![x], vec![y], vec![]);
         return Ok(());
     }
-    let mut acc = cx.input_at_rank(node, 0, rank)?;
-    let mut acc_shape = cx.shape(node, 0);
-    for i in 1..n {
+    let mut order: Vec<usize> = (0..n).collect();
+    if commutative && n == 2 && cx.konst(node, 0).is_some() && cx.konst(node, 1).is_none() {
+        order.swap(0, 1);
+    }
+    let mut acc = cx.input_at_rank(node, order[0], rank)?;
+    let mut acc_shape = cx.shape(node, order[0]);
+    for (k, &i) in order.iter().enumerate().skip(1) {
         let b = cx.input_at_rank(node, i, rank)?;
         let s = broadcast(node, &[&acc_shape, &cx.shape(node, i)])?;
-        if i + 1 == n {
+        if k + 1 == n {
             cx.op(node, q, vec![acc, b], vec![y], vec![]);
         } else {
             let dt = cx.tensor_dtype(acc);
@@ -181,6 +194,36 @@ mod tests {
             "input x:f32[2, 3]\n\
              ElementWiseAdd(x:f32[2, 3], static c_r2:f32[1, 3]) -> y:f32[2, 3]\n\
              output y:f32[2, 3]\n"
+        );
+    }
+
+    #[test]
+    fn commutative_op_with_constant_first_takes_the_activation_first() {
+        for op in ["Add", "Mul", "Max", "Min"] {
+            let b = ModelBuilder::new(17)
+                .input("x", DType::F32, &[2, 3])
+                .init("c", Tensor::from_f32(vec![3], &[1., 2., 3.]))
+                .node(op, &["c", "x"], &["y"], &[])
+                .output("y");
+            let d = lower(&b).dump();
+            assert!(
+                d.contains("(x:f32[2, 3], static c_r2:f32[1, 3]) -> y:f32[2, 3]"),
+                "{op}: {d}"
+            );
+        }
+    }
+
+    #[test]
+    fn non_commutative_op_keeps_operand_order() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 3])
+            .init("c", Tensor::from_f32(vec![3], &[1., 2., 3.]))
+            .node("Sub", &["c", "x"], &["y"], &[])
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(
+            d.contains("ElementWiseSubtract(static c_r2:f32[1, 3], x:f32[2, 3]) -> y:f32[2, 3]"),
+            "{d}"
         );
     }
 

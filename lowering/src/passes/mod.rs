@@ -13,6 +13,7 @@ pub mod expand;
 pub mod fold_batchnorm;
 pub mod fp16;
 pub mod fuse_gelu;
+pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
 pub mod infer;
 pub mod layout;
@@ -88,7 +89,8 @@ fn fmt_dims(d: &[Option<usize>]) -> String {
     format!("[{}]", v.join(", "))
 }
 
-/// Runs every pass in order: infer+fold, simplify, dce, fusions, layout, int64 narrowing, fp16.
+/// Runs every pass in order: infer+fold, simplify, dce, fusions (batchnorm, RMSNorm, GELU, linear
+/// bias), layout, int64 narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let mut g = model.graph.clone();
     set_input_shapes(&mut g, model, opts)?;
@@ -112,6 +114,7 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     fold_batchnorm::run(&mut g);
     fuse_rmsnorm::run(&mut g);
     fuse_gelu::run(&mut g);
+    fuse_linear_bias::run(&mut g, table);
     dce::run(&mut g);
     layout::run(&mut g, table);
     let errs = const_fold::run(&mut g);

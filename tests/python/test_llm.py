@@ -233,3 +233,47 @@ def test_unsupported_in_place_update_of_an_input_is_refused():
         return gm.forward
 
     torch.compile(SliceWrite(), backend=backend)(torch.zeros(2, 3), torch.ones(2))
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)])
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def _onnx(module, x) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x,), buf, dynamo=False, opset_version=17)
+    return buf.getvalue()
+
+
+@pytest.mark.htp
+def test_prefill_and_decode_graphs_in_one_context():
+    from qnnx_backend import _native
+
+    torch.manual_seed(0)
+    stack = _Stack().eval()
+    xs = [torch.randn(1, 32, 256), torch.randn(1, 1, 256)]
+    models = [_onnx(stack, x) for x in xs]
+    alone = [_native.compile(m, device="npu", soc_model=60) for m in models]
+    both = _native.compile_many(models, ["prefill", "decode"], device="npu", soc_model=60, weight_sharing=False)
+    for x, a, b in zip(xs, alone, both):
+        outs = []
+        for g in (a, b):
+            (_, _, shape, _), = g.outputs
+            y = torch.empty(shape, dtype=torch.float32)
+            g.run([(x.data_ptr(), x.numel() * 4)], [(y.data_ptr(), y.numel() * 4)])
+            outs.append(y)
+        assert torch.equal(outs[0], outs[1])  # one context computes what each graph computes alone
+        assert (outs[1].reshape(stack(x).shape) - stack(x)).abs().max() < 1e-2
+    # With the HTP's weight-sharing config the shared weights are stored once; this x86_64
+    # library can write such a binary but not load it, so it is not cached here.
+    shared = _native.compile_many(models, ["prefill", "decode"], device="npu", soc_model=60, weight_sharing=True)
+    assert len(shared[0].binary()) < 0.75 * len(both[0].binary())

@@ -6,9 +6,30 @@ Qualcomm's QNN libraries directly instead of going through ONNX Runtime.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Any, Optional
 
 import torch
+
+
+def _name_onnxruntime_qnn() -> None:
+    """Tells the native loader where an installed ``onnxruntime_qnn`` package (which carries
+    QNN libraries) is, found without importing it: otherwise the loader would ask a ``python3``
+    subprocess (100 ms) when no earlier place in its search order has the library. A value the
+    user or a parent process set wins."""
+    if "QNNX_ONNXRUNTIME_QNN_DIR" in os.environ:
+        return
+    try:
+        spec = importlib.util.find_spec("onnxruntime_qnn")
+    except (ImportError, ValueError):
+        return
+    locations = spec.submodule_search_locations if spec is not None else None
+    if locations:
+        os.environ["QNNX_ONNXRUNTIME_QNN_DIR"] = list(locations)[0]
+
+
+_name_onnxruntime_qnn()
 
 from . import exceptions
 from ._compiler import STATS

@@ -59,7 +59,6 @@ mod tests {
         assert_eq!(
             lower(&b).op_types(),
             vec![
-                "Reshape",
                 "ElementWiseAbs",
                 "ElementWiseNeg",
                 "ElementWiseExp",

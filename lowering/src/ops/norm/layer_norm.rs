@@ -212,7 +212,6 @@ mod tests {
                 "ElementWiseSquareRoot",
                 "ElementWiseDivide",
                 "ElementWiseMultiply",
-                "Reshape",
                 "ElementWiseDivide"
             ],
             "{d}"

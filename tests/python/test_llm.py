@@ -104,6 +104,25 @@ def test_greedy_generation_with_kv_cache_gives_the_eager_tokens(kind):
 
 
 @pytest.mark.htp
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_batched_generation_with_left_padding(kind):
+    # Batch 2, the second prompt left-padded by 3: the padding mask enters both graphs, and the
+    # batch dimension runs through the cache write-back.
+    model = _model(kind)
+    ids = _prompt(2, 9, seed=3)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    ids[1, :3] = 0
+    kw = dict(attention_mask=mask, max_new_tokens=12, do_sample=False, cache_implementation="static", disable_compile=True)
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+        model.forward = torch.compile(model.forward, backend="qnn", options={**OPTIONS, "kv_cache": True})
+        got = model.generate(ids, **kw)
+    assert torch.equal(got, want), f"{got[:, 9:].tolist()} != {want[:, 9:].tolist()}"
+    assert qnnx_backend.STATS["compiles"] == 2 and qnnx_backend.STATS["fallbacks"] == 0
+
+
+@pytest.mark.htp
 def test_cache_updates_land_in_the_callers_tensors():
     model = _model("llama")
     ids = _prompt(1, PROMPT)

@@ -135,10 +135,14 @@ def _is_alias_of(node: torch.fx.Node, src: torch.fx.Node) -> bool:
     return a is not None and b is not None and a.dtype == b.dtype and a.device == b.device
 
 
+# In-place by name but not writes of tensor data.
+_NOT_DATA_WRITES = {"requires_grad_", "share_memory_"}
+
+
 def _mutated_target(node: torch.fx.Node) -> Optional[torch.fx.Node]:
     """The tensor an in-place node writes into, or None for a pure node."""
     if node.op == "call_method" and isinstance(node.target, str) and node.target.endswith("_"):
-        if not node.target.endswith("__"):
+        if not node.target.endswith("__") and node.target not in _NOT_DATA_WRITES:
             return node.args[0]
     if node.op == "call_function":
         if node.target is operator.setitem:

@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::plan::{DType, Param, Plan, PlanIo, Scalar, TensorKind};
@@ -425,33 +425,155 @@ pub fn cache_key(
     onnx: &[u8],
     opts: &CompileOptions,
 ) -> Result<qnn::cache::CacheKey, LowerError> {
+    let mut b = target_key(backend, device, opts.fp16, opts.opt_level)?
+        .model(onnx)
+        .setting("graph_name", &opts.name);
+    if !opts.input_shapes.is_empty() {
+        b = b.setting("input_shapes", &shapes_setting(&opts.input_shapes));
+    }
+    Ok(b.build())
+}
+
+/// What single- and multi-model cache keys share: the backend, its QNN build id, the SoC and
+/// arch of the device, and the settings `fp16` and `opt_level`.
+fn target_key(
+    backend: &qnn::Backend,
+    device: &qnn::Device,
+    fp16: bool,
+    opt_level: Option<u8>,
+) -> Result<qnn::cache::KeyBuilder, LowerError> {
     let build = backend.build_id().map_err(qnn_failure)?;
     let dev = device.options();
     let mut b = qnn::cache::CacheKey::builder()
-        .model(onnx)
         .backend(backend_name(backend))
         .qnn_build_id(&build)
-        .setting("graph_name", &opts.name)
-        .setting("fp16", &opts.fp16.to_string())
-        .setting("opt_level", &format!("{:?}", opts.opt_level));
+        .setting("fp16", &fp16.to_string())
+        .setting("opt_level", &format!("{opt_level:?}"));
     if let Some(s) = dev.soc_model {
         b = b.soc_model(s);
     }
     if let Some(a) = dev.arch {
         b = b.arch(a);
     }
-    if !opts.input_shapes.is_empty() {
-        let shapes: Vec<String> = opts
-            .input_shapes
-            .iter()
-            .map(|(name, dims)| {
-                let dims: Vec<String> = dims.iter().map(usize::to_string).collect();
-                format!("{name}={}", dims.join(","))
-            })
-            .collect();
-        b = b.setting("input_shapes", &shapes.join(";"));
+    Ok(b)
+}
+
+/// Input shapes as a cache-key setting: `name=d,d;name=d` in name order.
+fn shapes_setting(shapes: &BTreeMap<String, Vec<usize>>) -> String {
+    let shapes: Vec<String> = shapes
+        .iter()
+        .map(|(name, dims)| {
+            let dims: Vec<String> = dims.iter().map(usize::to_string).collect();
+            format!("{name}={}", dims.join(","))
+        })
+        .collect();
+    shapes.join(";")
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+/// Loads cache entry `key` with `bind` (its context and I/O binding), timed in milliseconds.
+/// `Ok(None)` is a miss. `Err` carries a warning and is a miss too: the lookup failed, or `bind`
+/// refused the entry, which is then removed so the next compile replaces it.
+fn load_entry<T>(
+    cache: &qnn::cache::Cache,
+    key: &qnn::cache::CacheKey,
+    bind: impl FnOnce(&qnn::cache::Entry) -> Option<T>,
+) -> Result<Option<(T, f64)>, String> {
+    let entry = match cache.get(key) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("cache lookup failed, compiling instead: {e}")),
+    };
+    let t = Instant::now();
+    match bind(&entry) {
+        Some(loaded) => Ok(Some((loaded, ms_since(t)))),
+        None => {
+            let _ = cache.invalidate(key);
+            Err(format!(
+                "cache entry {key} could not be loaded; rebuilding it"
+            ))
+        }
     }
-    Ok(b.build())
+}
+
+/// Serialises `context` and stores it in `cache` as entry `key`, with `io` (the metadata name
+/// and JSON of the graphs' I/O binding); `Err` says why it could not.
+fn store_entry(
+    backend: &qnn::Backend,
+    cache: &qnn::cache::Cache,
+    key: &qnn::cache::CacheKey,
+    context: &qnn::Context,
+    io: (&str, String),
+) -> Result<(), String> {
+    let binary = context.to_binary().map_err(|e| e.to_string())?;
+    let system = backend.system().map_err(|e| e.to_string())?;
+    let info = qnn::binary_info(&system, &binary).map_err(|e| e.to_string())?;
+    let mut entry = qnn::cache::NewEntry::from_binary_info(backend_name(backend), &info);
+    entry.extra.insert(io.0.into(), io.1);
+    cache.put(key, &binary, entry).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// `cache`, unless one of `models` (ONNX bytes and base dir) keeps weights in external data
+/// files, which the cache key does not cover: then `None`, with a warning naming the model as
+/// `which`.
+fn cache_unless_external<'c, 'm>(
+    cache: Option<&'c qnn::cache::Cache>,
+    mut models: impl Iterator<Item = (&'m [u8], Option<&'m Path>)>,
+    which: &str,
+    warnings: &mut Vec<String>,
+) -> Option<&'c qnn::cache::Cache> {
+    let external = cache.is_some()
+        && models.any(|(onnx, base_dir)| base_dir.is_some() && uses_external_data(onnx));
+    if external {
+        warnings.push(format!(
+            "{which} keeps weights in external data files, which the cache key does not cover: \
+             compiled without the cache"
+        ));
+    }
+    cache.filter(|_| !external)
+}
+
+/// Lowers one model for `backend`, timed in milliseconds.
+fn lower_timed(
+    backend: &qnn::Backend,
+    onnx: &[u8],
+    base_dir: Option<&Path>,
+    fp16: bool,
+    input_shapes: &BTreeMap<String, Vec<usize>>,
+) -> Result<(Plan, f64), LowerError> {
+    let start = Instant::now();
+    let lower_opts = LowerOptions {
+        backend: match backend.kind() {
+            qnn::BackendKind::Gpu => crate::Backend::Gpu,
+            _ => crate::Backend::Htp,
+        },
+        fp16,
+        input_shapes: input_shapes.clone(),
+    };
+    // Parsed from the caller's bytes: copying them first cost 30 ms for resnet18's 46 MB.
+    let model = crate::Model::from_bytes(onnx, base_dir)?;
+    let plan = crate::lower(model, &lower_opts)?;
+    Ok((plan, ms_since(start)))
+}
+
+/// [`emit`] with finalize optimization level `opt_level`, timed in milliseconds.
+fn emit_timed(
+    context: &qnn::Context,
+    name: &str,
+    plan: &Plan,
+    opt_level: Option<u8>,
+) -> Result<(Emitted, f64), LowerError> {
+    let start = Instant::now();
+    let graph_options = qnn::GraphOptions {
+        opt_level,
+        ..Default::default()
+    };
+    let emitted = emit(context, name, plan, &graph_options)?;
+    Ok((emitted, ms_since(start)))
 }
 
 /// Loads graph `name` of the cache entry `key`. `Ok(None)` is a miss. `Err` carries a warning
@@ -465,36 +587,22 @@ pub fn load_cached(
     key: &qnn::cache::CacheKey,
     name: &str,
 ) -> Result<Option<Compiled>, String> {
-    let entry = match cache.get(key) {
-        Ok(Some(e)) => e,
-        Ok(None) => return Ok(None),
-        Err(e) => return Err(format!("cache lookup failed, compiling instead: {e}")),
-    };
-    let t = Instant::now();
-    let loaded = (|| {
+    let loaded = load_entry(cache, key, |entry| {
         let io = entry.meta().extra.get("io")?;
         let context = entry.load(backend, Some(device)).ok()?;
         let graph = context.graph(name).ok()?;
         Some((Emitted::from_io_binding(graph, io)?, context))
-    })();
-    match loaded {
-        Some((emitted, context)) => Ok(Some(Compiled {
-            emitted,
-            context,
-            lower_ms: 0.0,
-            finalize_ms: 0.0,
-            load_ms: t.elapsed().as_secs_f64() * 1e3,
-            from_cache: true,
-            cache_key: Some(key.clone()),
-            warnings: Vec::new(),
-        })),
-        None => {
-            let _ = cache.invalidate(key);
-            Err(format!(
-                "cache entry {key} could not be loaded; rebuilding it"
-            ))
-        }
-    }
+    })?;
+    Ok(loaded.map(|((emitted, context), load_ms)| Compiled {
+        emitted,
+        context,
+        lower_ms: 0.0,
+        finalize_ms: 0.0,
+        load_ms,
+        from_cache: true,
+        cache_key: Some(key.clone()),
+        warnings: Vec::new(),
+    }))
 }
 
 /// [`compile_with_progress`] without progress reports.
@@ -522,15 +630,8 @@ pub fn compile_with_progress(
     progress: &mut dyn FnMut(Stage),
 ) -> Result<Compiled, LowerError> {
     let mut warnings = Vec::new();
-    let external = cache.is_some() && opts.base_dir.is_some() && uses_external_data(onnx);
-    if external {
-        warnings.push(
-            "the model keeps weights in external data files, which the cache key does not \
-             cover: compiled without the cache"
-                .to_string(),
-        );
-    }
-    let cache = cache.filter(|_| !external);
+    let models = std::iter::once((onnx, opts.base_dir.as_deref()));
+    let cache = cache_unless_external(cache, models, "the model", &mut warnings);
     let key = match cache {
         Some(_) => Some(cache_key(backend, device, onnx, opts)?),
         None => None,
@@ -544,40 +645,20 @@ pub fn compile_with_progress(
         }
     }
     progress(Stage::Lower);
-    let start = Instant::now();
-    let lower_opts = LowerOptions {
-        backend: match backend.kind() {
-            qnn::BackendKind::Gpu => crate::Backend::Gpu,
-            _ => crate::Backend::Htp,
-        },
-        fp16: opts.fp16,
-        input_shapes: opts.input_shapes.clone(),
-    };
-    // Parsed from the caller's bytes: copying them first cost 30 ms for resnet18's 46 MB.
-    let model = crate::Model::from_bytes(onnx, opts.base_dir.as_deref())?;
-    let plan = crate::lower(model, &lower_opts)?;
-    let lower_ms = start.elapsed().as_secs_f64() * 1e3;
+    let (plan, lower_ms) = lower_timed(
+        backend,
+        onnx,
+        opts.base_dir.as_deref(),
+        opts.fp16,
+        &opts.input_shapes,
+    )?;
     progress(Stage::Finalize);
     let context = qnn::Context::new(backend, Some(device)).map_err(qnn_failure)?;
-    let start = Instant::now();
-    let graph_options = qnn::GraphOptions {
-        opt_level: opts.opt_level,
-        ..Default::default()
-    };
-    let emitted = emit(&context, &opts.name, &plan, &graph_options)?;
-    let finalize_ms = start.elapsed().as_secs_f64() * 1e3;
+    let (emitted, finalize_ms) = emit_timed(&context, &opts.name, &plan, opts.opt_level)?;
     if let (Some(cache), Some(key)) = (cache, &key) {
         progress(Stage::CacheStore);
-        let stored = (|| -> Result<(), String> {
-            let binary = context.to_binary().map_err(|e| e.to_string())?;
-            let system = backend.system().map_err(|e| e.to_string())?;
-            let info = qnn::binary_info(&system, &binary).map_err(|e| e.to_string())?;
-            let mut entry = qnn::cache::NewEntry::from_binary_info(backend_name(backend), &info);
-            entry.extra.insert("io".into(), emitted.io_binding_json());
-            cache.put(key, &binary, entry).map_err(|e| e.to_string())?;
-            Ok(())
-        })();
-        if let Err(e) = stored {
+        let io = ("io", emitted.io_binding_json());
+        if let Err(e) = store_entry(backend, cache, key, &context, io) {
             warnings.push(format!(
                 "could not store the compiled graph in the cache: {e}"
             ));

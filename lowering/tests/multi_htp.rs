@@ -16,50 +16,8 @@ use lowering::emit::multi::{
 use lowering::emit::{compile, CompileOptions, HostTensor};
 use lowering::DType;
 
-fn skip(why: &str) {
-    if std::env::var_os("QNNX_REQUIRE_HTP").is_some() {
-        panic!("QNNX_REQUIRE_HTP is set but {why}");
-    }
-    eprintln!("skipped: {why}");
-}
-
-fn htp() -> Option<&'static (qnn::Backend, qnn::Device)> {
-    static HTP: OnceLock<Result<(qnn::Backend, qnn::Device), String>> = OnceLock::new();
-    let r = HTP.get_or_init(|| {
-        let b = qnn::Backend::new(qnn::BackendKind::Htp).map_err(|e| e.to_string())?;
-        let d = qnn::Device::new(&b, &qnn::DeviceOptions::host_default())
-            .expect("deviceCreate on the HTP library");
-        Ok((b, d))
-    });
-    match r {
-        Ok(h) => Some(h),
-        Err(e) => {
-            skip(&format!(
-                "the HTP library is unavailable ({e}); run scripts/setup-runtime"
-            ));
-            None
-        }
-    }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-/// FNV-1a of the generator scripts: the folder name of their output.
-fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for &b in p.iter().chain(&[0xff]) {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
-}
+mod common;
+use common::{fnv1a, htp, repo, skip};
 
 /// The two exported cases, generated once per content of the scripts; `None` (after
 /// [`skip`]) without python3 + torch.

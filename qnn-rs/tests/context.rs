@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{context, htp, values};
@@ -75,6 +75,30 @@ fn binary_info_describes_graphs_and_io() {
     );
 }
 
+/// Runs the ignored test `test` of this test binary in a child process with
+/// `QNNX_CHILD_BINARY` set to `path`; fails if the child fails, else returns what it printed.
+fn run_child(test: &str, path: &Path) -> String {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            test,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("QNNX_CHILD_BINARY", path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&child.stdout).into_owned();
+    assert!(
+        child.status.success(),
+        "child failed ({:?}):\n{stdout}\n{}",
+        child.status,
+        String::from_utf8_lossy(&child.stderr)
+    );
+    stdout
+}
+
 /// Saves the binary, then a child process (this test binary, running the ignored
 /// `child_loads_binary`) memory-maps it, runs it, and prints the output for comparison.
 #[test]
@@ -84,23 +108,7 @@ fn round_trip_in_a_fresh_process_from_mmap() {
     };
     let path = temp_path("fc.bin");
     qnn::write_atomic(&path, &bytes).unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_loads_binary",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("QNNX_CHILD_BINARY", &path)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&child.stdout);
-    assert!(
-        child.status.success(),
-        "child failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&child.stderr)
-    );
+    let stdout = run_child("child_loads_binary", &path);
     let line = stdout
         .lines()
         .find_map(|l| l.split_once("OUTPUT ").map(|s| s.1))
@@ -317,24 +325,7 @@ fn weight_shared_binary_is_refused_in_a_fresh_process() {
     }
     let path = temp_path("shared.bin");
     qnn::write_atomic(&path, &shared).unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_loads_shared_binary",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("QNNX_CHILD_BINARY", &path)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&child.stdout);
-    assert!(
-        child.status.success(),
-        "child failed ({:?}):\n{stdout}\n{}",
-        child.status,
-        String::from_utf8_lossy(&child.stderr)
-    );
+    let stdout = run_child("child_loads_shared_binary", &path);
     assert!(stdout.contains("REFUSED"), "{stdout}");
     assert!(stdout.contains("weight sharing"), "{stdout}");
     std::fs::remove_file(&path).ok();

@@ -240,6 +240,93 @@ pub fn open_cache(cli: &Cli) -> Result<qnn::cache::Cache, Failure> {
     })
 }
 
+/// The cache (with `--cache`), then the QNN backend and device for `target`.
+pub(crate) fn open_target(
+    cli: &Cli,
+    target: &Target,
+    cache: bool,
+    progress: &Progress,
+) -> Result<(Option<qnn::cache::Cache>, Backend, Device), Failure> {
+    let cache = if cache { Some(open_cache(cli)?) } else { None };
+    progress.stage("opening the QNN backend");
+    let backend = crate::backend(cli, target.backend.kind())?;
+    let device = Device::new(&backend, &target.device).map_err(|e| {
+        Failure::new(format!(
+            "cannot configure the {} backend for {}: {e}\nhint: `qnnx doctor` shows what the library supports",
+            target.backend.name(),
+            target.describe()
+        ))
+    })?;
+    Ok((cache, backend, device))
+}
+
+/// The context binary of a compile. QNN cannot serialise a context it deserialised, so for one
+/// loaded from the cache (`from_cache`, with its `cache` and `key`) it is the entry's file.
+pub(crate) fn context_binary(
+    context: &qnn::Context,
+    from_cache: bool,
+    cache: Option<&qnn::cache::Cache>,
+    key: Option<&qnn::cache::CacheKey>,
+) -> Result<Vec<u8>, Failure> {
+    if let (true, Some(cache), Some(key)) = (from_cache, cache, key) {
+        let path = cache.bin_path(key);
+        return std::fs::read(&path).map_err(|e| {
+            Failure::new(format!(
+                "cannot read the cached binary {}: {e}\nhint: it was removed meanwhile; run the command again",
+                path.display()
+            ))
+        });
+    }
+    context
+        .to_binary()
+        .map_err(|e| Failure::new(format!("cannot serialise the compiled context: {e}")))
+}
+
+/// A context binary written to disk and what it targets.
+pub(crate) struct Written {
+    /// What the library reads from the binary, when it does.
+    pub info: Option<qnn::BinaryInfo>,
+    /// The SoC recorded in the binary, which is what a device will check, else the target's.
+    pub soc_model: Option<u32>,
+    pub soc: Option<&'static qnn::soc::Soc>,
+}
+
+impl Written {
+    /// Writes `binary` to `output` and reads what it targets.
+    pub fn write(
+        output: &Path,
+        binary: &[u8],
+        backend: &Backend,
+        target: &Target,
+    ) -> Result<Written, Failure> {
+        qnn::write_atomic(output, binary)
+            .map_err(|e| Failure::new(format!("cannot write {}: {e}", output.display())))?;
+        let info = backend
+            .system()
+            .ok()
+            .and_then(|s| qnn::binary_info(&s, binary).ok());
+        let soc_model = info
+            .as_ref()
+            .and_then(|i| i.soc_model)
+            .or(target.device.soc_model);
+        let soc = soc_model.and_then(qnn::soc::by_model);
+        Ok(Written {
+            info,
+            soc_model,
+            soc,
+        })
+    }
+
+    /// The target for people: the SoC's name, model number and HTP version where known.
+    pub fn describe(&self, target: &Target) -> String {
+        match (self.soc, self.soc_model) {
+            (Some(s), _) => format!("{} (SoC {}, HTP v{})", s.name, s.model, s.arch),
+            (None, Some(m)) => format!("SoC {m}"),
+            (None, None) => target.describe(),
+        }
+    }
+}
+
 /// A compiled model and what it runs on.
 pub struct Built {
     pub compiled: Compiled,
@@ -255,18 +342,12 @@ impl Built {
     /// from the cache is taken from the cache entry's file.
     pub fn binary(&self) -> Result<Vec<u8>, Failure> {
         let c = &self.compiled;
-        if let (true, Some(cache), Some(key)) = (c.from_cache, &self.cache, &c.cache_key) {
-            let path = cache.bin_path(key);
-            return std::fs::read(&path).map_err(|e| {
-                Failure::new(format!(
-                    "cannot read the cached binary {}: {e}\nhint: it was removed meanwhile; run the command again",
-                    path.display()
-                ))
-            });
-        }
-        c.context
-            .to_binary()
-            .map_err(|e| Failure::new(format!("cannot serialise the compiled context: {e}")))
+        context_binary(
+            &c.context,
+            c.from_cache,
+            self.cache.as_ref(),
+            c.cache_key.as_ref(),
+        )
     }
 }
 
@@ -289,20 +370,7 @@ pub fn build(
         input_shapes: input_shapes.clone(),
     };
     check_fp16(&file, &target, &lower_opts, model)?;
-    let cache = if args.cache {
-        Some(open_cache(cli)?)
-    } else {
-        None
-    };
-    progress.stage("opening the QNN backend");
-    let backend = crate::backend(cli, target.backend.kind())?;
-    let device = Device::new(&backend, &target.device).map_err(|e| {
-        Failure::new(format!(
-            "cannot configure the {} backend for {}: {e}\nhint: `qnnx doctor` shows what the library supports",
-            target.backend.name(),
-            target.describe()
-        ))
-    })?;
+    let (cache, backend, device) = open_target(cli, &target, args.cache, &progress)?;
     let opts = CompileOptions {
         name: graph_name.to_string(),
         fp16,
@@ -390,19 +458,8 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
     let built = build(cli, model, &args.build, &graph_name)?;
     let c = &built.compiled;
     let binary = built.binary()?;
-    qnn::write_atomic(&output, &binary)
-        .map_err(|e| Failure::new(format!("cannot write {}: {e}", output.display())))?;
-    // The SoC recorded in the binary, which is what a device will check.
-    let info = built
-        .backend
-        .system()
-        .ok()
-        .and_then(|s| qnn::binary_info(&s, &binary).ok());
-    let soc_model = info
-        .as_ref()
-        .and_then(|i| i.soc_model)
-        .or(built.target.device.soc_model);
-    let soc = soc_model.and_then(qnn::soc::by_model);
+    let written = Written::write(&output, &binary, &built.backend, &built.target)?;
+    let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let (inputs, outputs) = io_json(&c.emitted);
     let report = json!({
         "model": model,
@@ -425,11 +482,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
         "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
     });
     emit(cli, &report, || {
-        let target = match (soc, soc_model) {
-            (Some(s), _) => format!("{} (SoC {}, HTP v{})", s.name, s.model, s.arch),
-            (None, Some(m)) => format!("SoC {m}"),
-            (None, None) => built.target.describe(),
-        };
+        let target = written.describe(&built.target);
         let how = if c.from_cache {
             format!("loaded from the cache in {:.0} ms", c.load_ms)
         } else {

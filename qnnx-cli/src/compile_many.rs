@@ -8,12 +8,11 @@ use std::process::ExitCode;
 use lowering::emit::multi::{GraphSpec, MultiOptions};
 use lowering::emit::Stage;
 use lowering::LowerOptions;
-use qnn::Device;
 use serde_json::{json, Value};
 
 use crate::compile::{
-    check_fp16, io_json, load_onnx, lower_failure, open_cache, parse_shapes, CompileArgs, OnnxFile,
-    Precision,
+    check_fp16, context_binary, io_json, load_onnx, lower_failure, open_target, parse_shapes,
+    CompileArgs, OnnxFile, Precision, Written,
 };
 use crate::progress::Progress;
 use crate::target::Target;
@@ -119,20 +118,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
         check_fp16(&file, &target, &lower_opts, model)?;
         files.push(file);
     }
-    let cache = if build.cache {
-        Some(open_cache(cli)?)
-    } else {
-        None
-    };
-    progress.stage("opening the QNN backend");
-    let backend = crate::backend(cli, target.backend.kind())?;
-    let device = Device::new(&backend, &target.device).map_err(|e| {
-        Failure::new(format!(
-            "cannot configure the {} backend for {}: {e}\nhint: `qnnx doctor` shows what the library supports",
-            target.backend.name(),
-            target.describe()
-        ))
-    })?;
+    let (cache, backend, device) = open_target(cli, &target, build.cache, &progress)?;
     let specs: Vec<GraphSpec> = files
         .iter()
         .zip(&names)
@@ -182,32 +168,14 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
     for w in &compiled.warnings {
         eprintln!("qnnx: warning: {w}");
     }
-    let binary = match (&cache, &compiled.cache_key, compiled.from_cache) {
-        (Some(cache), Some(key), true) => {
-            let path = cache.bin_path(key);
-            std::fs::read(&path).map_err(|e| {
-                Failure::new(format!(
-                    "cannot read the cached binary {}: {e}\nhint: it was removed meanwhile; run the command again",
-                    path.display()
-                ))
-            })?
-        }
-        _ => compiled
-            .context
-            .to_binary()
-            .map_err(|e| Failure::new(format!("cannot serialise the compiled context: {e}")))?,
-    };
-    qnn::write_atomic(&output, &binary)
-        .map_err(|e| Failure::new(format!("cannot write {}: {e}", output.display())))?;
-    let info = backend
-        .system()
-        .ok()
-        .and_then(|s| qnn::binary_info(&s, &binary).ok());
-    let soc_model = info
-        .as_ref()
-        .and_then(|i| i.soc_model)
-        .or(target.device.soc_model);
-    let soc = soc_model.and_then(qnn::soc::by_model);
+    let binary = context_binary(
+        &compiled.context,
+        compiled.from_cache,
+        cache.as_ref(),
+        compiled.cache_key.as_ref(),
+    )?;
+    let written = Written::write(&output, &binary, &backend, &target)?;
+    let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let shared_bytes = info
         .as_ref()
         .and_then(|i| i.graphs.iter().filter_map(|g| g.htp).next())
@@ -257,11 +225,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
         "cache_key": compiled.cache_key.as_ref().map(|k| k.to_string()),
     });
     emit(cli, &report, || {
-        let target = match (soc, soc_model) {
-            (Some(s), _) => format!("{} (SoC {}, HTP v{})", s.name, s.model, s.arch),
-            (None, Some(m)) => format!("SoC {m}"),
-            (None, None) => target.describe(),
-        };
+        let target = written.describe(&target);
         let sharing = if weight_sharing {
             format!(
                 ", weights shared between graphs ({} stored once)",

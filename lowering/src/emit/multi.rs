@@ -15,10 +15,12 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::time::Instant;
 
-use super::{backend_name, emit, qnn_failure, uses_external_data, Compiled, Emitted, Stage};
-use crate::{LowerError, LowerOptions};
+use super::{
+    cache_unless_external, emit_timed, load_entry, lower_timed, qnn_failure, shapes_setting,
+    store_entry, target_key, Compiled, Emitted, Stage,
+};
+use crate::LowerError;
 
 /// The most graphs one weight-sharing context may hold (Qualcomm's HTP backend documentation).
 pub const MAX_SHARED_GRAPHS: usize = 64;
@@ -184,36 +186,19 @@ pub fn multi_cache_key(
     specs: &[GraphSpec],
     opts: &MultiOptions,
 ) -> Result<qnn::cache::CacheKey, LowerError> {
-    let build = backend.build_id().map_err(qnn_failure)?;
-    let dev = device.options();
-    let mut b = qnn::cache::CacheKey::builder()
-        .backend(backend_name(backend))
-        .qnn_build_id(&build)
+    let mut b = target_key(backend, device, opts.fp16, opts.opt_level)?
         .setting("multi", &specs.len().to_string())
-        .setting("fp16", &opts.fp16.to_string())
-        .setting("opt_level", &format!("{:?}", opts.opt_level))
         .setting("weight_sharing", &opts.weight_sharing.to_string());
-    if let Some(s) = dev.soc_model {
-        b = b.soc_model(s);
-    }
-    if let Some(a) = dev.arch {
-        b = b.arch(a);
-    }
     for (i, s) in specs.iter().enumerate() {
         // A key of the model bytes alone is a digest of them.
         let digest = qnn::cache::CacheKey::builder().model(s.onnx).build();
-        let shapes: Vec<String> = s
-            .input_shapes
-            .iter()
-            .map(|(name, dims)| {
-                let dims: Vec<String> = dims.iter().map(usize::to_string).collect();
-                format!("{name}={}", dims.join(","))
-            })
-            .collect();
         b = b
             .setting(&format!("graph{i}.name"), &s.name)
             .setting(&format!("graph{i}.model"), digest.as_str())
-            .setting(&format!("graph{i}.input_shapes"), &shapes.join(";"));
+            .setting(
+                &format!("graph{i}.input_shapes"),
+                &shapes_setting(&s.input_shapes),
+            );
     }
     Ok(b.build())
 }
@@ -268,38 +253,24 @@ fn load_cached_multi(
     key: &qnn::cache::CacheKey,
     specs: &[GraphSpec],
 ) -> Result<Option<MultiCompiled>, String> {
-    let entry = match cache.get(key) {
-        Ok(Some(e)) => e,
-        Ok(None) => return Ok(None),
-        Err(e) => return Err(format!("cache lookup failed, compiling instead: {e}")),
-    };
-    let t = Instant::now();
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-    let loaded = (|| {
+    let loaded = load_entry(cache, key, |entry| {
         let io = entry.meta().extra.get("io_graphs")?;
         let context = entry.load(backend, Some(device)).ok()?;
         let graphs = bind_graphs(&context, &names, io)?;
         Some((context, graphs))
-    })();
-    match loaded {
-        Some((context, graphs)) => Ok(Some(MultiCompiled {
-            weight_sharing: context
-                .binary_info()
-                .is_some_and(qnn::BinaryInfo::uses_shared_weights),
-            context,
-            graphs,
-            load_ms: t.elapsed().as_secs_f64() * 1e3,
-            from_cache: true,
-            cache_key: Some(key.clone()),
-            warnings: Vec::new(),
-        })),
-        None => {
-            let _ = cache.invalidate(key);
-            Err(format!(
-                "cache entry {key} could not be loaded; rebuilding it"
-            ))
-        }
-    }
+    })?;
+    Ok(loaded.map(|((context, graphs), load_ms)| MultiCompiled {
+        weight_sharing: context
+            .binary_info()
+            .is_some_and(qnn::BinaryInfo::uses_shared_weights),
+        context,
+        graphs,
+        load_ms,
+        from_cache: true,
+        cache_key: Some(key.clone()),
+        warnings: Vec::new(),
+    }))
 }
 
 /// [`compile_multi_with_progress`] without progress reports.
@@ -342,18 +313,8 @@ pub fn compile_multi_with_progress(
         );
         cache = None;
     }
-    if cache.is_some()
-        && specs
-            .iter()
-            .any(|s| s.base_dir.is_some() && uses_external_data(s.onnx))
-    {
-        warnings.push(
-            "a model keeps weights in external data files, which the cache key does not \
-             cover: compiled without the cache"
-                .to_string(),
-        );
-        cache = None;
-    }
+    let models = specs.iter().map(|s| (s.onnx, s.base_dir.as_deref()));
+    let cache = cache_unless_external(cache, models, "a model", &mut warnings);
     let key = match cache {
         Some(_) => Some(multi_cache_key(backend, device, specs, opts).map_err(whole)?),
         None => None,
@@ -369,25 +330,17 @@ pub fn compile_multi_with_progress(
             Err(w) => warnings.push(w),
         }
     }
-    let lowering_backend = match backend.kind() {
-        qnn::BackendKind::Gpu => crate::Backend::Gpu,
-        _ => crate::Backend::Htp,
-    };
     let mut plans = Vec::with_capacity(specs.len());
     for s in specs {
         progress(Stage::Lower, Some(&s.name));
-        let start = Instant::now();
-        let lower_opts = LowerOptions {
-            backend: lowering_backend,
-            fp16: opts.fp16,
-            input_shapes: s.input_shapes.clone(),
-        };
-        let source = crate::ModelSource::Bytes {
-            bytes: s.onnx.to_vec(),
-            base_dir: s.base_dir.clone(),
-        };
-        let plan = crate::lower(source, &lower_opts).map_err(of(&s.name))?;
-        plans.push((plan, start.elapsed().as_secs_f64() * 1e3));
+        let lowered = lower_timed(
+            backend,
+            s.onnx,
+            s.base_dir.as_deref(),
+            opts.fp16,
+            &s.input_shapes,
+        );
+        plans.push(lowered.map_err(of(&s.name))?);
     }
     let context = match qnn::Context::with_options(
         backend,
@@ -404,37 +357,25 @@ pub fn compile_multi_with_progress(
         }
         Err(e) => return Err(whole(qnn_failure(e))),
     };
-    let graph_options = qnn::GraphOptions {
-        opt_level: opts.opt_level,
-        ..Default::default()
-    };
     let mut graphs = Vec::with_capacity(specs.len());
     for (s, (plan, lower_ms)) in specs.iter().zip(plans) {
         progress(Stage::Finalize, Some(&s.name));
-        let start = Instant::now();
-        let emitted = emit(&context, &s.name, &plan, &graph_options).map_err(of(&s.name))?;
+        let (emitted, finalize_ms) =
+            emit_timed(&context, &s.name, &plan, opts.opt_level).map_err(of(&s.name))?;
         graphs.push(MultiGraph {
             name: s.name.clone(),
             emitted,
             lower_ms,
-            finalize_ms: start.elapsed().as_secs_f64() * 1e3,
+            finalize_ms,
         });
     }
     if let (Some(cache), Some(key)) = (cache, &key) {
         progress(Stage::CacheStore, None);
-        let stored = (|| -> Result<(), String> {
-            let binary = context.to_binary().map_err(|e| e.to_string())?;
-            let system = backend.system().map_err(|e| e.to_string())?;
-            let info = qnn::binary_info(&system, &binary).map_err(|e| e.to_string())?;
-            let mut entry = qnn::cache::NewEntry::from_binary_info(backend_name(backend), &info);
-            entry.extra.insert(
-                "io_graphs".into(),
-                bindings_json(graphs.iter().map(|g| (g.name.as_str(), &g.emitted))),
-            );
-            cache.put(key, &binary, entry).map_err(|e| e.to_string())?;
-            Ok(())
-        })();
-        if let Err(e) = stored {
+        let io = (
+            "io_graphs",
+            bindings_json(graphs.iter().map(|g| (g.name.as_str(), &g.emitted))),
+        );
+        if let Err(e) = store_entry(backend, cache, key, &context, io) {
             warnings.push(format!(
                 "could not store the compiled graphs in the cache: {e}"
             ));

@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 import warnings
 
@@ -29,28 +30,14 @@ import transformers
 import qnnx_backend
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
+import decoders  # noqa: E402
+
 VOCAB = 2048
 
 
 def build(kind: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    common = dict(vocab_size=VOCAB, bos_token_id=0, eos_token_id=1, pad_token_id=0)
-    if kind == "gpt2":
-        cfg = transformers.GPT2Config(n_embd=128, n_layer=4, n_head=4, n_positions=512, initializer_range=0.3, **common)
-    else:
-        cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[kind]
-        cfg = cls(
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            **common,
-        )
-    model = transformers.AutoModelForCausalLM.from_config(cfg)
-    model.config._attn_implementation = "eager"
-    return model.eval()
+    return decoders.build(kind, hidden=128, layers=4, vocab=VOCAB, max_positions=512)
 
 
 class _Clock(transformers.LogitsProcessor):

@@ -6,7 +6,9 @@ a Llama-style decoder (RMSNorm, rotary positions, SiLU MLP, grouped-query attent
 Qwen2-style one (the same with QKV biases), all with eager attention.
 """
 
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,8 @@ import qnnx_backend
 from qnnx_backend import _buckets, _kvcache
 
 transformers = pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
+import decoders  # noqa: E402
 
 OPTIONS = {"strict": True, "device": "npu", "soc_model": 60}
 # Prefill logits against eager: the HTP computes in fp16 (measured 1.1e-3 to 1.7e-3 of the
@@ -25,26 +29,7 @@ NEW_TOKENS = 16
 
 
 def _model(kind: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    common = dict(vocab_size=512, bos_token_id=0, eos_token_id=1, pad_token_id=0)
-    if kind == "gpt2":
-        # initializer_range 0.3: with GPT-2's default 0.02 a random model repeats one token.
-        cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=2, n_positions=256, initializer_range=0.3, **common)
-        model = transformers.GPT2LMHeadModel(cfg)
-    else:
-        cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[kind]
-        cfg = cls(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            **common,
-        )
-        model = transformers.AutoModelForCausalLM.from_config(cfg)
-    model.config._attn_implementation = "eager"
-    return model.eval()
+    return decoders.build(kind, hidden=64, layers=2, vocab=512, max_positions=256)
 
 
 def _prompt(batch: int, n: int, seed: int = 1) -> torch.Tensor:

@@ -236,12 +236,7 @@ impl<'g> LowerCx<'g> {
             _ => t.clone(),
         };
         let dtype = DType::from_ir(t.dtype).expect("narrowed above");
-        let id = self.push_tensor(
-            hint,
-            dtype,
-            &t.shape,
-            TensorKind::Static(t.bytes().to_vec().into()),
-        );
+        let id = self.push_tensor(hint, dtype, &t.shape, TensorKind::Static(t.shared_bytes()));
         Ok(id)
     }
 

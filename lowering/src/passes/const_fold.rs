@@ -125,10 +125,8 @@ fn map_indices(shape: &[usize], mut f: impl FnMut(&[usize]) -> usize) -> Vec<usi
 pub fn transpose(t: &Tensor, perm: &[usize]) -> Tensor {
     let out_shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
     let st = strides(&t.shape);
-    let map = map_indices(&out_shape, |idx| {
-        idx.iter().zip(perm).map(|(&i, &p)| i * st[p]).sum()
-    });
-    t.gather_flat(out_shape, &map)
+    let src: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
+    t.gather_strided(out_shape, &src)
 }
 
 fn binary_f(op: &str, a: f64, b: f64, fmod: bool) -> Option<f64> {
@@ -637,6 +635,48 @@ mod tests {
             vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
         );
         assert_eq!(g.konst(w).unwrap().shape, vec![1, 6]);
+    }
+
+    #[test]
+    fn transpose_matches_the_index_map_for_every_permutation() {
+        let shape = [2usize, 3, 1, 4];
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let t = Tensor::from_f32(shape.to_vec(), &v);
+        let h = Tensor::from_f64_as(
+            DType::F16,
+            shape.to_vec(),
+            &v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        );
+        let mut perms: Vec<Vec<usize>> = vec![vec![]];
+        for _ in 0..shape.len() {
+            let mut next = Vec::new();
+            for p in &perms {
+                for d in (0..shape.len()).filter(|d| !p.contains(d)) {
+                    next.push([p.clone(), vec![d]].concat());
+                }
+            }
+            perms = next;
+        }
+        assert_eq!(perms.len(), 24);
+        let st = super::strides(&shape);
+        for perm in perms {
+            let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+            let map = super::map_indices(&out, |idx| {
+                idx.iter().zip(&perm).map(|(&i, &p)| i * st[p]).sum()
+            });
+            for x in [&t, &h] {
+                assert_eq!(
+                    transpose(x, &perm),
+                    x.gather_flat(out.clone(), &map),
+                    "{perm:?}"
+                );
+            }
+        }
+        let scalar = Tensor::from_f32(vec![], &[7.0]);
+        assert_eq!(transpose(&scalar, &[]).to_f64(), vec![7.0]);
+        let empty = Tensor::from_f32(vec![2, 0], &[]);
+        assert_eq!(transpose(&empty, &[1, 0]).shape, vec![0, 2]);
     }
 
     #[test]

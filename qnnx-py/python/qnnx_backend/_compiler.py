@@ -294,11 +294,14 @@ class QnnCallable:
                 source, self.kv_plan = _kvcache.functionalize(gm, [_is_static(a) for a in example_inputs])
             except LoweringError as e:
                 self.refusal = e
-        # A copy for export: the original keeps running eagerly on fallback.
-        self.export_gm = decompose(torch.fx.GraphModule(source, copy.deepcopy(source.graph)))
+        self.out_meta = _out_meta(source)
+        # Export rewrites a graph of its own: the original keeps running eagerly on fallback
+        # (a functionalized graph is already a new one).
+        if source is gm:
+            source = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        self.export_gm = decompose(source)
         self.runtime = [i for i, a in enumerate(example_inputs) if not _is_static(a)]
         self.statics = [a for a in example_inputs if _is_static(a)]
-        self.out_meta = _out_meta(source)
         self.returns_tuple = _returns_sequence(gm)
         self.graphs: dict[Any, Optional[CompiledGraph]] = {}
         self.warned = False

@@ -66,7 +66,7 @@ def index_copy(buf: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tens
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    return src.to(dst.dtype).expand_as(dst) + torch.zeros_like(dst)
+    return src.to(dst.dtype).expand_as(dst)
 
 
 def _fill(dst: torch.Tensor, value: Any) -> torch.Tensor:

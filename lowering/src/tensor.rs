@@ -132,6 +132,22 @@ impl Tensor {
         self.data.clone()
     }
 
+    /// This tensor broadcast to `shape` under numpy rules (`shape` has at least this rank, and
+    /// each of this tensor's dims is 1 or equal to the matching trailing dim of `shape`):
+    /// broadcast dims are read with stride 0.
+    pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
+        let pad = shape.len() - self.shape.len();
+        let mut st = vec![0; shape.len()];
+        let mut s = 1;
+        for (i, &d) in self.shape.iter().enumerate().rev() {
+            if d != 1 {
+                st[pad + i] = s;
+            }
+            s *= d;
+        }
+        self.gather_strided(shape.to_vec(), &st)
+    }
+
     /// Elements read with per-dim element `strides` into this tensor's data, written row-major
     /// as `shape` (a transpose is `strides[i] = source stride of dim perm[i]`). Walks the
     /// output once with an odometer instead of building an index per element: resnet18's

@@ -329,7 +329,7 @@ pub fn fold(g: &Graph, node: &Node, outs: &[Out]) -> Result<Option<Vec<Tensor>>>
             one(Tensor::from_f64_as(dt0, shape0, &v))
         }
         "Transpose" => one(transpose(t0, &infer::transpose_perm(node, t0.shape.len())?)),
-        "Expand" => one(t0.gather_flat(shape0.clone(), &broadcast_map(&shape0, &t0.shape))),
+        "Expand" => one(t0.broadcast_to(&shape0)),
         "Tile" => {
             let st = strides(&t0.shape);
             let map = map_indices(&shape0, |idx| {
@@ -677,6 +677,24 @@ mod tests {
         assert_eq!(transpose(&scalar, &[]).to_f64(), vec![7.0]);
         let empty = Tensor::from_f32(vec![2, 0], &[]);
         assert_eq!(transpose(&empty, &[1, 0]).shape, vec![0, 2]);
+    }
+
+    #[test]
+    fn broadcast_to_matches_the_index_map() {
+        let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        for (from, to) in [
+            (vec![3, 1, 4], vec![2, 3, 5, 4]),
+            (vec![1, 3, 4], vec![2, 3, 4]),
+            (vec![3, 4], vec![2, 3, 4]),
+            (vec![12], vec![2, 12]),
+            (vec![3, 4], vec![3, 4]),
+        ] {
+            let t = Tensor::from_f32(from.clone(), &v);
+            let want = t.gather_flat(to.clone(), &super::broadcast_map(&to, &from));
+            assert_eq!(t.broadcast_to(&to), want, "{from:?} -> {to:?}");
+        }
+        let one = Tensor::from_f32(vec![1], &[5.0]);
+        assert_eq!(one.broadcast_to(&[2, 2]).to_f64(), vec![5.0; 4]);
     }
 
     #[test]

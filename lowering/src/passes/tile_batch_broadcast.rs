@@ -10,7 +10,7 @@
 //! the direct case).
 
 use crate::ir::Graph;
-use crate::tensor::{numel, Tensor};
+use crate::tensor::numel;
 
 /// Largest repeated constant, in elements (16 MiB of f32).
 const MAX_ELEMENTS: usize = 1 << 22;
@@ -30,16 +30,6 @@ fn leading_broadcast(s: &[usize], out: &[usize]) -> bool {
         && full[..k].iter().all(|&d| d == 1)
         && full[k..] == out[k..]
         && out[k..].iter().filter(|&&d| d > 1).count() >= 2
-}
-
-fn repeat(t: &Tensor, out: &[usize]) -> Tensor {
-    let block = t.bytes();
-    let times = numel(out) / t.numel().max(1);
-    let mut data = Vec::with_capacity(block.len() * times);
-    for _ in 0..times {
-        data.extend_from_slice(block);
-    }
-    Tensor::from_bytes(t.dtype, out.to_vec(), data).expect("size matches the shape")
 }
 
 pub fn run(g: &mut Graph) -> usize {
@@ -65,7 +55,7 @@ pub fn run(g: &mut Graph) -> usize {
             if !leading_broadcast(&t.shape, &out) {
                 continue;
             }
-            let full = repeat(t, &out);
+            let full = t.broadcast_to(&out);
             let name = format!("{}_repeated", g.nodes[i].name);
             let nv = g.add_const(&name, full);
             g.nodes[i].inputs[slot] = Some(nv);

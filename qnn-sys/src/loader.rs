@@ -569,6 +569,13 @@ pub struct CompanionSearch {
     pub dirs: Vec<PathBuf>,
 }
 
+impl CompanionSearch {
+    /// The folders searched, as text (for messages and `qnnx doctor`).
+    pub fn dir_names(&self) -> Vec<String> {
+        self.dirs.iter().map(|d| d.display().to_string()).collect()
+    }
+}
+
 /// The search rule for a companion of the HTP library in `library_dir`:
 ///
 /// - Windows: every companion beside `QnnHtp.dll` (the stub is resolved from the DLL's folder;
@@ -636,12 +643,7 @@ impl Companion {
     /// `libQnnHtpV73Skel.so (skel; looked for in ADSP_LIBRARY_PATH: /a, /b)`, plus what to do
     /// when a copy exists in the SDK.
     pub fn describe_missing(&self, os: Os) -> String {
-        let dirs: Vec<String> = self
-            .search
-            .dirs
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect();
+        let dirs = self.search.dir_names();
         let mut s = format!(
             "{} ({}; looked for {}: {})",
             self.name,

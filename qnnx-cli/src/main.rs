@@ -339,12 +339,7 @@ fn htp_device_files(library: Option<&Path>, arch: Option<u32>) -> (Value, String
     );
     for &a in &archs {
         for c in htp_companions(library, a).files {
-            let dirs: Vec<String> = c
-                .search
-                .dirs
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect();
+            let dirs = c.search.dir_names();
             text += &format!(
                 "  v{a} {:<14} {:<26} {}\n",
                 c.role.describe(),

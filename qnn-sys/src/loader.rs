@@ -1259,35 +1259,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn python_is_not_asked_when_an_earlier_place_has_the_library() {
-        for (file, source) in [
-            ("/sdk/lib/x86_64-linux-clang/libQnnHtp.so", "QNN_SDK_ROOT"),
-            ("/venv/onnxruntime_qnn/libQnnHtp.so", "onnxruntime_qnn"),
-            ("/rt/qnn/libQnnHtp.so", "runtime"),
-        ] {
-            let fs = files(&[file]);
-            let mut asked = 0;
-            let s = search_in(
-                LibraryKind::Htp,
-                &lazy_env(),
-                Os::Linux,
-                "x86_64",
-                &|p| fs.is_file(p),
-                &mut || {
-                    asked += 1;
-                    Some("/py/onnxruntime_qnn".into())
-                },
-            );
-            assert_eq!(asked, 0, "{file}");
-            let found = s.found.expect("found");
-            assert_eq!((found.source, found.path.to_str().unwrap()), (source, file));
-        }
-    }
-
-    #[test]
-    fn python_is_asked_once_after_the_runtime_folder() {
-        let fs = files(&["/py/onnxruntime_qnn/libQnnHtp.so"]);
+    /// A Linux x86_64 HTP search over `fs` whose python3 answers `/py/onnxruntime_qnn`, and
+    /// how many times python3 was asked.
+    fn search_counting_python(fs: &FileList) -> (Search, usize) {
         let mut asked = 0;
         let s = search_in(
             LibraryKind::Htp,
@@ -1300,6 +1274,28 @@ mod tests {
                 Some("/py/onnxruntime_qnn".into())
             },
         );
+        (s, asked)
+    }
+
+    #[test]
+    fn python_is_not_asked_when_an_earlier_place_has_the_library() {
+        for (file, source) in [
+            ("/sdk/lib/x86_64-linux-clang/libQnnHtp.so", "QNN_SDK_ROOT"),
+            ("/venv/onnxruntime_qnn/libQnnHtp.so", "onnxruntime_qnn"),
+            ("/rt/qnn/libQnnHtp.so", "runtime"),
+        ] {
+            let fs = files(&[file]);
+            let (s, asked) = search_counting_python(&fs);
+            assert_eq!(asked, 0, "{file}");
+            let found = s.found.expect("found");
+            assert_eq!((found.source, found.path.to_str().unwrap()), (source, file));
+        }
+    }
+
+    #[test]
+    fn python_is_asked_once_after_the_runtime_folder() {
+        let fs = files(&["/py/onnxruntime_qnn/libQnnHtp.so"]);
+        let (s, asked) = search_counting_python(&fs);
         assert_eq!(asked, 1);
         assert_eq!(
             s.found.map(|c| (c.source, c.path)),

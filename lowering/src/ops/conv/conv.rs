@@ -11,7 +11,6 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::{u32s, LowerCx};
-use crate::passes::const_fold::transpose;
 use crate::passes::infer::Spatial;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -79,25 +78,7 @@ pub fn conv(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let sp = Spatial::parse(node, &in_sp, Some(&ws[2..]), None)?;
     let group = node.attr_i("group", 1)? as usize;
     let depthwise = group > 1 && group == cin && cout == cin && cin_g == 1;
-    let wt = match cx.konst(node, 1) {
-        Some(w) => {
-            let hwio = transpose(w, &[2, 3, 1, 0]);
-            cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio)?
-        }
-        // Weights computed in the graph (or graph inputs) are transposed to HWIO on the device.
-        None => {
-            let w = cx.input(node, 1)?;
-            let dt = cx.tensor_dtype(w);
-            cx.emit(
-                node,
-                op::TRANSPOSE,
-                vec![w],
-                dt,
-                &[ws[2], ws[3], ws[1], ws[0]],
-                vec![(param::PERM, Param::u32_vec(&[2, 3, 1, 0]))],
-            )
-        }
-    };
+    let wt = super::permuted_weights(cx, node, [2, 3, 1, 0])?;
     let bias = match node.input(2) {
         Some(_) => cx.input(node, 2)?,
         None => cx.static_tensor(

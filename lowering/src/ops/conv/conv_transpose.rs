@@ -10,7 +10,6 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::conv::conv::{require_2d_nhwc, spatial_params};
 use crate::ops::{u32s, LowerCx};
-use crate::passes::const_fold::transpose;
 use crate::passes::infer::Spatial;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -44,25 +43,7 @@ pub fn conv_transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let out_pad = node.attr_ints("output_padding", &[0, 0])?;
     let out_pad: Vec<usize> = out_pad.iter().map(|&v| v.max(0) as usize).collect();
     let cout = ws[1];
-    let wt = match cx.konst(node, 1) {
-        Some(w) => {
-            let hwio = transpose(w, &[2, 3, 0, 1]);
-            cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio)?
-        }
-        // Weights computed in the graph (or graph inputs) are transposed on the device.
-        None => {
-            let w = cx.input(node, 1)?;
-            let dt = cx.tensor_dtype(w);
-            cx.emit(
-                node,
-                op::TRANSPOSE,
-                vec![w],
-                dt,
-                &[ws[2], ws[3], ws[0], ws[1]],
-                vec![(param::PERM, Param::u32_vec(&[2, 3, 0, 1]))],
-            )
-        }
-    };
+    let wt = super::permuted_weights(cx, node, [2, 3, 0, 1])?;
     let bias = match node.input(2) {
         Some(_) => cx.input(node, 2)?,
         None => cx.static_tensor(

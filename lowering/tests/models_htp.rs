@@ -11,15 +11,15 @@
 //! Without the HTP library or without python3 + torch (+ transformers for GPT-2) a test prints
 //! why and returns; with `QNNX_REQUIRE_HTP=1` (set by CI) either is a failure instead.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-use lowering::emit::{emit, HostTensor};
-use lowering::{DType, LowerOptions, Model};
+use lowering::emit::emit;
+use lowering::{LowerOptions, Model};
 
 mod common;
-use common::{fnv1a, htp, repo, skip};
+use common::{compare, fnv1a, htp, read_all, repo, run_dir, skip};
 
 fn python() -> String {
     std::env::var("QNNX_PYTHON").unwrap_or_else(|_| "python3".into())
@@ -87,68 +87,6 @@ fn generate(name: &str, dynamo: bool) -> PathBuf {
     }
     assert!(dir.is_dir(), "{} was not generated", dir.display());
     dir
-}
-
-/// Reads a C-order little-endian `.npy` file (format 1.0-3.0) of f32, f16, i64, i32 or bool.
-fn read_npy(path: &Path) -> HostTensor {
-    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&b[..6], b"\x93NUMPY", "{}: not an npy file", path.display());
-    let (hlen, start) = match b[6] {
-        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
-        _ => (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12),
-    };
-    let header = std::str::from_utf8(&b[start..start + hlen]).expect("npy header is text");
-    let field = |k: &str| {
-        let i = header
-            .find(k)
-            .unwrap_or_else(|| panic!("npy header lacks {k}: {header}"));
-        header[i + k.len()..].trim_start_matches([' ', ':'])
-    };
-    assert!(
-        field("'fortran_order'").starts_with("False"),
-        "{}: Fortran order",
-        path.display()
-    );
-    let descr = field("'descr'");
-    let descr = &descr[1..descr[1..].find('\'').expect("descr is quoted") + 1];
-    let dtype = match descr {
-        "<f4" => DType::F32,
-        "<f2" => DType::F16,
-        "<i8" => DType::I64,
-        "<i4" => DType::I32,
-        "|b1" => DType::Bool,
-        d => panic!("{}: unsupported npy dtype {d}", path.display()),
-    };
-    let shape_s = field("'shape'");
-    let shape_s = &shape_s[1..shape_s.find(')').expect("shape tuple")];
-    let shape: Vec<usize> = shape_s
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().expect("shape dim"))
-        .collect();
-    let data = b[start + hlen..].to_vec();
-    let size = match dtype {
-        DType::F32 | DType::I32 => 4,
-        DType::F16 => 2,
-        DType::I64 => 8,
-        _ => 1,
-    };
-    assert_eq!(
-        data.len(),
-        shape.iter().product::<usize>() * size,
-        "{}: data size",
-        path.display()
-    );
-    HostTensor { dtype, shape, data }
-}
-
-fn read_all(dir: &Path, prefix: &str) -> Vec<HostTensor> {
-    (0..)
-        .map(|i| dir.join(format!("{prefix}_{i}.npy")))
-        .take_while(|p| p.is_file())
-        .map(|p| read_npy(&p))
-        .collect()
 }
 
 struct Case {
@@ -245,52 +183,6 @@ fn run_case(case: Case) {
         );
         // Exactly 0 would mean the emulator computed in fp32, not the NPU's fp16.
         assert!(err > 0.0, "{label}: output {i} is bit-exact");
-    }
-}
-
-/// Lowers, builds and runs the model in `dir` on its inputs; returns the outputs.
-fn run_dir(
-    backend: &qnn::Backend,
-    device: &qnn::Device,
-    dir: &Path,
-) -> Result<Vec<HostTensor>, String> {
-    let model = Model::load(dir.join("model.onnx")).map_err(|e| e.to_string())?;
-    let inputs = read_all(dir, "input");
-    let mut opts = LowerOptions {
-        fp16: true,
-        ..Default::default()
-    };
-    for (&v, t) in model.graph.inputs.iter().zip(&inputs) {
-        opts.input_shapes
-            .insert(model.graph.value(v).name.clone(), t.shape.clone());
-    }
-    let plan = lowering::lower(model, &opts).map_err(|e| e.to_string())?;
-    let ctx = qnn::Context::new(backend, Some(device)).map_err(|e| e.to_string())?;
-    let compiled =
-        emit(&ctx, "case", &plan, &qnn::GraphOptions::default()).map_err(|e| e.to_string())?;
-    compiled.run(&inputs).map_err(|e| e.to_string())
-}
-
-/// The conformance runner's comparison: |got - want| <= 1e-2 + 1e-2 |want| for floats, exact
-/// for integers.
-fn compare(got: &HostTensor, want: &HostTensor) -> Result<(), String> {
-    if got.shape.iter().product::<usize>() != want.shape.iter().product::<usize>() {
-        return Err(format!("shape {:?} vs {:?}", got.shape, want.shape));
-    }
-    match (got.to_f32(), want.to_f32()) {
-        (Some(g), Some(w)) => match g.iter().zip(&w).position(|(a, b)| {
-            let d = (a - b).abs();
-            d.is_nan() || d > 1e-2 + 1e-2 * b.abs()
-        }) {
-            Some(i) => Err(format!("element {i}: got {} want {}", g[i], w[i])),
-            None => Ok(()),
-        },
-        _ if got.dtype == want.dtype && got.data == want.data => Ok(()),
-        _ => Err(format!(
-            "{} vs {} values differ",
-            got.dtype.name(),
-            want.dtype.name()
-        )),
     }
 }
 

@@ -72,6 +72,39 @@ def test_bucketed_prefill_matches_eager_and_reuses_the_bucket(kind):
 
 
 @pytest.mark.htp
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gemma"])
+def test_multi_query_attention_runs_and_matches_eager(kind):
+    """One KV head (as Gemma-2B-style models have): ``repeat_kv`` expands it over the query
+    heads. With the prompt as long as a head (32), the key and value projections are square and
+    are read as rank-5 tensors: the HTP library crashed the process on that until the lowering
+    worked around it (issue 13, lowering/src/plan/workarounds.rs)."""
+    model = decoders.build(kind, hidden=128, layers=2, vocab=512, max_positions=256, heads=4, kv_heads=1)
+    compiled = torch.compile(model, backend="qnn", options=OPTIONS)
+    ids = _prompt(1, 32)
+    with torch.no_grad():
+        want = model(input_ids=ids, use_cache=False).logits
+        got = compiled(input_ids=ids, use_cache=False).logits
+    assert got.shape == want.shape == (1, 32, 512)
+    err = (got - want).abs().max().item()
+    scale = want.abs().max().item()
+    assert err <= PREFILL_REL * scale, f"{kind}: max error {err:.3e}, max |logit| {scale:.3e}"
+    assert qnnx_backend.STATS["compiles"] == 1
+    assert qnnx_backend.STATS["fallbacks"] == 0
+
+
+@pytest.mark.htp
+def test_multi_query_attention_generates_the_eager_tokens_with_kv_cache():
+    model = decoders.build("llama", hidden=64, layers=2, vocab=512, max_positions=256, heads=4, kv_heads=1)
+    ids = _prompt(1, 16)
+    with torch.no_grad():
+        want = _generate(model, ids)
+        model.forward = torch.compile(model.forward, backend="qnn", options={**OPTIONS, "kv_cache": True})
+        got = _generate(model, ids)
+    assert got[0, 16:].tolist() == want[0, 16:].tolist()
+    assert qnnx_backend.STATS["fallbacks"] == 0
+
+
+@pytest.mark.htp
 @pytest.mark.parametrize("kind", KINDS)
 def test_greedy_generation_with_kv_cache_gives_the_eager_tokens(kind):
     model = _model(kind)

@@ -382,6 +382,28 @@ impl<'g> LowerCx<'g> {
                 host_dtype: host_dtypes.get(k).copied().unwrap_or(val.dtype),
             });
         }
+        crate::plan::workarounds::apply(&mut self.plan, self.backend);
+        // A rule that builds an op its tensors disagree with is a lowering bug; QNN might
+        // finalize such a graph and crash at execute, so it is refused here, naming the node
+        // (a fallback error for the front ends).
+        if let Err((i, why)) = self.plan.check_ops() {
+            let o = &self.plan.ops[i];
+            let op_type = self
+                .g
+                .nodes
+                .iter()
+                .find(|n| n.name == o.onnx_node)
+                .map(|n| n.op_type.clone())
+                .unwrap_or_default();
+            return Err(crate::LowerError::UnsupportedOp {
+                node: o.onnx_node.clone(),
+                op_type,
+                reason: format!(
+                    "lowered to an inconsistent QNN {} op (a qnnx bug, please report it): {why}",
+                    o.type_name
+                ),
+            });
+        }
         self.plan.validate().map_err(|e| {
             crate::error::invalid(format!("internal: lowered plan is inconsistent: {e}"))
         })?;

@@ -28,6 +28,9 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+pub mod check;
+pub mod workarounds;
+
 /// QNN op package of every op in a plan.
 pub const PACKAGE: &str = "qti.aisw";
 
@@ -316,6 +319,21 @@ impl Plan {
             if !produced[io.tensor] {
                 return Err(format!("output '{}' is never produced", io.onnx_name));
             }
+        }
+        self.check_ops().map_err(|(i, e)| {
+            let o = &self.ops[i];
+            format!(
+                "op '{}' ({}, ONNX node '{}') {e}",
+                o.name, o.type_name, o.onnx_node
+            )
+        })
+    }
+
+    /// The first op whose tensors disagree with what it computes ([`check::check_op`]): its
+    /// index and why. [`Plan::validate`] includes this.
+    pub fn check_ops(&self) -> Result<(), (usize, String)> {
+        for (i, o) in self.ops.iter().enumerate() {
+            check::check_op(o, &self.tensors).map_err(|e| (i, e))?;
         }
         Ok(())
     }

@@ -42,6 +42,10 @@ fn data_type(d: DType) -> qnn::DataType {
         DType::I32 => qnn::DataType::I32,
         DType::U32 => qnn::DataType::U32,
         DType::Bool => qnn::DataType::Bool,
+        DType::I64 => qnn::DataType::I64,
+        DType::U64 => qnn::DataType::U64,
+        // Plan::validate refuses them before emit runs.
+        DType::F64 | DType::BF16 => qnn::DataType::F32,
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::{Component, Path, PathBuf};
 
 use prost::Message;
 
-use crate::dtype::DType;
+use crate::dtype::{DType, OnnxCode};
 use crate::error::{invalid, Result};
 use crate::ir::{Attr, Graph, Node, Value, ValueId};
 use crate::onnx::{self, attribute_type as at, data_location, TensorProto};

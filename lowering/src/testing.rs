@@ -4,7 +4,7 @@
 
 use prost::Message;
 
-use crate::dtype::DType;
+use crate::dtype::{DType, OnnxCode};
 use crate::onnx::{self, attribute_type as at};
 use crate::tensor::Tensor;
 

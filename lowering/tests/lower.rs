@@ -138,7 +138,7 @@ fn float_dtypes_per_op(p: &Plan) -> Vec<(String, Vec<P>)> {
                 .map(|&t| p.tensors[t].dtype)
                 .filter(|d| matches!(d, P::F32 | P::F16))
                 .collect();
-            d.sort_by_key(|x| x.qnn_code());
+            d.sort_by_key(|x| x.name());
             d.dedup();
             (o.name.clone(), d)
         })

@@ -143,7 +143,7 @@ fn run_case(case: Case) {
     let compiled = emit(&ctx, "model", &plan, &qnn::GraphOptions::default())
         .unwrap_or_else(|e| panic!("{label}: emit: {e}"));
     let build = t0.elapsed();
-    // The first execute of a graph carries one-time costs (QNN-NOTES §8.16); time the second.
+    // The first execute of a graph carries one-time costs (docs/qnn-notes.md §8.16); time the second.
     let first = compiled
         .run(&inputs)
         .unwrap_or_else(|e| panic!("{label}: {e}"));

@@ -9,7 +9,7 @@
 //!
 //! Inputs are deterministic small values (floats) or zeros (integers). By default a throw-away
 //! one-node graph is finalized first: on the x86_64 emulator, a process that only loaded a binary
-//! executes slower than one that has finalized a graph (QNN-NOTES gotcha 14), and the benchmark
+//! executes slower than one that has finalized a graph (docs/qnn-notes.md gotcha 14), and the benchmark
 //! compares against processes that compiled their graph.
 
 use std::time::Instant;

@@ -23,7 +23,7 @@ pub const EMULATOR_DEFAULT_SOC: u32 = 60;
 impl DeviceOptions {
     /// What to use when the caller does not say: on an x86_64 host (the HTP emulator) SoC 60,
     /// so the emulator computes in fp16 like the NPU; without it the emulator picks a v68 part
-    /// and computes exact fp32, hiding precision bugs (QNN-NOTES gotcha 2). On a device, the
+    /// and computes exact fp32, hiding precision bugs (docs/qnn-notes.md gotcha 2). On a device, the
     /// device's own SoC.
     pub fn host_default() -> DeviceOptions {
         if cfg!(target_arch = "x86_64") {

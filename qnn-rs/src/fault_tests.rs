@@ -152,7 +152,7 @@ fn finalize_failure_propagates_frees_and_recovers() {
             Some("QNN_GRAPH_ERROR_FINALIZE_FAILED")
         )
     );
-    // Drop the context whose graph failed (QNN-NOTES gotcha 5: it cannot be serialised any
+    // Drop the context whose graph failed (docs/qnn-notes.md gotcha 5: it cannot be serialised any
     // more): it must be freed with contextFree.
     drop(ctx);
     assert_eq!(CONTEXT_FREES.load(SeqCst), frees + 1);

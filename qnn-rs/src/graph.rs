@@ -87,7 +87,7 @@ impl Scalar {
 pub enum ParamValue {
     Scalar(Scalar),
     /// A static tensor parameter; registered with `tensorCreateGraphTensor` before the node is
-    /// added, as QNN requires (QNN-NOTES gotcha 6).
+    /// added, as QNN requires (docs/qnn-notes.md gotcha 6).
     Tensor {
         dtype: DataType,
         dims: Vec<u32>,
@@ -385,7 +385,7 @@ impl GraphBuilder {
 
     /// Validates `node` with `backendValidateOpConfig`, then adds it (`graphAddNode`). QNN's
     /// addNode accepts ops the backend cannot run and fails only at finalize, or computes
-    /// garbage (QNN-NOTES gotchas 4 and 5), so a validation failure is an error here, naming
+    /// garbage (docs/qnn-notes.md gotchas 4 and 5), so a validation failure is an error here, naming
     /// the node and op.
     pub fn add_node(&mut self, node: &Node) -> Result<()> {
         let graph_name = self.name.clone();

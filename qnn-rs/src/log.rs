@@ -65,7 +65,7 @@ pub(crate) fn take_recent() -> Vec<String> {
     RECENT.with(|r| std::mem::take(&mut *r.borrow_mut()))
 }
 
-/// Lines QNN logs at ERROR level that are not errors (QNN-NOTES gotcha 15).
+/// Lines QNN logs at ERROR level that are not errors (docs/qnn-notes.md gotcha 15).
 fn is_known_noise(msg: &str) -> bool {
     msg.contains("unexpected GraphHtpSettings option")
 }

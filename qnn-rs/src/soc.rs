@@ -1,6 +1,6 @@
 //! Snapdragon SoCs by name: QNN identifies the target SoC by a number (`Qnn_SocModel_t`), which
 //! users should not have to learn. Only SoCs whose number and HTP architecture were observed
-//! with the 2.51 HTP library are listed (QNN-NOTES §4.9: the library logs the arch it picks).
+//! with the 2.51 HTP library are listed (docs/qnn-notes.md §4.9: the library logs the arch it picks).
 
 /// One SoC the HTP backend can target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,7 +14,7 @@ pub struct Soc {
     /// HTP architecture version (68, 73, ...).
     pub arch: u32,
     /// Whether its HTP computes float graphs in fp16. v68 parts have no fp16 HTP path: float
-    /// ops fail validation with 3110 "The SocModel doesn't support FP16" (QNN-NOTES gotcha 2).
+    /// ops fail validation with 3110 "The SocModel doesn't support FP16" (docs/qnn-notes.md gotcha 2).
     pub fp16: bool,
     /// Devices built on it, for messages.
     pub description: &'static str,

@@ -144,7 +144,7 @@ pub fn binary_info(system: &SystemLibrary, bytes: &[u8]) -> Result<BinaryInfo> {
     }
     let mut info: *const qnn_sys::system::BinaryInfo = std::ptr::null();
     let mut info_size: u64 = 0;
-    // SAFETY: the library only reads the buffer although the parameter is not const (QNN-NOTES
+    // SAFETY: the library only reads the buffer although the parameter is not const (docs/qnn-notes.md
     // gotcha 12); the info it returns stays valid until systemContextFree below.
     let rc = unsafe {
         get(
@@ -231,7 +231,7 @@ unsafe fn copy_info(info: &qnn_sys::system::BinaryInfo) -> Result<BinaryInfo> {
         let g = &full.common;
         let read = |p: *mut qnn_sys::Tensor, n: u32| -> Result<Vec<TensorInfo>> {
             (0..n as usize)
-                // SAFETY: `n` tensors of stride 144 (QNN-NOTES §2).
+                // SAFETY: `n` tensors of stride 144 (docs/qnn-notes.md §2).
                 .map(|k| unsafe { info_from_raw(&*p.add(k)) })
                 .collect()
         };

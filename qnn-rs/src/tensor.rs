@@ -447,7 +447,7 @@ pub fn first_nan(dtype: DataType, bytes: &[u8]) -> Option<usize> {
 
 /// Checks one buffer against its tensor: same dtype (QNN does not check it) and exactly the
 /// tensor's byte size (QNN neither checks nor honours `dataSize`, and writes past short output
-/// buffers: QNN-NOTES gotcha 8).
+/// buffers: docs/qnn-notes.md gotcha 8).
 pub(crate) fn check_buffer(
     info: &TensorInfo,
     dtype: DataType,

@@ -96,7 +96,7 @@ fn a_library_without_the_qnn_entry_point_is_refused() {
     );
 }
 
-/// The GPU backend needs a remote tuning server on x86_64 (QNN-NOTES §1): it must fail with a
+/// The GPU backend needs a remote tuning server on x86_64 (docs/qnn-notes.md §1): it must fail with a
 /// QNN error, not crash. GPU execution cannot be tested on this machine.
 #[cfg(target_arch = "x86_64")]
 #[test]

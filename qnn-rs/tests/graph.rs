@@ -259,7 +259,7 @@ fn execute_checks_buffers_before_calling_qnn() {
         .unwrap();
     let graph = g.finalize().unwrap();
     let x = vec![1f32; 8];
-    // QNN would write 32 bytes into this 16-byte buffer (QNN-NOTES gotcha 8).
+    // QNN would write 32 bytes into this 16-byte buffer (docs/qnn-notes.md gotcha 8).
     let mut short = vec![7f32; 4];
     let err = graph
         .execute(&[Input::new(&x)], &mut [Output::new(&mut short)])
@@ -302,7 +302,7 @@ fn unknown_op_is_rejected_at_add_node_naming_it() {
     let text = err.to_string();
     assert_eq!(err.code(), Some(4005), "{text}");
     assert!(text.contains("\"mystery_node\" (NoSuchOp)"), "{text}");
-    // An op the HTP does not support (QNN-NOTES §3.4) fails validation too.
+    // An op the HTP does not support (docs/qnn-notes.md §3.4) fails validation too.
     let err = g
         .add_node(
             &Node::new("sp", "ElementWiseSoftplus")
@@ -313,7 +313,7 @@ fn unknown_op_is_rejected_at_add_node_naming_it() {
     assert_eq!(err.code(), Some(3110), "{err}");
 }
 
-/// Mixed float widths validate as errors instead of computing garbage (QNN-NOTES gotcha 4).
+/// Mixed float widths validate as errors instead of computing garbage (docs/qnn-notes.md gotcha 4).
 #[test]
 fn mixed_float_widths_fail_validation() {
     let Some((_b, _d, ctx)) = context() else {

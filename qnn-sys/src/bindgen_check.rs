@@ -73,7 +73,7 @@ mod tests {
 
     /// The HTP device custom config is the one struct known to differ between SDKs: headers
     /// before the union gained a pointer member put it at offset 4, and the 2.4x libraries
-    /// reject that layout (QNN-NOTES gotcha 1). This fails against such an old header, by design.
+    /// reject that layout (docs/qnn-notes.md gotcha 1). This fails against such an old header, by design.
     #[test]
     fn htp_device_config_matches_the_24x_layout() {
         assert_eq!(

@@ -59,7 +59,7 @@ pub union DeviceCustomValue {
 
 /// `QnnHtpDevice_CustomConfig_t`, 2.4x layout: the union gained a pointer member, so it sits at
 /// offset 8. The 2.36-era layout (union at 4) makes `deviceCreate` fail with 14001
-/// (QNN-NOTES gotcha 1).
+/// (docs/qnn-notes.md gotcha 1).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DeviceCustomConfig {
@@ -154,7 +154,7 @@ pub struct GraphCustomConfig {
 
 /// `QnnHtpContext_ConfigOption_t` values (`HTP/QnnHtpContext.h`; numbers from the copy in
 /// `qualcomm/geniex-qairt-plugin` `qnn-api/include/HTP/QnnHtpContext.h` at commit `c40b5e0e`,
-/// QNN-NOTES §2). Options not listed are not used by this workspace.
+/// docs/qnn-notes.md §2). Options not listed are not used by this workspace.
 pub mod context_option {
     /// `bool weightSharingEnabled`: graphs of the context store static tensors they share
     /// once. Qualcomm documents it for offline prepare on x86_64 Linux, HTP v73 and later, at
@@ -213,7 +213,7 @@ pub struct GraphBlobInfoV1 {
 }
 
 /// `QnnHtpSystemContext_GraphBlobInfoV2_t` (from a copy of `HTP/QnnHtpSystemContext.h` newer than
-/// the 2.36-era set, found through the code index: QNN-NOTES §2). The 2.51 library writes a
+/// the 2.36-era set, found through the code index: docs/qnn-notes.md §2). The 2.51 library writes a
 /// 112-byte blob: a [`GraphBlobInfoV1`] (version 1) followed by this struct (version 2) at
 /// offset 40; observed, the header does not say so.
 #[repr(C)]

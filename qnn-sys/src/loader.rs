@@ -749,7 +749,7 @@ pub fn htp_companions(library: &Path, arch: u32) -> CompanionReport {
 }
 
 /// Whether a host with this CPU (`std::env::consts::ARCH`) needs the device-side files: every
-/// CPU but x86_64, whose `libQnnHtp` is an emulator that opens no stub or skel (QNN-NOTES
+/// CPU but x86_64, whose `libQnnHtp` is an emulator that opens no stub or skel (docs/qnn-notes.md
 /// gotcha 17).
 pub fn needs_device_files(cpu_arch: &str) -> bool {
     cpu_arch != "x86_64"

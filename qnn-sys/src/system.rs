@@ -17,7 +17,7 @@ pub struct SystemFunctions {
     /// `QnnSystemContext_create(&sysCtx)`.
     pub systemContextCreate: Option<unsafe extern "C" fn(*mut H) -> R>,
     /// `QnnSystemContext_getBinaryInfo(sysCtx, buffer, size, &info, &infoSize)`. The buffer is
-    /// declared non-const but is only read (QNN-NOTES gotcha 12).
+    /// declared non-const but is only read (docs/qnn-notes.md gotcha 12).
     pub systemContextGetBinaryInfo: Option<
         unsafe extern "C" fn(
             H,

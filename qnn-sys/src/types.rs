@@ -1,5 +1,5 @@
 //! `#[repr(C)]` declarations of the QNN core types, written from the QNN C API (core API 2.27+,
-//! checked against the 2.40 library: see `../shared/QNN-NOTES.md` §4). Every struct has a
+//! checked against the 2.40 library: see `docs/qnn-notes.md` §4). Every struct has a
 //! compile-time size and offset check at the bottom of this file (x86_64 / aarch64, LP64 and
 //! LLP64 alike: all members are fixed-width or pointers).
 

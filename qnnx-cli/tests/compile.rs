@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use lowering::dtype::{DType, OnnxCode};
 use lowering::testing::ModelBuilder;
-use lowering::DType;
 use serde_json::Value;
 
 fn qnnx_env(args: &[&str], env: &[(&str, &Path)]) -> Output {

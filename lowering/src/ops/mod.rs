@@ -2,10 +2,10 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::dtype::DType as IrType;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{Graph, Node, ValueId};
-use crate::plan::{DType, Param, Plan, PlanIo, PlanOp, PlanTensor, TensorId, TensorKind};
+use crate::plan::{storable, Param, Plan, PlanIo, PlanOp, PlanTensor, TensorId, TensorKind};
 use crate::qnn_names::op;
 use crate::tensor::Tensor;
 use crate::Backend;
@@ -129,7 +129,7 @@ pub fn plan_shape(shape: &[usize]) -> Vec<u32> {
 }
 
 impl<'g> LowerCx<'g> {
-    pub fn new(g: &'g Graph, backend: Backend, host_dtypes: &[IrType]) -> Result<LowerCx<'g>> {
+    pub fn new(g: &'g Graph, backend: Backend, host_dtypes: &[DType]) -> Result<LowerCx<'g>> {
         let mut cx = LowerCx {
             g,
             backend,
@@ -140,7 +140,7 @@ impl<'g> LowerCx<'g> {
         };
         for (k, &v) in g.inputs.iter().enumerate() {
             let val = g.value(v);
-            let dtype = DType::from_ir(val.dtype).ok_or_else(|| {
+            let dtype = storable(val.dtype).ok_or_else(|| {
                 crate::error::invalid(format!(
                     "graph input '{}' has dtype {}, which QNN cannot hold",
                     val.name, val.dtype
@@ -188,7 +188,7 @@ impl<'g> LowerCx<'g> {
         let id = if let Some(t) = &val.konst {
             self.static_tensor(node, &val.name.clone(), t)?
         } else {
-            let dtype = DType::from_ir(val.dtype).ok_or_else(|| {
+            let dtype = storable(val.dtype).ok_or_else(|| {
                 node.err_dtype(format!(
                     "tensor '{}' has dtype {}, which QNN graphs cannot hold",
                     val.name, val.dtype
@@ -223,19 +223,19 @@ impl<'g> LowerCx<'g> {
     /// and bf16 become f32.
     pub fn static_tensor(&mut self, node: &Node, hint: &str, t: &Tensor) -> Result<TensorId> {
         let t = match t.dtype {
-            IrType::F64 | IrType::BF16 => t.cast(IrType::F32),
-            IrType::I64 | IrType::U64 => {
+            DType::F64 | DType::BF16 => t.cast(DType::F32),
+            DType::I64 | DType::U64 => {
                 let v = t.to_i64();
                 if v.iter().any(|&x| i32::try_from(x).is_err()) {
                     return Err(node.err_dtype(format!(
                         "constant '{hint}' has int64 values outside the int32 range"
                     )));
                 }
-                t.cast(IrType::I32)
+                t.cast(DType::I32)
             }
             _ => t.clone(),
         };
-        let dtype = DType::from_ir(t.dtype).expect("narrowed above");
+        let dtype = storable(t.dtype).expect("narrowed above");
         let id = self.push_tensor(hint, dtype, &t.shape, TensorKind::Static(t.shared_bytes()));
         Ok(id)
     }
@@ -276,15 +276,13 @@ impl<'g> LowerCx<'g> {
             .unwrap_or_default()
     }
 
-    pub fn dtype(&self, node: &Node, i: usize) -> IrType {
-        node.input(i)
-            .map(|v| self.g.dtype(v))
-            .unwrap_or(IrType::F32)
+    pub fn dtype(&self, node: &Node, i: usize) -> DType {
+        node.input(i).map(|v| self.g.dtype(v)).unwrap_or(DType::F32)
     }
 
     pub fn pdtype(&self, node: &Node, i: usize) -> Result<DType> {
         let d = self.dtype(node, i);
-        DType::from_ir(d).ok_or_else(|| {
+        storable(d).ok_or_else(|| {
             node.err_dtype(format!(
                 "input {i} has dtype {d}, which QNN graphs cannot hold"
             ))
@@ -296,7 +294,7 @@ impl<'g> LowerCx<'g> {
     }
 
     /// A scalar constant in the float type `like` (the node's compute type), shaped `[1]`.
-    pub fn scalar(&mut self, node: &Node, hint: &str, v: f64, like: IrType) -> Result<TensorId> {
+    pub fn scalar(&mut self, node: &Node, hint: &str, v: f64, like: DType) -> Result<TensorId> {
         let t = Tensor::from_f64_as(like, vec![1], &[v]);
         self.static_tensor(node, &format!("{}_{hint}", node.name), &t)
     }
@@ -367,7 +365,7 @@ impl<'g> LowerCx<'g> {
     }
 
     /// Registers the plan outputs once all rules have run.
-    pub(crate) fn finish(mut self, host_dtypes: &[IrType]) -> Result<Plan> {
+    pub(crate) fn finish(mut self, host_dtypes: &[DType]) -> Result<Plan> {
         for (k, &v) in self.g.outputs.iter().enumerate() {
             let val = self.g.value(v);
             let Some(t) = self.tensor_of[v] else {

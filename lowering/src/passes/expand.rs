@@ -7,7 +7,7 @@
 //! inputs' shapes are known. When an expansion refuses a node (an attribute variant it does not
 //! cover), the node stays and the error is returned for lowering to report.
 
-use crate::dtype::DType;
+use crate::dtype::{DType, OnnxCode};
 use crate::error::{LowerError, Result};
 use crate::ir::{Attr, Graph, Node, ValueId};
 use crate::table::OpTable;

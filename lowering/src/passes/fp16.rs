@@ -1,14 +1,14 @@
 //! fp16 compute: float activations and static weights become f16; graph I/O keeps its dtype.
 //!
 //! HTP computes float in fp16 on FP16-capable SoCs and an op must not mix float widths
-//! (QNN-NOTES §8.4: mixed fp32/fp16 operands fail validation or give garbage). So every f32
+//! (docs/qnn-notes.md §8.4: mixed fp32/fp16 operands fail validation or give garbage). So every f32
 //! value inside the graph becomes f16, f32 graph inputs get a Cast to f16 after them and f32
 //! outputs a Cast from f16 before them. Ops whose table entry lists `f32` but not `f16` keep
 //! computing in f32 with Casts around them.
 
 use std::collections::HashMap;
 
-use crate::dtype::DType;
+use crate::dtype::{DType, OnnxCode};
 use crate::ir::{Attr, Graph, Node, ValueId};
 use crate::table::OpTable;
 

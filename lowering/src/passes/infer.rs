@@ -6,7 +6,7 @@
 //! Conv-family nodes marked `nhwc` by the layout pass are inferred in NCHW and permuted back.
 
 use crate::attr::norm_axis;
-use crate::dtype::DType;
+use crate::dtype::{DType, OnnxCode};
 use crate::error::Result;
 use crate::ir::{Graph, Node};
 use crate::tensor::{checked_numel, Tensor};

@@ -6,7 +6,7 @@
 //! fine when a rule reads it on the host (Slice ends of `INT64_MAX`) and an error naming the
 //! node when it would have to become a QNN tensor.
 
-use crate::dtype::DType;
+use crate::dtype::{DType, OnnxCode};
 use crate::ir::{Attr, Graph};
 
 pub fn run(g: &mut Graph) {

@@ -1,7 +1,7 @@
 //! Shape and dtype agreement of each QNN op with its tensors, checked before a plan reaches QNN.
 //!
 //! QNN's validator does not catch every inconsistent op: a graph whose tensors disagree with what
-//! an op writes can finalize and then crash or write out of bounds at execute (QNN-NOTES §8.8,
+//! an op writes can finalize and then crash or write out of bounds at execute (docs/qnn-notes.md §8.8,
 //! issue 13). Every rule below is QNN's documented relation between inputs, params and outputs
 //! (`QnnOpDef.h`); ops without a rule here are left to QNN's validator.
 

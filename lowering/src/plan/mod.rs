@@ -4,11 +4,11 @@
 //! # What the emitter must do
 //!
 //! 1. Create one graph. For every `PlanTensor`, in `tensors` order, call
-//!    `tensorCreateGraphTensor` with `name`, `dtype.qnn_code()`, `shape` as `dimensions` (rank =
+//!    `tensorCreateGraphTensor` with `name`, the `Qnn_DataType_t` of `dtype`, `shape` as `dimensions` (rank =
 //!    `shape.len()`; a rank-0 tensor is passed with rank 0), dense data format, RAW memory, and
 //!    undefined quantization (until the plan carries quantized dtypes), and a tensor type from
 //!    `kind`: `Input` → `APP_WRITE`, `Output` → `APP_READ`, `Native` → `NATIVE`,
-//!    `Static(bytes)` → `STATIC` with `clientBuf = bytes` (the backend copies them; QNN-NOTES
+//!    `Static(bytes)` → `STATIC` with `clientBuf = bytes` (the backend copies them; docs/qnn-notes.md
 //!    §8.10). Keep the returned id per `TensorId` (ids bind I/O at execute, §8.7).
 //! 2. For every `Param::Tensor` of every op, create one more `STATIC` tensor (§8.6: tensor params
 //!    must be registered before `graphAddNode`). Its name must be unique in the graph; use
@@ -36,89 +36,22 @@ pub const PACKAGE: &str = "qti.aisw";
 
 pub type TensorId = usize;
 
-/// Element types that appear in a plan, with their `Qnn_DataType_t` codes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    F32,
-    F16,
-    I8,
-    U8,
-    I16,
-    U16,
-    I32,
-    U32,
-    Bool,
-}
+pub use crate::DType;
 
-impl DType {
-    /// `Qnn_DataType_t` value (QNN-NOTES §6).
-    pub fn qnn_code(self) -> u32 {
-        match self {
-            DType::I8 => 0x0008,
-            DType::I16 => 0x0016,
-            DType::I32 => 0x0032,
-            DType::U8 => 0x0108,
-            DType::U16 => 0x0116,
-            DType::U32 => 0x0132,
-            DType::F16 => 0x0216,
-            DType::F32 => 0x0232,
-            DType::Bool => 0x0508,
-        }
-    }
-
-    pub fn size(self) -> usize {
-        match self {
-            DType::I8 | DType::U8 | DType::Bool => 1,
-            DType::I16 | DType::U16 | DType::F16 => 2,
-            DType::I32 | DType::U32 | DType::F32 => 4,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F16 => "f16",
-            DType::I8 => "i8",
-            DType::U8 => "u8",
-            DType::I16 => "i16",
-            DType::U16 => "u16",
-            DType::I32 => "i32",
-            DType::U32 => "u32",
-            DType::Bool => "bool",
-        }
-    }
-
-    /// The plan type for an IR type, or `None` for types QNN graphs cannot hold (i64, u64, f64,
-    /// bf16), which the passes must have converted.
-    pub fn from_ir(d: crate::DType) -> Option<DType> {
-        use crate::DType as I;
-        Some(match d {
-            I::F32 => DType::F32,
-            I::F16 => DType::F16,
-            I::I8 => DType::I8,
-            I::U8 => DType::U8,
-            I::I16 => DType::I16,
-            I::U16 => DType::U16,
-            I::I32 => DType::I32,
-            I::U32 => DType::U32,
-            I::Bool => DType::Bool,
-            I::I64 | I::U64 | I::F64 | I::BF16 => return None,
-        })
-    }
-
-    pub fn to_ir(self) -> crate::DType {
-        use crate::DType as I;
-        match self {
-            DType::F32 => I::F32,
-            DType::F16 => I::F16,
-            DType::I8 => I::I8,
-            DType::U8 => I::U8,
-            DType::I16 => I::I16,
-            DType::U16 => I::U16,
-            DType::I32 => I::I32,
-            DType::U32 => I::U32,
-            DType::Bool => I::Bool,
-        }
+/// `d` if a QNN graph tensor can hold it (f32, f16, 8/16/32-bit integers, bool); `None` for the
+/// types the passes must have converted (i64, u64, f64, bf16).
+pub fn storable(d: DType) -> Option<DType> {
+    match d {
+        DType::F32
+        | DType::F16
+        | DType::I8
+        | DType::U8
+        | DType::I16
+        | DType::U16
+        | DType::I32
+        | DType::U32
+        | DType::Bool => Some(d),
+        DType::I64 | DType::U64 | DType::F64 | DType::BF16 => None,
     }
 }
 
@@ -241,7 +174,7 @@ pub struct PlanIo {
     pub onnx_name: String,
     /// The dtype the caller passes or receives. Differs from the tensor's dtype only for
     /// int64 I/O narrowed to i32 (the runtime converts); float I/O is converted in-graph.
-    pub host_dtype: crate::DType,
+    pub host_dtype: DType,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -260,6 +193,12 @@ impl Plan {
         for (i, t) in self.tensors.iter().enumerate() {
             if !names.insert(t.name.as_str()) {
                 return Err(format!("tensor name '{}' is used twice", t.name));
+            }
+            if storable(t.dtype).is_none() {
+                return Err(format!(
+                    "tensor '{}' is {}, which QNN graphs cannot hold",
+                    t.name, t.dtype
+                ));
             }
             match &t.kind {
                 TensorKind::Static(b) => {

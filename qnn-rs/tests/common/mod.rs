@@ -47,7 +47,7 @@ pub fn max_err(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// fp16 computation on SoC 60 gives errors around 1e-3 for unit-scale data (QNN-NOTES §7); an
+/// fp16 computation on SoC 60 gives errors around 1e-3 for unit-scale data (docs/qnn-notes.md §7); an
 /// error of exactly 0 would mean the emulator ran in fp32, i.e. the SoC setting was lost.
 pub fn assert_fp16_close(got: &[f32], want: &[f32], tol: f32) {
     let e = max_err(got, want);

@@ -1,6 +1,6 @@
 //! Softplus and Mish — <https://onnx.ai/onnx/operators/onnx__Softplus.html>,
 //! <https://onnx.ai/onnx/operators/onnx__Mish.html> (opset 18).
-//! HTP has no `ElementWiseSoftplus` (QNN-NOTES §3.4), so Softplus is decomposed in its
+//! HTP has no `ElementWiseSoftplus` (docs/qnn-notes.md §3.4), so Softplus is decomposed in its
 //! overflow-safe form `relu(x) + log(1 + exp(-|x|))` (ElementWiseAbs, ElementWiseNeg,
 //! ElementWiseExp, ElementWiseAdd, ElementWiseLog, Relu, ElementWiseAdd), and Mish is
 //! `x * tanh(softplus(x))`.
@@ -14,7 +14,7 @@ use crate::qnn_names::op;
 fn softplus_of(cx: &mut LowerCx, node: &Node, x: TensorId) -> Result<TensorId> {
     let shape = cx.tshape(x);
     let dt = cx.tensor_dtype(x);
-    let one = cx.scalar(node, "one", 1.0, dt.to_ir())?;
+    let one = cx.scalar(node, "one", 1.0, dt)?;
     let one = cx.reshape(node, one, &vec![1; shape.len()]);
     let a = cx.emit(node, op::ELEMENT_WISE_ABS, vec![x], dt, &shape, vec![]);
     let n = cx.emit(node, op::ELEMENT_WISE_NEG, vec![a], dt, &shape, vec![]);

@@ -1,5 +1,5 @@
 //! 1-D Conv, ConvTranspose, MaxPool and AveragePool — <https://onnx.ai/onnx/operators/onnx__Conv.html>
-//! and siblings, every opset. HTP has no 1-D convolutions or pools (QNN-NOTES §3.4), so a node
+//! and siblings, every opset. HTP has no 1-D convolutions or pools (docs/qnn-notes.md §3.4), so a node
 //! with a 3-D input `[N, C, L]` is expanded before lowering into the same op on `[N, C, 1, L]`
 //! (Reshape in, Reshape out), with the spatial attributes given a leading unit dimension:
 //! `kernel_shape`, `strides`, `dilations`, `output_padding`, `output_shape` `[v]` → `[1, v]`,

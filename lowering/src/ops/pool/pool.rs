@@ -98,12 +98,12 @@ fn avg_pool_padded(cx: &mut LowerCx, node: &Node, sp: &Spatial) -> Result<()> {
     let dt = cx.tensor_dtype(y);
     let area = (sp.kernel[0] * sp.kernel[1]) as f64;
     let weights = Tensor::from_f64_as(
-        dt.to_ir(),
+        dt,
         vec![sp.kernel[0], sp.kernel[1], 1, c],
         &vec![1.0 / area; sp.kernel[0] * sp.kernel[1] * c],
     );
     let wt = cx.static_tensor(node, &format!("{}_avg_w", node.name), &weights)?;
-    let bias = Tensor::from_f64_as(dt.to_ir(), vec![c], &vec![0.0; c]);
+    let bias = Tensor::from_f64_as(dt, vec![c], &vec![0.0; c]);
     let bt = cx.static_tensor(node, &format!("{}_avg_b", node.name), &bias)?;
     let conv_sp = Spatial {
         pads: vec![sp.pads[0], sp.pads[1], end_h, end_w],
@@ -139,7 +139,7 @@ fn avg_pool_padded(cx: &mut LowerCx, node: &Node, sp: &Spatial) -> Result<()> {
         &[n, oh, ow, c],
         params,
     );
-    let t = Tensor::from_f64_as(dt.to_ir(), vec![1, oh, ow, 1], &factor);
+    let t = Tensor::from_f64_as(dt, vec![1, oh, ow, 1], &factor);
     let f = cx.static_tensor(node, &format!("{}_edge_factor", node.name), &t)?;
     cx.op(
         node,

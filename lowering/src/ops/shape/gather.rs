@@ -15,7 +15,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::{plan_shape, LowerCx};
-use crate::plan::{DType as PDType, Param, TensorId};
+use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 use crate::tensor::Tensor;
 
@@ -39,7 +39,7 @@ fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<crate::plan::Ten
         None => {
             let idx = cx.input(node, 1)?;
             let dt = cx.tensor_dtype(idx);
-            if dt != crate::plan::DType::I32 {
+            if dt != crate::DType::I32 {
                 return Ok(idx);
             }
             let qs = cx.tshape(idx);
@@ -52,7 +52,7 @@ fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<crate::plan::Ten
                 node,
                 op::ELEMENT_WISE_LESS,
                 vec![idx, zero],
-                crate::plan::DType::Bool,
+                crate::DType::Bool,
                 &qs,
                 vec![],
             );
@@ -72,11 +72,11 @@ fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<crate::plan::Ten
 /// The data input, cast to i32 when its dtype is one the HTP cannot gather (see the module doc).
 fn data(cx: &mut LowerCx, node: &Node) -> Result<TensorId> {
     let x = cx.input(node, 0)?;
-    if !matches!(cx.tensor_dtype(x), PDType::Bool | PDType::U8) {
+    if !matches!(cx.tensor_dtype(x), crate::DType::Bool | crate::DType::U8) {
         return Ok(x);
     }
     let s = cx.tshape(x);
-    Ok(cx.emit(node, op::CAST, vec![x], PDType::I32, &s, vec![]))
+    Ok(cx.emit(node, op::CAST, vec![x], crate::DType::I32, &s, vec![]))
 }
 
 /// Emits `q` into `y`. `qnn_shape` is QNN's output shape when it differs from `y`'s (a Reshape

@@ -1,0 +1,114 @@
+//! Element types.
+
+use std::fmt;
+
+/// The element type of a tensor: of a model's values (wider than QNN graphs hold: the lowering
+/// narrows i64 and f64), of a QNN graph tensor, of host buffers. A quantized tensor has an
+/// integer element type and, beside it, its encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    /// One byte per element, 0 or 1.
+    Bool,
+}
+
+impl DType {
+    /// Every element type, in declaration order.
+    pub const ALL: [DType; 13] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::Bool,
+    ];
+
+    /// The one spelling of this type (`f32`, `i64`, `bool`): op tables, cache metadata, the
+    /// command line, the Python module and messages use it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F64 => "f64",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// The type [`DType::name`] spells.
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+    }
+
+    /// Signed or unsigned integer (not bool).
+    pub fn is_int(self) -> bool {
+        !self.is_float() && self != DType::Bool
+    }
+
+    pub fn is_signed(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64) || self.is_float()
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DType;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_name(d.name()), Some(d));
+        }
+        let mut names: Vec<_> = DType::ALL.iter().map(|d| d.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), DType::ALL.len());
+        assert_eq!(DType::from_name("float32"), None);
+    }
+}

@@ -1,0 +1,16 @@
+#![forbid(unsafe_code)]
+//! The vocabulary every qnnx crate shares, defined once: element types ([`DType`]), QNN backends
+//! ([`BackendKind`]), HTP architectures ([`HtpArch`]) and Snapdragon SoCs ([`Soc`]).
+//!
+//! Each noun has one spelling ([`DType::name`], [`BackendKind::name`], [`HtpArch::name`]): the
+//! op tables, the cache's metadata, the `qnnx` command, the Python module and messages all use
+//! it. Matches over these enums are exhaustive everywhere: a new variant is a compile error in
+//! every place that has to decide something about it.
+
+mod backend;
+mod dtype;
+pub mod soc;
+
+pub use backend::BackendKind;
+pub use dtype::DType;
+pub use soc::{HtpArch, Soc};

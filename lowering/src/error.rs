@@ -4,7 +4,6 @@ use std::fmt;
 
 /// Why a model cannot be lowered.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum LowerError {
     #[error("Node \"{node}\" ({op_type}): {reason}")]
     UnsupportedOp {
@@ -29,14 +28,6 @@ pub enum LowerError {
     InvalidModel(String),
     #[error("{} unsupported node(s):\n{}", .0.len(), list(.0))]
     Unsupported(Vec<Unsupported>),
-    /// QNN refused a graph built from the plan; `node` is the ONNX node whose op failed, when
-    /// the failure belongs to one op (validation, addNode).
-    #[error("{}{source}", node.as_ref().map(|n| format!("ONNX node \"{n}\": ")).unwrap_or_default())]
-    Qnn {
-        node: Option<String>,
-        #[source]
-        source: Box<qnn::Error>,
-    },
 }
 
 fn list(v: &[Unsupported]) -> String {
@@ -94,11 +85,6 @@ impl LowerError {
                 }
             }
             LowerError::Unsupported(v) => v.clone(),
-            LowerError::Qnn { node: n, .. } => vec![Unsupported {
-                node: n.clone().unwrap_or_else(|| node.to_string()),
-                op_type: op_type.to_string(),
-                reason: self.to_string(),
-            }],
         }
     }
 }

@@ -2,12 +2,11 @@
 //! ONNX graphs lowered to QNN op lists.
 //!
 //! [`lower`] loads a model, runs the passes in [`passes`], and applies the rules in [`ops`]
-//! to produce a [`plan::Plan`] that `emit.rs` turns into QNN API calls. [`check`] reports every
-//! node that cannot run on a backend without touching QNN.
+//! to produce a [`plan::Plan`], which the engine crate turns into QNN API calls. [`check`] reports
+//! every node that cannot run on a backend. Nothing here touches QNN: ONNX in, `Plan` out.
 
 pub mod attr;
 pub mod dtype;
-pub mod emit;
 pub mod error;
 pub mod ir;
 pub mod load;
@@ -214,7 +213,5 @@ fn clone_err(e: &LowerError) -> LowerError {
         },
         LowerError::InvalidModel(m) => LowerError::InvalidModel(m.clone()),
         LowerError::Unsupported(v) => LowerError::Unsupported(v.clone()),
-        // Lowering never produces QNN errors (only emit does); keep the text if one appears.
-        LowerError::Qnn { .. } => LowerError::InvalidModel(e.to_string()),
     }
 }

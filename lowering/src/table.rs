@@ -34,6 +34,29 @@ pub enum Status {
     Planned,
 }
 
+impl Status {
+    /// The spelling the tables use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Supported => "supported",
+            Status::Decomposed => "decomposed",
+            Status::Fallback => "fallback",
+            Status::Planned => "planned",
+        }
+    }
+}
+
+impl Layout {
+    /// The spelling the tables use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Sensitive => "sensitive",
+            Layout::Agnostic => "agnostic",
+            Layout::Framework => "framework",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Meta {
@@ -178,11 +201,7 @@ impl OpTable {
             let h = htp.entry(op);
             let g = gpu.entry(op);
             let e = h.or(g).expect("op comes from one of the tables");
-            let layout = match e.layout {
-                Layout::Sensitive => "sensitive",
-                Layout::Agnostic => "agnostic",
-                Layout::Framework => "framework",
-            };
+            let layout = e.layout.name();
             s.push_str(&format!(
                 "| {op} | {} | {} | {} | {} | {} | {layout} | {} |\n",
                 e.family,

@@ -15,8 +15,8 @@
 use std::time::Instant;
 
 use qnn::{
-    Backend, BackendKind, Context, DataType, Device, DeviceOptions, GraphOptions, Input, Node,
-    Output,
+    Backend, BackendOptions, Context, DType, Device, HtpArch, HtpConfig, HtpDeviceConfig, Input,
+    Node, Output,
 };
 
 struct Args {
@@ -25,7 +25,7 @@ struct Args {
     runs: usize,
     warmup: usize,
     soc: u32,
-    arch: u32,
+    arch: HtpArch,
     prime: bool,
 }
 
@@ -38,7 +38,7 @@ fn parse_args() -> Result<Args, String> {
         runs: 100,
         warmup: 5,
         soc: 60,
-        arch: 73,
+        arch: HtpArch::V73,
         prime: true,
     };
     while let Some(arg) = it.next() {
@@ -71,12 +71,12 @@ fn parse_args() -> Result<Args, String> {
 }
 
 /// Bytes of deterministic input data for one tensor.
-fn input_bytes(dtype: DataType, n: usize) -> Vec<u8> {
+fn input_bytes(dtype: DType, n: usize) -> Vec<u8> {
     match dtype {
-        DataType::F32 => (0..n)
+        DType::F32 => (0..n)
             .flat_map(|i| (((i % 17) as f32 - 8.0) / 16.0).to_le_bytes())
             .collect(),
-        DataType::F16 => (0..n)
+        DType::F16 => (0..n)
             .flat_map(|i| qnn::f16::from_f32(((i % 17) as f32 - 8.0) / 16.0).to_le_bytes())
             .collect(),
         other => vec![0u8; n * other.size()],
@@ -85,19 +85,20 @@ fn input_bytes(dtype: DataType, n: usize) -> Vec<u8> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
-    let backend = Backend::new(BackendKind::Htp)?;
-    let device = Device::new(
-        &backend,
-        &DeviceOptions {
+    let config = HtpConfig {
+        device: HtpDeviceConfig {
             soc_model: Some(args.soc),
             arch: Some(args.arch),
         },
-    )?;
+        ..HtpConfig::default()
+    };
+    let backend = Backend::open(config, &BackendOptions::default())?;
+    let device = Device::new(&backend)?;
     if args.prime {
         let ctx = Context::new(&backend, Some(&device))?;
-        let mut g = ctx.build_graph("prime", &GraphOptions::default())?;
-        let x = g.input("x", DataType::F32, &[1, 4])?;
-        let y = g.output("y", DataType::F32, &[1, 4])?;
+        let mut g = ctx.build_graph("prime")?;
+        let x = g.input("x", DType::F32, &[1, 4])?;
+        let y = g.output("y", DType::F32, &[1, 4])?;
         g.add_node(&Node::new("relu", "Relu").inputs(&[x]).outputs(&[y]))?;
         let graph = g.finalize()?;
         let mut out = [0f32; 4];
@@ -119,12 +120,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let graph = ctx.graph(&name)?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
 
-    let in_data: Vec<(DataType, Vec<u8>)> = graph
+    let in_data: Vec<(DType, Vec<u8>)> = graph
         .inputs()
         .iter()
         .map(|i| (i.dtype, input_bytes(i.dtype, i.num_elements())))
         .collect();
-    let mut out_data: Vec<(DataType, Vec<u8>)> = graph
+    let mut out_data: Vec<(DType, Vec<u8>)> = graph
         .outputs()
         .iter()
         .map(|o| (o.dtype, vec![0u8; o.num_elements() * o.dtype.size()]))

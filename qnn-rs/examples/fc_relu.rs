@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use qnn::{
-    Backend, BackendKind, Context, DataType, Device, DeviceOptions, GraphOptions, Input, Node,
+    Backend, BackendOptions, Context, DType, Device, HtpConfig, HtpGraphConfig, Input, Node,
     Output, Precision,
 };
 
@@ -48,28 +48,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let b = values(3, N, 0.1);
     let want = reference(&x, &w, &b);
 
-    let backend = Backend::new(BackendKind::Htp)?;
-    let device_options = DeviceOptions::host_default();
+    // SoC 60 on x86_64 (the emulator computes in fp16 like the NPU); graphs in fp16.
+    let config = HtpConfig {
+        graph: HtpGraphConfig {
+            precision: Some(Precision::Fp16),
+            ..Default::default()
+        },
+        ..HtpConfig::host_default()
+    };
+    let backend = Backend::open(config, &BackendOptions::default())?;
     println!(
         "QNN {} ({}) from {}, SoC {:?}",
         backend.build_id()?,
         backend.provider_name(),
         backend.library_path().display(),
-        device_options.soc_model
+        config.device.soc_model
     );
-    let device = Device::new(&backend, &device_options)?;
+    let device = Device::new(&backend)?;
     let ctx = Context::new(&backend, Some(&device))?;
-    let options = GraphOptions {
-        precision: Some(Precision::Fp16),
-        ..Default::default()
-    };
-    let mut g = ctx.build_graph("fc_relu", &options)?;
-    let xi = g.input("x", DataType::F32, &[1, K as u32])?;
+    let mut g = ctx.build_graph("fc_relu")?;
+    let xi = g.input("x", DType::F32, &[1, K as u32])?;
     // FullyConnected weights are [N, K] (out x in), like ONNX Gemm with transB=1.
     let wi = g.constant("w", &[N as u32, K as u32], &w)?;
     let bi = g.constant("b", &[N as u32], &b)?;
-    let h = g.native("h", DataType::F32, &[1, N as u32])?;
-    let y = g.output("y", DataType::F32, &[1, N as u32])?;
+    let h = g.native("h", DType::F32, &[1, N as u32])?;
+    let y = g.output("y", DType::F32, &[1, N as u32])?;
     g.add_node(
         &Node::new("fc", "FullyConnected")
             .inputs(&[xi, wi, bi])

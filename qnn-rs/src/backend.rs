@@ -10,43 +10,22 @@ use qnn_sys::loader::{
 use qnn_sys::{BackendLibrary, Handle, LibraryKind, SystemLibrary};
 
 use crate::api::{owned_str, qnn_call, Api};
+use crate::config::BackendConfig;
 use crate::error::{Error, Result};
 use crate::log::LogLevel;
 
-/// Which QNN backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BackendKind {
-    /// Hexagon NPU (`QnnHtp`); on x86_64 an emulator that really executes graphs.
-    Htp,
-    /// Adreno GPU (`QnnGpu`); cannot run on x86_64 (it needs a remote tuning server).
-    Gpu,
-    /// Reference CPU backend (`QnnCpu`, from the SDK only).
-    Cpu,
-}
+pub use qnnx_types::BackendKind;
 
-impl BackendKind {
-    pub(crate) fn library_kind(self) -> LibraryKind {
-        match self {
-            BackendKind::Htp => LibraryKind::Htp,
-            BackendKind::Gpu => LibraryKind::Gpu,
-            BackendKind::Cpu => LibraryKind::Cpu,
-        }
+pub(crate) fn library_kind(kind: BackendKind) -> LibraryKind {
+    match kind {
+        BackendKind::Htp => LibraryKind::Htp,
+        BackendKind::Gpu => LibraryKind::Gpu,
+        BackendKind::Cpu => LibraryKind::Cpu,
     }
 }
 
-impl std::str::FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<BackendKind, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "htp" | "npu" => Ok(BackendKind::Htp),
-            "gpu" => Ok(BackendKind::Gpu),
-            "cpu" => Ok(BackendKind::Cpu),
-            _ => Err(format!("unknown QNN backend {s:?} (htp, gpu, cpu)")),
-        }
-    }
-}
-
-/// How to open a backend.
+/// Where to find a backend library and how loud its log is (what it computes is its
+/// [`BackendConfig`]).
 #[derive(Debug, Clone, Default)]
 pub struct BackendOptions {
     /// An explicit library path; otherwise the search order of `qnn_sys::loader` applies.
@@ -84,6 +63,7 @@ pub struct HtpDeviceInfo {
 pub(crate) struct BackendInner {
     pub(crate) api: Api,
     pub(crate) kind: BackendKind,
+    pub(crate) config: BackendConfig,
     pub(crate) log: Handle,
     pub(crate) handle: Handle,
     pub(crate) path: PathBuf,
@@ -135,15 +115,19 @@ impl std::fmt::Debug for Backend {
 }
 
 impl Backend {
-    /// Opens `kind` with default options (`logCreate` + `backendCreate`).
+    /// Opens `kind` with its default configuration and library search (`logCreate` +
+    /// `backendCreate`).
     pub fn new(kind: BackendKind) -> Result<Backend> {
-        Backend::open(kind, &BackendOptions::default())
+        Backend::open(BackendConfig::default_for(kind), &BackendOptions::default())
     }
 
-    /// Opens `kind` with `options`.
-    pub fn open(kind: BackendKind, options: &BackendOptions) -> Result<Backend> {
+    /// Opens the backend `config` configures, with `options` saying where its library is. The
+    /// configuration applies to every device, context and graph made from this backend.
+    pub fn open(config: impl Into<BackendConfig>, options: &BackendOptions) -> Result<Backend> {
+        let config = config.into();
+        let kind = config.kind();
         let lib = Arc::new(BackendLibrary::find(
-            kind.library_kind(),
+            library_kind(kind),
             options.library.as_deref(),
         )?);
         let (path, name, version) = (
@@ -152,17 +136,18 @@ impl Backend {
             lib.api_version(),
         );
         let level = options.log_level.unwrap_or_else(LogLevel::from_env);
-        Backend::from_api(Api::from_library(lib), kind, path, name, version, level)
+        Backend::from_api(Api::from_library(lib), config, path, name, version, level)
     }
 
     pub(crate) fn from_api(
         api: Api,
-        kind: BackendKind,
+        config: BackendConfig,
         path: PathBuf,
         provider_name: String,
         api_version: qnn_sys::ApiVersion,
         level: LogLevel,
     ) -> Result<Backend> {
+        let kind = config.kind();
         let mut log: Handle = std::ptr::null_mut();
         // SAFETY: the callback is a valid `extern "C"` fn for the life of the process; `log`
         // is a valid out-pointer.
@@ -184,6 +169,7 @@ impl Backend {
             inner: Arc::new(BackendInner {
                 api,
                 kind,
+                config,
                 log,
                 handle,
                 path,
@@ -198,6 +184,11 @@ impl Backend {
     /// Which backend this is.
     pub fn kind(&self) -> BackendKind {
         self.inner.kind
+    }
+
+    /// What it was opened with.
+    pub fn config(&self) -> &BackendConfig {
+        &self.inner.config
     }
 
     /// The library file in use.
@@ -417,7 +408,9 @@ mod fake_tests {
     use qnn_sys::{Config, CoreFunctions, ErrorHandle, Handle, OpConfig, Tensor};
 
     use super::*;
-    use crate::{Context, DataType, Device, DeviceOptions, GraphOptions, Node};
+    use crate::{
+        BackendConfig, Context, DType, Device, HtpConfig, HtpContextConfig, HtpDeviceConfig, Node,
+    };
 
     static NEXT_ID: AtomicU32 = AtomicU32::new(1);
     static CONTEXT_FREES: AtomicU32 = AtomicU32::new(0);
@@ -510,7 +503,7 @@ mod fake_tests {
         f.graphFinalize = Some(finalize_fails);
         Backend::from_api(
             Api::from_table(f, "fake"),
-            BackendKind::Htp,
+            BackendConfig::default_for(BackendKind::Htp),
             "fake".into(),
             "FAKE".into(),
             Default::default(),
@@ -557,10 +550,10 @@ mod fake_tests {
         }
     }
 
-    fn backend_at(path: &str, f: CoreFunctions) -> Result<Backend> {
+    fn backend_at(path: &str, f: CoreFunctions, config: HtpConfig) -> Result<Backend> {
         Backend::from_api(
             Api::from_table(f, "fake"),
-            BackendKind::Htp,
+            BackendConfig::Htp(config),
             path.into(),
             "FAKE".into(),
             Default::default(),
@@ -588,7 +581,7 @@ mod fake_tests {
         let lib = "/data/local/tmp/qnn/libQnnHtp.so";
         let files = [lib, "/data/local/tmp/qnn/libQnnHtpV75Stub.so"];
         let _host = FakeHost::set(Os::Android, "aarch64", Some("/data/local/tmp/qnn"), &files);
-        let err = backend_at(lib, f).unwrap_err();
+        let err = backend_at(lib, f, HtpConfig::default()).unwrap_err();
         assert_eq!(err.code(), Some(4000));
         let text = err.to_string();
         assert!(
@@ -611,7 +604,9 @@ mod fake_tests {
             "/data/local/tmp/qnn/libQnnHtpV75Skel.so",
         ];
         let _host = FakeHost::set(Os::Android, "aarch64", Some("/data/local/tmp/qnn"), &files);
-        let text = backend_at(lib, f).unwrap_err().to_string();
+        let text = backend_at(lib, f, HtpConfig::default())
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             text,
             "backendCreate failed: QNN_BACKEND_ERROR_CANNOT_INITIALIZE (4000, Backend)"
@@ -630,20 +625,18 @@ mod fake_tests {
             "C:/qnnx/runtime/qnn/QnnHtpV73Stub.dll",
         ];
         let _host = FakeHost::set(Os::Windows, "aarch64", None, &files);
-        let backend = backend_at(lib, table()).unwrap();
-        let options = DeviceOptions {
-            soc_model: Some(60),
-            arch: None,
+        let config = HtpConfig {
+            device: HtpDeviceConfig {
+                soc_model: Some(60),
+                arch: None,
+            },
+            ..HtpConfig::default()
         };
-        let err = Device::new(&backend, &options)
-            .err()
-            .expect("deviceCreate fails");
+        let backend = backend_at(lib, table(), config).unwrap();
+        let err = Device::new(&backend).err().expect("deviceCreate fails");
         assert_eq!(err.code(), Some(14002));
         let text = err.to_string();
-        assert!(
-            text.starts_with("deviceCreate failed for DeviceOptions"),
-            "{text}"
-        );
+        assert!(text.starts_with("deviceCreate failed for Htp("), "{text}");
         assert!(
             text.contains(
                 "with HTP v73 files missing: libQnnHtpV73Skel.so (skel; looked for beside the HTP \
@@ -662,7 +655,9 @@ mod fake_tests {
         f.backendCreate = Some(backend_create_fails);
         let lib = "/opt/qnn/libQnnHtp.so";
         let _host = FakeHost::set(Os::Linux, "x86_64", None, &[lib]);
-        let text = backend_at(lib, f).unwrap_err().to_string();
+        let text = backend_at(lib, f, HtpConfig::default())
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             text,
             "backendCreate failed: QNN_BACKEND_ERROR_CANNOT_INITIALIZE (4000, Backend)"
@@ -671,7 +666,7 @@ mod fake_tests {
         let _host = FakeHost::set(Os::Linux, "aarch64", None, &[lib]);
         let err = Backend::from_api(
             Api::from_table(f, "fake"),
-            BackendKind::Gpu,
+            BackendConfig::default_for(BackendKind::Gpu),
             "/opt/qnn/libQnnGpu.so".into(),
             "FAKE".into(),
             Default::default(),
@@ -680,7 +675,9 @@ mod fake_tests {
         .unwrap_err();
         assert!(!err.to_string().contains("missing"), "{err}");
         // ...while the HTP backend there is: no stub at all beside it.
-        let text = backend_at(lib, f).unwrap_err().to_string();
+        let text = backend_at(lib, f, HtpConfig::default())
+            .unwrap_err()
+            .to_string();
         assert!(
             text.contains("with no HTP stub beside /opt/qnn/libQnnHtp.so"),
             "{text}"
@@ -691,9 +688,9 @@ mod fake_tests {
     fn validation_failure_names_node_and_op() {
         let backend = fake_backend();
         let ctx = Context::new(&backend, None).unwrap();
-        let mut g = ctx.build_graph("g", &GraphOptions::default()).unwrap();
-        let x = g.input("x", DataType::F32, &[4]).unwrap();
-        let y = g.output("y", DataType::F32, &[4]).unwrap();
+        let mut g = ctx.build_graph("g").unwrap();
+        let x = g.input("x", DType::F32, &[4]).unwrap();
+        let y = g.output("y", DType::F32, &[4]).unwrap();
         let err = g
             .add_node(&Node::new("blk3/odd", "Bogus").inputs(&[x]).outputs(&[y]))
             .unwrap_err();
@@ -713,7 +710,7 @@ mod fake_tests {
     fn finalize_failure_carries_code_family_and_handle() {
         let backend = fake_backend();
         let ctx = Context::new(&backend, None).unwrap();
-        let g = ctx.build_graph("net", &GraphOptions::default()).unwrap();
+        let g = ctx.build_graph("net").unwrap();
         let Error::Api(e) = g.finalize().unwrap_err() else {
             panic!("not an API error")
         };
@@ -785,7 +782,7 @@ mod fake_tests {
     type ContextCreate =
         unsafe extern "C" fn(Handle, Handle, *const *const Config, *mut Handle) -> ErrorHandle;
 
-    fn backend_with(kind: BackendKind, create: ContextCreate) -> Backend {
+    fn backend_with(config: BackendConfig, create: ContextCreate) -> Backend {
         // SAFETY: an all-NULL table is valid: every slot is an Option.
         let mut f: CoreFunctions = unsafe { std::mem::zeroed() };
         f.logCreate = Some(log_create);
@@ -796,7 +793,7 @@ mod fake_tests {
         f.contextFree = Some(context_free);
         Backend::from_api(
             Api::from_table(f, "fake"),
-            kind,
+            config,
             "fake".into(),
             "FAKE".into(),
             Default::default(),
@@ -806,21 +803,29 @@ mod fake_tests {
     }
 
     #[test]
-    fn context_options_pass_the_weight_sharing_config() {
-        use crate::ContextOptions;
-        let b = backend_with(BackendKind::Htp, context_create_records);
+    fn the_htp_context_config_passes_weight_sharing() {
+        let b = backend_with(
+            BackendConfig::default_for(BackendKind::Htp),
+            context_create_records,
+        );
         drop(Context::new(&b, None).unwrap());
         assert_eq!(CONTEXT_CONFIG.load(SeqCst), 0, "no configs: a NULL list");
-        let shared = ContextOptions {
-            weight_sharing: true,
+        let shared = HtpConfig {
+            context: HtpContextConfig {
+                weight_sharing: true,
+            },
+            ..HtpConfig::default()
         };
-        drop(Context::with_options(&b, None, &shared).unwrap());
+        let b = backend_with(BackendConfig::Htp(shared), context_create_records);
+        drop(Context::new(&b, None).unwrap());
         // One config, option 1 (WEIGHT_SHARING_ENABLED), flag true.
         assert_eq!(CONTEXT_CONFIG.load(SeqCst), 1000 + 100 + 10 + 1);
-        let gpu = backend_with(BackendKind::Gpu, context_create_records);
-        let err = Context::with_options(&gpu, None, &shared)
-            .err()
-            .expect("accepted");
-        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        // The GPU has no such option: its contexts get no configs.
+        let gpu = backend_with(
+            BackendConfig::default_for(BackendKind::Gpu),
+            context_create_records,
+        );
+        drop(Context::new(&gpu, None).unwrap());
+        assert_eq!(CONTEXT_CONFIG.load(SeqCst), 0);
     }
 }

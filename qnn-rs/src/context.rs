@@ -4,49 +4,14 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use qnn_sys::htp::{context_option, ContextCustomConfig, ContextCustomValue};
 use qnn_sys::Handle;
 
 use crate::api::qnn_call;
 use crate::backend::{Backend, BackendInner, BackendKind};
 use crate::device::{Device, DeviceInner};
 use crate::error::{io, Error, Result};
-use crate::graph::{Graph, GraphBuilder, GraphOptions};
+use crate::graph::{Graph, GraphBuilder};
 use crate::system::BinaryInfo;
-
-/// Context configs applied at `contextCreate` / `contextCreateFromBinary`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ContextOptions {
-    /// `QNN_HTP_CONTEXT_CONFIG_OPTION_WEIGHT_SHARING_ENABLED`: static tensors with equal
-    /// contents are stored once for all graphs of the context (observed: tensor names do not
-    /// matter). HTP only; Qualcomm documents it for offline prepare on x86_64 Linux and HTP v73
-    /// or later, at most 64 graphs per context. The x86_64 library cannot load the binaries it
-    /// writes this way (see [`BinaryInfo::uses_shared_weights`]).
-    pub weight_sharing: bool,
-}
-
-impl ContextOptions {
-    fn htp_configs(&self, kind: BackendKind) -> Result<Vec<ContextCustomConfig>> {
-        let mut customs = Vec::new();
-        if self.weight_sharing {
-            if kind != BackendKind::Htp {
-                return Err(Error::InvalidArgument(format!(
-                    "weight sharing is an HTP context option, not one of {kind:?}"
-                )));
-            }
-            customs.push(ContextCustomConfig {
-                option: context_option::WEIGHT_SHARING_ENABLED,
-                // Zero the whole union first so no uninitialised bytes cross into C.
-                value: {
-                    let mut v = ContextCustomValue { raw: [0; 2] };
-                    v.flag = true;
-                    v
-                },
-            });
-        }
-        Ok(customs)
-    }
-}
 
 pub(crate) struct ContextInner {
     pub(crate) backend: Arc<BackendInner>,
@@ -84,20 +49,12 @@ pub struct Context {
 }
 
 impl Context {
-    /// `contextCreate` on `backend`, optionally on a configured `device`.
+    /// `contextCreate` on `backend`, optionally on a `device`, with the context configs of the
+    /// backend's configuration.
     pub fn new(backend: &Backend, device: Option<&Device>) -> Result<Context> {
-        Context::with_options(backend, device, &ContextOptions::default())
-    }
-
-    /// `contextCreate` with context configs from `options` (HTP custom configs).
-    pub fn with_options(
-        backend: &Backend,
-        device: Option<&Device>,
-        options: &ContextOptions,
-    ) -> Result<Context> {
         let b = &backend.inner;
-        let mut customs = options.htp_configs(b.kind)?;
-        let configs = crate::api::CustomConfigs::new(&mut customs);
+        let mut customs = b.config.context_customs();
+        let configs = customs.list();
         let list_ptr = configs.as_ptr();
         let dev = device
             .map(|d| d.inner.handle)
@@ -108,7 +65,7 @@ impl Context {
         unsafe {
             qnn_call!(
                 b.api,
-                contextCreate(b.handle, dev, list_ptr, &mut handle); || format!("{options:?}")
+                contextCreate(b.handle, dev, list_ptr, &mut handle); || format!("{:?}", b.config)
             )
         }?;
         Ok(Context {
@@ -130,32 +87,12 @@ impl Context {
         device: Option<&Device>,
         bytes: &[u8],
     ) -> Result<Context> {
-        Context::load(backend, device, bytes, None, &ContextOptions::default())
-    }
-
-    /// [`Context::from_binary`] with context configs passed to `contextCreateFromBinary`.
-    pub fn from_binary_with_options(
-        backend: &Backend,
-        device: Option<&Device>,
-        bytes: &[u8],
-        options: &ContextOptions,
-    ) -> Result<Context> {
-        Context::load(backend, device, bytes, None, options)
+        Context::load(backend, device, bytes, None)
     }
 
     /// Memory-maps `path` and loads it like [`Context::from_binary`]; the context keeps the
     /// mapping.
     pub fn from_file(backend: &Backend, device: Option<&Device>, path: &Path) -> Result<Context> {
-        Context::from_file_with_options(backend, device, path, &ContextOptions::default())
-    }
-
-    /// [`Context::from_file`] with context configs passed to `contextCreateFromBinary`.
-    pub fn from_file_with_options(
-        backend: &Backend,
-        device: Option<&Device>,
-        path: &Path,
-        options: &ContextOptions,
-    ) -> Result<Context> {
         let file = std::fs::File::open(path).map_err(io(path))?;
         // SAFETY: the mapping is read-only and private. Truncating the file while it is mapped
         // would fault; cache files are replaced by rename, never rewritten in place.
@@ -167,7 +104,7 @@ impl Context {
         // SAFETY: `map` outlives this call (it is stored in the context on success, dropped on
         // failure after `load` returns).
         let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-        Context::load(backend, device, bytes, Some(map), options).map_err(|e| match e {
+        Context::load(backend, device, bytes, Some(map)).map_err(|e| match e {
             Error::Api(mut api) => {
                 let ctx = format!("{}", path.display());
                 api.context = Some(match api.context.take() {
@@ -185,7 +122,6 @@ impl Context {
         device: Option<&Device>,
         bytes: &[u8],
         map: Option<memmap2::Mmap>,
-        options: &ContextOptions,
     ) -> Result<Context> {
         if bytes.is_empty() {
             return Err(Error::InvalidArgument("context binary is empty".into()));
@@ -201,8 +137,8 @@ impl Context {
         if let Some(info) = &info {
             refuse_shared_weights_on_emulator(b.kind, info)?;
         }
-        let mut customs = options.htp_configs(b.kind)?;
-        let configs = crate::api::CustomConfigs::new(&mut customs);
+        let mut customs = b.config.context_customs();
+        let configs = customs.list();
         let list_ptr = configs.as_ptr();
         let dev = device
             .map(|d| d.inner.handle)
@@ -237,9 +173,10 @@ impl Context {
         self.inner.info.as_ref()
     }
 
-    /// Starts building a graph named `name` in this context (`graphCreate`).
-    pub fn build_graph(&self, name: &str, options: &GraphOptions) -> Result<GraphBuilder> {
-        GraphBuilder::new(self.inner.clone(), name, options)
+    /// Starts building a graph named `name` in this context (`graphCreate`, with the graph
+    /// configs of the backend's configuration).
+    pub fn build_graph(&self, name: &str) -> Result<GraphBuilder> {
+        GraphBuilder::new(self.inner.clone(), name)
     }
 
     /// `graphRetrieve`: a graph of a context loaded from a binary, with its I/O from the

@@ -1,46 +1,17 @@
-//! `Device`: a backend device handle, with the HTP SoC / arch configuration.
+//! `Device`: a backend device handle, configured from its backend's [`crate::BackendConfig`]
+//! (for the HTP: the SoC and arch).
 
 use std::sync::Arc;
 
-use qnn_sys::htp::{device_option, DeviceArch, DeviceCustomConfig, DeviceCustomValue};
 use qnn_sys::Handle;
 
 use crate::api::qnn_call;
-use crate::backend::{with_missing_device_files, Backend, BackendInner, BackendKind};
-use crate::error::{Error, Result};
-
-/// Device configuration. For HTP, `soc_model` selects the target SoC (`Qnn_SocModel_t`, for
-/// example 60 = SC8380XP, v73) and `arch` a minimum HTP architecture.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct DeviceOptions {
-    pub soc_model: Option<u32>,
-    pub arch: Option<u32>,
-}
-
-/// SoC 60 (SC8380XP, Snapdragon X Elite, HTP v73): the emulator's target on x86_64 hosts.
-pub const EMULATOR_DEFAULT_SOC: u32 = 60;
-
-impl DeviceOptions {
-    /// What to use when the caller does not say: on an x86_64 host (the HTP emulator) SoC 60,
-    /// so the emulator computes in fp16 like the NPU; without it the emulator picks a v68 part
-    /// and computes exact fp32, hiding precision bugs (docs/qnn-notes.md gotcha 2). On a device, the
-    /// device's own SoC.
-    pub fn host_default() -> DeviceOptions {
-        if cfg!(target_arch = "x86_64") {
-            DeviceOptions {
-                soc_model: Some(EMULATOR_DEFAULT_SOC),
-                arch: None,
-            }
-        } else {
-            DeviceOptions::default()
-        }
-    }
-}
+use crate::backend::{with_missing_device_files, Backend, BackendInner};
+use crate::error::Result;
 
 pub(crate) struct DeviceInner {
     pub(crate) backend: Arc<BackendInner>,
     pub(crate) handle: Handle,
-    pub(crate) options: DeviceOptions,
 }
 
 // SAFETY: opaque handle owned by this struct; see `BackendInner`.
@@ -64,37 +35,16 @@ pub struct Device {
 }
 
 impl Device {
-    /// `deviceCreate` with the given options.
-    pub fn new(backend: &Backend, options: &DeviceOptions) -> Result<Device> {
+    /// `deviceCreate` with the device configs of `backend`'s configuration.
+    pub fn new(backend: &Backend) -> Result<Device> {
         let b = &backend.inner;
-        let mut customs: Vec<DeviceCustomConfig> = Vec::new();
-        if b.kind == BackendKind::Htp {
-            if let Some(soc) = options.soc_model {
-                customs.push(DeviceCustomConfig {
-                    option: device_option::SOC,
-                    value: DeviceCustomValue { soc_model: soc },
-                });
-            }
-            if let Some(arch) = options.arch {
-                customs.push(DeviceCustomConfig {
-                    option: device_option::ARCH,
-                    value: DeviceCustomValue {
-                        arch: DeviceArch { device_id: 0, arch },
-                    },
-                });
-            }
-        } else if options.soc_model.is_some() || options.arch.is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "SoC model and HTP arch apply to the HTP backend, not {:?}",
-                b.kind
-            )));
-        }
-        let configs = crate::api::CustomConfigs::new(&mut customs);
+        let mut customs = b.config.device_customs();
+        let configs = customs.list();
         let list_ptr = configs.as_ptr();
         let mut handle: Handle = std::ptr::null_mut();
         // SAFETY: `list` is NULL-terminated and points at configs that live until after the call.
         unsafe {
-            qnn_call!(b.api, deviceCreate(b.log, list_ptr, &mut handle); || format!("{options:?}"))
+            qnn_call!(b.api, deviceCreate(b.log, list_ptr, &mut handle); || format!("{:?}", b.config))
         }
         .map_err(|e| {
             // The error (and the QNN log lines of the call) is complete: only now may more QNN
@@ -106,27 +56,21 @@ impl Device {
                         .find_map(|d| d.htp.map(|h| h.arch))
                         .filter(|&a| a > 0)
                 });
+                let htp = b.config.htp().map(|c| c.device).unwrap_or_default();
                 platform
                     .or_else(|| {
-                        options
-                            .soc_model
-                            .and_then(crate::soc::by_model)
-                            .map(|s| s.arch)
+                        htp.soc_model
+                            .and_then(qnnx_types::soc::by_model)
+                            .map(|s| s.arch.number())
                     })
-                    .or(options.arch)
+                    .or(htp.arch.map(|a| a.number()))
             })
         })?;
         Ok(Device {
             inner: Arc::new(DeviceInner {
                 backend: b.clone(),
                 handle,
-                options: *options,
             }),
         })
-    }
-
-    /// The options the device was created with.
-    pub fn options(&self) -> DeviceOptions {
-        self.inner.options
     }
 }

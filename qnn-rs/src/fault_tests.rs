@@ -12,8 +12,7 @@ use qnn_sys::{
 
 use crate::api::Api;
 use crate::{
-    Backend, BackendKind, Context, DataType, Device, DeviceOptions, Error, GraphOptions, Input,
-    LogLevel, Node, Output,
+    Backend, BackendConfig, Context, DType, Device, Error, HtpConfig, Input, LogLevel, Node, Output,
 };
 
 static REAL: OnceLock<CoreFunctions> = OnceLock::new();
@@ -96,21 +95,21 @@ fn faulty() -> Option<(Backend, Device)> {
     );
     let backend = Backend::from_api(
         Api::wrapping(lib, f),
-        BackendKind::Htp,
+        BackendConfig::Htp(HtpConfig::host_default()),
         path,
         name,
         version,
         LogLevel::Warn,
     )
     .unwrap();
-    let device = Device::new(&backend, &DeviceOptions::host_default()).unwrap();
+    let device = Device::new(&backend).unwrap();
     Some((backend, device))
 }
 
 fn relu_graph(ctx: &Context, name: &str) -> crate::Result<crate::Graph> {
-    let mut g = ctx.build_graph(name, &GraphOptions::default())?;
-    let x = g.input("x", DataType::F32, &[4])?;
-    let y = g.output("y", DataType::F32, &[4])?;
+    let mut g = ctx.build_graph(name)?;
+    let x = g.input("x", DType::F32, &[4])?;
+    let y = g.output("y", DType::F32, &[4])?;
     g.add_node(&Node::new("relu", "Relu").inputs(&[x]).outputs(&[y]))?;
     g.finalize()
 }

@@ -4,42 +4,18 @@ use std::collections::HashSet;
 use std::ffi::CString;
 use std::sync::{Arc, Mutex};
 
-use qnn_sys::htp::{
-    graph_option, optimization_type, GraphCustomConfig, GraphCustomValue, GraphOptimization,
-};
 use qnn_sys::Handle;
 
 use crate::api::qnn_call;
-use crate::backend::{Backend, BackendKind};
+use crate::backend::Backend;
 use crate::context::ContextInner;
 use crate::error::{Error, Result};
 use crate::tensor::{
-    check_buffer, DataType, Element, Input, Output, Quantization, RawTensor, TensorInfo, TensorKind,
+    check_buffer, DType, Element, Input, Output, Quantization, RawTensor, TensorInfo, TensorKind,
 };
 
 /// The op package of QNN's built-in ops.
 pub const DEFAULT_PACKAGE: &str = "qti.aisw";
-
-/// Float precision the HTP computes a float graph in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Precision {
-    Fp32,
-    Fp16,
-}
-
-/// Graph options applied at `graphCreate` (HTP custom configs; ignored on other backends).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct GraphOptions {
-    /// `QNN_HTP_GRAPH_CONFIG_OPTION_PRECISION`.
-    pub precision: Option<Precision>,
-    /// Finalize optimization level 1 to 3 (`FINALIZE_OPTIMIZATION_FLAG`): higher spends more
-    /// finalize time for a faster graph.
-    pub opt_level: Option<u8>,
-    /// `VTCM_SIZE_IN_MB`.
-    pub vtcm_mb: Option<u32>,
-    /// `NUM_HVX_THREADS`.
-    pub hvx_threads: Option<u64>,
-}
 
 /// A tensor of a graph under construction (an index into the builder).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,7 +65,7 @@ pub enum ParamValue {
     /// A static tensor parameter; registered with `tensorCreateGraphTensor` before the node is
     /// added, as QNN requires (docs/qnn-notes.md gotcha 6).
     Tensor {
-        dtype: DataType,
+        dtype: DType,
         dims: Vec<u32>,
         data: Vec<u8>,
     },
@@ -177,57 +153,12 @@ pub struct GraphBuilder {
 unsafe impl Send for GraphBuilder {}
 
 impl GraphBuilder {
-    pub(crate) fn new(
-        ctx: Arc<ContextInner>,
-        name: &str,
-        options: &GraphOptions,
-    ) -> Result<GraphBuilder> {
+    pub(crate) fn new(ctx: Arc<ContextInner>, name: &str) -> Result<GraphBuilder> {
         let b = &ctx.backend;
         let cname = CString::new(name)
             .map_err(|_| Error::InvalidArgument(format!("graph name {name:?} contains NUL")))?;
-        let mut customs: Vec<GraphCustomConfig> = Vec::new();
-        if b.kind == BackendKind::Htp {
-            let custom = |option, value| GraphCustomConfig { option, value };
-            if let Some(p) = options.precision {
-                let v = match p {
-                    Precision::Fp32 => qnn_sys::htp::precision::FLOAT32,
-                    Precision::Fp16 => qnn_sys::htp::precision::FLOAT16,
-                };
-                customs.push(custom(
-                    graph_option::PRECISION,
-                    value_u32(|u| u.precision = v),
-                ));
-            }
-            if let Some(level) = options.opt_level {
-                if !(1..=3).contains(&level) {
-                    return Err(Error::InvalidArgument(format!(
-                        "opt_level {level}: must be 1, 2 or 3"
-                    )));
-                }
-                customs.push(custom(
-                    graph_option::OPTIMIZATION,
-                    value_u32(|u| {
-                        u.optimization = GraphOptimization {
-                            option_type: optimization_type::FINALIZE_OPTIMIZATION_FLAG,
-                            float_value: level as f32,
-                        }
-                    }),
-                ));
-            }
-            if let Some(mb) = options.vtcm_mb {
-                customs.push(custom(
-                    graph_option::VTCM_SIZE_IN_MB,
-                    value_u32(|u| u.vtcm_size_in_mb = mb),
-                ));
-            }
-            if let Some(n) = options.hvx_threads {
-                customs.push(custom(
-                    graph_option::NUM_HVX_THREADS,
-                    value_u32(|u| u.num_hvx_threads = n),
-                ));
-            }
-        }
-        let configs = crate::api::CustomConfigs::new(&mut customs);
+        let mut customs = b.config.graph_customs()?;
+        let configs = customs.list();
         let list_ptr = configs.as_ptr();
         let mut handle: Handle = std::ptr::null_mut();
         let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -255,7 +186,7 @@ impl GraphBuilder {
     }
 
     /// A graph input (`APP_WRITE`).
-    pub fn input(&mut self, name: &str, dtype: DataType, dims: &[u32]) -> Result<TensorRef> {
+    pub fn input(&mut self, name: &str, dtype: DType, dims: &[u32]) -> Result<TensorRef> {
         self.tensor(
             name,
             TensorKind::Input,
@@ -267,7 +198,7 @@ impl GraphBuilder {
     }
 
     /// A graph output (`APP_READ`).
-    pub fn output(&mut self, name: &str, dtype: DataType, dims: &[u32]) -> Result<TensorRef> {
+    pub fn output(&mut self, name: &str, dtype: DType, dims: &[u32]) -> Result<TensorRef> {
         self.tensor(
             name,
             TensorKind::Output,
@@ -279,7 +210,7 @@ impl GraphBuilder {
     }
 
     /// An intermediate tensor (`NATIVE`).
-    pub fn native(&mut self, name: &str, dtype: DataType, dims: &[u32]) -> Result<TensorRef> {
+    pub fn native(&mut self, name: &str, dtype: DType, dims: &[u32]) -> Result<TensorRef> {
         self.tensor(
             name,
             TensorKind::Native,
@@ -314,7 +245,7 @@ impl GraphBuilder {
         &mut self,
         name: &str,
         kind: TensorKind,
-        dtype: DataType,
+        dtype: DType,
         dims: &[u32],
         quantization: Quantization,
         data: Option<&[u8]>,
@@ -524,12 +455,6 @@ impl GraphBuilder {
             pick(&self.outputs),
         )
     }
-}
-
-fn value_u32(set: impl FnOnce(&mut GraphCustomValue)) -> GraphCustomValue {
-    let mut v = GraphCustomValue { raw: [0; 6] };
-    set(&mut v);
-    v
 }
 
 fn zeroed_param_value(set: impl FnOnce(&mut qnn_sys::ParamValue)) -> qnn_sys::ParamValue {

@@ -2,14 +2,15 @@
 //! run time.
 //!
 //! ```no_run
-//! use qnn::{Backend, BackendKind, Context, DataType, Device, DeviceOptions, GraphOptions, Input, Node, Output};
+//! use qnn::{Backend, BackendOptions, Context, DType, Device, HtpConfig, Input, Node, Output};
 //! # fn main() -> qnn::Result<()> {
-//! let backend = Backend::new(BackendKind::Htp)?;
-//! let device = Device::new(&backend, &DeviceOptions::host_default())?;
+//! // SoC 60 on x86_64 (the emulator computes in fp16 like the NPU), the device's own SoC elsewhere.
+//! let backend = Backend::open(HtpConfig::host_default(), &BackendOptions::default())?;
+//! let device = Device::new(&backend)?;
 //! let ctx = Context::new(&backend, Some(&device))?;
-//! let mut g = ctx.build_graph("relu", &GraphOptions::default())?;
-//! let x = g.input("x", DataType::F32, &[1, 4])?;
-//! let y = g.output("y", DataType::F32, &[1, 4])?;
+//! let mut g = ctx.build_graph("relu")?;
+//! let x = g.input("x", DType::F32, &[1, 4])?;
+//! let y = g.output("y", DType::F32, &[1, 4])?;
 //! g.add_node(&Node::new("relu", "Relu").inputs(&[x]).outputs(&[y]))?;
 //! let graph = g.finalize()?;
 //! let mut out = vec![0f32; 4];
@@ -27,13 +28,12 @@
 
 mod api;
 mod backend;
-pub mod cache;
+mod config;
 mod context;
 mod device;
 mod error;
 mod graph;
 pub mod log;
-pub mod soc;
 mod system;
 mod tensor;
 
@@ -43,17 +43,20 @@ mod fault_tests;
 pub use backend::{
     probe, Backend, BackendKind, BackendOptions, HardwareDevice, HtpDeviceInfo, OperationName,
 };
-pub use context::{write_atomic, Context, ContextOptions};
-pub use device::{Device, DeviceOptions, EMULATOR_DEFAULT_SOC};
-pub use error::{ApiError, Error, LoadError, Result};
-pub use graph::{
-    Graph, GraphBuilder, GraphOptions, Node, ParamValue, Precision, Scalar, TensorRef,
-    DEFAULT_PACKAGE,
+pub use config::{
+    BackendConfig, GpuConfig, HtpConfig, HtpContextConfig, HtpDeviceConfig, HtpGraphConfig,
+    Precision,
 };
+pub use context::{write_atomic, Context};
+pub use device::Device;
+pub use error::{ApiError, Error, LoadError, Result};
+pub use graph::{Graph, GraphBuilder, Node, ParamValue, Scalar, TensorRef, DEFAULT_PACKAGE};
 pub use log::LogLevel;
+pub use qnnx_types::{soc, DType, HtpArch};
 pub use system::{binary_info, BinaryInfo, GraphInfo, HtpGraphInfo};
 pub use tensor::{
-    first_nan, DataType, Element, Input, Output, Quantization, TensorInfo, TensorKind,
+    first_nan, from_qnn_data_type, qnn_data_type, Element, Input, Output, Quantization, TensorInfo,
+    TensorKind,
 };
 
 pub use half::f16;

@@ -7,107 +7,53 @@ use qnn_sys::consts::{data_type as dt, tensor_type as tt};
 
 use crate::error::{Error, Result};
 
-/// `Qnn_DataType_t` values this crate builds tensors of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DataType {
-    F32,
-    F16,
-    I8,
-    U8,
-    I16,
-    U16,
-    I32,
-    U32,
-    I64,
-    U64,
-    /// `QNN_DATATYPE_BOOL_8`: one byte per element, 0 or 1.
-    Bool,
-    /// `UFIXED_POINT_8`: quantized, needs [`Quantization`].
-    QU8,
-    /// `SFIXED_POINT_8`.
-    QI8,
-    /// `UFIXED_POINT_16`.
-    QU16,
-    /// `SFIXED_POINT_16`.
-    QI16,
-    /// `SFIXED_POINT_32` (quantized bias).
-    QI32,
+pub use qnnx_types::DType;
+
+/// The `Qnn_DataType_t` of a tensor of element type `dtype`: the fixed-point type of that width
+/// and signedness when `quantized` (`UFIXED_POINT_8` for a quantized u8), the plain type
+/// otherwise. `None` for combinations QNN has no type for (quantized floats or bools, bf16).
+pub fn qnn_data_type(dtype: DType, quantized: bool) -> Option<u32> {
+    Some(match (dtype, quantized) {
+        (DType::F32, false) => dt::FLOAT_32,
+        (DType::F16, false) => dt::FLOAT_16,
+        (DType::F64, false) => dt::FLOAT_64,
+        (DType::I8, false) => dt::INT_8,
+        (DType::U8, false) => dt::UINT_8,
+        (DType::I16, false) => dt::INT_16,
+        (DType::U16, false) => dt::UINT_16,
+        (DType::I32, false) => dt::INT_32,
+        (DType::U32, false) => dt::UINT_32,
+        (DType::I64, false) => dt::INT_64,
+        (DType::U64, false) => dt::UINT_64,
+        (DType::Bool, false) => dt::BOOL_8,
+        (DType::I8, true) => dt::SFIXED_POINT_8,
+        (DType::U8, true) => dt::UFIXED_POINT_8,
+        (DType::I16, true) => dt::SFIXED_POINT_16,
+        (DType::U16, true) => dt::UFIXED_POINT_16,
+        (DType::I32, true) => dt::SFIXED_POINT_32,
+        (DType::U32, true) => dt::UFIXED_POINT_32,
+        (DType::BF16, _)
+        | (DType::F32 | DType::F16 | DType::F64 | DType::Bool, true)
+        | (DType::I64 | DType::U64, true) => return None,
+    })
 }
 
-impl DataType {
-    /// The raw `Qnn_DataType_t`.
-    pub fn raw(self) -> u32 {
-        match self {
-            DataType::F32 => dt::FLOAT_32,
-            DataType::F16 => dt::FLOAT_16,
-            DataType::I8 => dt::INT_8,
-            DataType::U8 => dt::UINT_8,
-            DataType::I16 => dt::INT_16,
-            DataType::U16 => dt::UINT_16,
-            DataType::I32 => dt::INT_32,
-            DataType::U32 => dt::UINT_32,
-            DataType::I64 => dt::INT_64,
-            DataType::U64 => dt::UINT_64,
-            DataType::Bool => dt::BOOL_8,
-            DataType::QU8 => dt::UFIXED_POINT_8,
-            DataType::QI8 => dt::SFIXED_POINT_8,
-            DataType::QU16 => dt::UFIXED_POINT_16,
-            DataType::QI16 => dt::SFIXED_POINT_16,
-            DataType::QI32 => dt::SFIXED_POINT_32,
-        }
-    }
-
-    /// Every data type this crate knows.
-    pub const ALL: [DataType; 16] = [
-        DataType::F32,
-        DataType::F16,
-        DataType::I8,
-        DataType::U8,
-        DataType::I16,
-        DataType::U16,
-        DataType::I32,
-        DataType::U32,
-        DataType::I64,
-        DataType::U64,
-        DataType::Bool,
-        DataType::QU8,
-        DataType::QI8,
-        DataType::QU16,
-        DataType::QI16,
-        DataType::QI32,
-    ];
-
-    /// The data type of a raw `Qnn_DataType_t`, if this crate knows it.
-    pub fn from_raw(raw: u32) -> Option<DataType> {
-        DataType::ALL.into_iter().find(|d| d.raw() == raw)
-    }
-
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            DataType::I8 | DataType::U8 | DataType::Bool | DataType::QU8 | DataType::QI8 => 1,
-            DataType::F16 | DataType::I16 | DataType::U16 | DataType::QU16 | DataType::QI16 => 2,
-            DataType::F32 | DataType::I32 | DataType::U32 | DataType::QI32 => 4,
-            DataType::I64 | DataType::U64 => 8,
-        }
-    }
-
-    /// Whether the type needs quantization parameters.
-    pub fn is_quantized(self) -> bool {
-        matches!(
-            self,
-            DataType::QU8 | DataType::QI8 | DataType::QU16 | DataType::QI16 | DataType::QI32
-        )
-    }
+/// The element type of a raw `Qnn_DataType_t` and whether it is fixed-point; `None` for codes
+/// this crate does not know (4-bit, strings).
+pub fn from_qnn_data_type(raw: u32) -> Option<(DType, bool)> {
+    DType::ALL
+        .into_iter()
+        .flat_map(|d| [(d, false), (d, true)])
+        .find(|&(d, q)| qnn_data_type(d, q) == Some(raw))
 }
 
-/// Rust element types that map to a QNN data type.
+/// Rust element types of host buffers.
 pub trait Element: Copy + 'static {
-    const DTYPE: DataType;
+    const DTYPE: DType;
 }
 
 macro_rules! element {
-    ($($t:ty => $d:ident),*) => { $(impl Element for $t { const DTYPE: DataType = DataType::$d; })* };
+    ($($t:ty => $d:ident),*) => { $(impl Element for $t { const DTYPE: DType = DType::$d; })* };
 }
 element!(f32 => F32, f16 => F16, i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32, u32 => U32, i64 => I64, u64 => U64);
 
@@ -158,6 +104,16 @@ pub enum Quantization {
         axis: i32,
         scale_offsets: Vec<(f32, i32)>,
     },
+    /// A fixed-point tensor read from a context binary whose encoding this crate does not parse
+    /// (`Qnn_QuantizationEncoding_t`, such as block encodings): its data is still fixed-point.
+    Unparsed { encoding: u32 },
+}
+
+impl Quantization {
+    /// Whether the tensor is fixed-point (has an encoding).
+    pub fn is_quantized(&self) -> bool {
+        !matches!(self, Quantization::None)
+    }
 }
 
 /// A tensor of a graph, as created or as read back from a context binary.
@@ -167,7 +123,7 @@ pub struct TensorInfo {
     pub id: u32,
     pub name: String,
     pub kind: TensorKind,
-    pub dtype: DataType,
+    pub dtype: DType,
     pub dims: Vec<u32>,
     pub quantization: Quantization,
 }
@@ -181,6 +137,22 @@ impl TensorInfo {
     /// Size of the tensor's data in bytes.
     pub fn num_bytes(&self) -> usize {
         self.num_elements() * self.dtype.size()
+    }
+
+    /// Its `Qnn_DataType_t` ([`qnn_data_type`]).
+    pub fn qnn_data_type(&self) -> Result<u32> {
+        qnn_data_type(self.dtype, self.quantization.is_quantized()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "tensor {:?}: QNN has no {}{} type",
+                self.name,
+                if self.quantization.is_quantized() {
+                    "quantized "
+                } else {
+                    ""
+                },
+                self.dtype
+            ))
+        })
     }
 }
 
@@ -199,13 +171,14 @@ impl RawTensor {
             Error::InvalidArgument(format!("tensor name {:?} contains NUL", info.name))
         })?;
         let mut dims: Box<[u32]> = info.dims.clone().into_boxed_slice();
-        let (quantize_params, mut scale_offsets) = quantize_params(&info.quantization, info.dtype)?;
+        let data_type = info.qnn_data_type()?;
+        let (quantize_params, mut scale_offsets) = quantize_params(&info.quantization)?;
         let mut raw = qnn_sys::TensorV2 {
             id: info.id,
             name: name.as_ptr(),
             tensor_type: info.kind.raw(),
             data_format: qnn_sys::consts::DATA_FORMAT_DENSE,
-            data_type: info.dtype.raw(),
+            data_type,
             quantize_params,
             rank: dims.len() as u32,
             dimensions: dims.as_mut_ptr(),
@@ -260,28 +233,27 @@ impl RawTensor {
 
 fn quantize_params(
     q: &Quantization,
-    dtype: DataType,
 ) -> Result<(qnn_sys::QuantizeParams, Box<[qnn_sys::ScaleOffset]>)> {
     use qnn_sys::consts::*;
-    match (q, dtype.is_quantized()) {
-        (Quantization::None, false) => Ok((qnn_sys::QuantizeParams::UNDEFINED, Box::new([]))),
-        (Quantization::None, true) => {
-            Err(Error::InvalidArgument(format!("{dtype:?} tensors need quantization parameters")))
-        }
-        (_, false) => Err(Error::InvalidArgument(format!(
-            "{dtype:?} is not a fixed-point type; quantization parameters need QU8/QI8/QU16/QI16/QI32"
-        ))),
-        (Quantization::ScaleOffset { scale, offset }, true) => Ok((
+    match q {
+        Quantization::None => Ok((qnn_sys::QuantizeParams::UNDEFINED, Box::new([]))),
+        Quantization::ScaleOffset { scale, offset } => Ok((
             qnn_sys::QuantizeParams {
                 encoding_definition: DEFINITION_DEFINED,
                 quantization_encoding: QUANTIZATION_ENCODING_SCALE_OFFSET,
                 encoding: qnn_sys::QuantizeEncoding {
-                    scale_offset: qnn_sys::ScaleOffset { scale: *scale, offset: *offset },
+                    scale_offset: qnn_sys::ScaleOffset {
+                        scale: *scale,
+                        offset: *offset,
+                    },
                 },
             },
             Box::new([]),
         )),
-        (Quantization::PerAxis { axis, scale_offsets }, true) => {
+        Quantization::PerAxis {
+            axis,
+            scale_offsets,
+        } => {
             let list: Box<[qnn_sys::ScaleOffset]> = scale_offsets
                 .iter()
                 .map(|&(scale, offset)| qnn_sys::ScaleOffset { scale, offset })
@@ -301,6 +273,9 @@ fn quantize_params(
                 list,
             ))
         }
+        Quantization::Unparsed { encoding } => Err(Error::InvalidArgument(format!(
+            "quantization encoding {encoding} cannot be built by this crate"
+        ))),
     }
 }
 
@@ -313,7 +288,7 @@ pub(crate) unsafe fn info_from_raw(t: &qnn_sys::Tensor) -> Result<TensorInfo> {
     // SAFETY: v1 is a prefix of v2, so reading v1 is valid for both versions.
     let v = unsafe { t.v.v1 };
     let name = crate::api::owned_str(v.name);
-    let dtype = DataType::from_raw(v.data_type).ok_or_else(|| {
+    let (dtype, fixed_point) = from_qnn_data_type(v.data_type).ok_or_else(|| {
         Error::InvalidArgument(format!(
             "tensor {name:?} has unsupported data type {:#x}",
             v.data_type
@@ -326,17 +301,31 @@ pub(crate) unsafe fn info_from_raw(t: &qnn_sys::Tensor) -> Result<TensorInfo> {
         unsafe { std::slice::from_raw_parts(v.dimensions, v.rank as usize) }.to_vec()
     };
     let q = v.quantize_params;
-    let quantization = if q.encoding_definition == qnn_sys::consts::DEFINITION_DEFINED
-        && q.quantization_encoding == qnn_sys::consts::QUANTIZATION_ENCODING_SCALE_OFFSET
-    {
-        // SAFETY: the encoding tag says which union member is live.
-        let so = unsafe { q.encoding.scale_offset };
-        Quantization::ScaleOffset {
-            scale: so.scale,
-            offset: so.offset,
+    let quantization = match q.quantization_encoding {
+        _ if !fixed_point => Quantization::None,
+        qnn_sys::consts::QUANTIZATION_ENCODING_SCALE_OFFSET => {
+            // SAFETY: the encoding tag says which union member is live.
+            let so = unsafe { q.encoding.scale_offset };
+            Quantization::ScaleOffset {
+                scale: so.scale,
+                offset: so.offset,
+            }
         }
-    } else {
-        Quantization::None
+        qnn_sys::consts::QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET => {
+            // SAFETY: as above.
+            let a = unsafe { q.encoding.axis_scale_offset };
+            let list = if a.scale_offset.is_null() {
+                &[][..]
+            } else {
+                // SAFETY: QNN gives `num_scale_offsets` entries.
+                unsafe { std::slice::from_raw_parts(a.scale_offset, a.num_scale_offsets as usize) }
+            };
+            Quantization::PerAxis {
+                axis: a.axis,
+                scale_offsets: list.iter().map(|so| (so.scale, so.offset)).collect(),
+            }
+        }
+        encoding => Quantization::Unparsed { encoding },
     };
     Ok(TensorInfo {
         id: v.id,
@@ -351,14 +340,14 @@ pub(crate) unsafe fn info_from_raw(t: &qnn_sys::Tensor) -> Result<TensorInfo> {
 /// A host buffer read by `Graph::execute`.
 #[derive(Debug, Clone, Copy)]
 pub struct Input<'a> {
-    pub(crate) dtype: DataType,
+    pub(crate) dtype: DType,
     pub(crate) bytes: &'a [u8],
 }
 
 /// A host buffer written by `Graph::execute`.
 #[derive(Debug)]
 pub struct Output<'a> {
-    pub(crate) dtype: DataType,
+    pub(crate) dtype: DType,
     pub(crate) bytes: &'a mut [u8],
 }
 
@@ -381,7 +370,7 @@ impl<'a> Input<'a> {
         }
     }
     /// Raw bytes of a given type (bool tensors: one byte per element, 0 or 1).
-    pub fn from_bytes(dtype: DataType, bytes: &'a [u8]) -> Input<'a> {
+    pub fn from_bytes(dtype: DType, bytes: &'a [u8]) -> Input<'a> {
         Input { dtype, bytes }
     }
 }
@@ -395,7 +384,7 @@ impl<'a> Output<'a> {
         }
     }
     /// Raw bytes of a given type.
-    pub fn from_bytes(dtype: DataType, bytes: &'a mut [u8]) -> Output<'a> {
+    pub fn from_bytes(dtype: DType, bytes: &'a mut [u8]) -> Output<'a> {
         Output { dtype, bytes }
     }
 }
@@ -431,13 +420,13 @@ impl<'a, T: Element> From<&'a mut Vec<T>> for Output<'a> {
 /// refuse NaN inputs rather than return a silently different answer. Infinities are not
 /// refused: they saturate to the fp16 range like any large value, which is what masks with
 /// -inf rely on.
-pub fn first_nan(dtype: DataType, bytes: &[u8]) -> Option<usize> {
+pub fn first_nan(dtype: DType, bytes: &[u8]) -> Option<usize> {
     match dtype {
-        DataType::F32 => bytes
+        DType::F32 => bytes
             .chunks_exact(4)
             .position(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_nan()),
         // An f16 NaN has all exponent bits set and a non-zero mantissa.
-        DataType::F16 => bytes.chunks_exact(2).position(|c| {
+        DType::F16 => bytes.chunks_exact(2).position(|c| {
             let v = u16::from_le_bytes([c[0], c[1]]);
             v & 0x7C00 == 0x7C00 && v & 0x03FF != 0
         }),
@@ -448,22 +437,17 @@ pub fn first_nan(dtype: DataType, bytes: &[u8]) -> Option<usize> {
 /// Checks one buffer against its tensor: same dtype (QNN does not check it) and exactly the
 /// tensor's byte size (QNN neither checks nor honours `dataSize`, and writes past short output
 /// buffers: docs/qnn-notes.md gotcha 8).
-pub(crate) fn check_buffer(
-    info: &TensorInfo,
-    dtype: DataType,
-    len: usize,
-    what: &str,
-) -> Result<()> {
+pub(crate) fn check_buffer(info: &TensorInfo, dtype: DType, len: usize, what: &str) -> Result<()> {
     if dtype != info.dtype {
         return Err(Error::InvalidArgument(format!(
-            "{what} {:?}: buffer is {dtype:?} but the tensor is {:?}",
+            "{what} {:?}: buffer is {dtype} but the tensor is {}",
             info.name, info.dtype
         )));
     }
     let want = info.num_bytes();
     if len != want {
         return Err(Error::InvalidArgument(format!(
-            "{what} {:?}: buffer has {len} bytes but the tensor {:?} {:?} needs {want}",
+            "{what} {:?}: buffer has {len} bytes but the tensor {} {:?} needs {want}",
             info.name, info.dtype, info.dims
         )));
     }
@@ -474,7 +458,7 @@ pub(crate) fn check_buffer(
 mod tests {
     use super::*;
 
-    fn info(dtype: DataType, dims: &[u32]) -> TensorInfo {
+    fn info(dtype: DType, dims: &[u32]) -> TensorInfo {
         TensorInfo {
             id: 1,
             name: "x".into(),
@@ -487,32 +471,37 @@ mod tests {
 
     #[test]
     fn raw_codes_round_trip() {
-        for d in [
-            DataType::F32,
-            DataType::F16,
-            DataType::Bool,
-            DataType::QU8,
-            DataType::I64,
+        for (d, q) in [
+            (DType::F32, false),
+            (DType::F16, false),
+            (DType::Bool, false),
+            (DType::U8, true),
+            (DType::I32, true),
+            (DType::I64, false),
         ] {
-            assert_eq!(DataType::from_raw(d.raw()), Some(d));
+            let raw = qnn_data_type(d, q).unwrap();
+            assert_eq!(from_qnn_data_type(raw), Some((d, q)));
         }
-        assert_eq!(DataType::F16.raw(), 0x0216);
-        assert_eq!(DataType::from_raw(0x1234), None);
+        assert_eq!(qnn_data_type(DType::F16, false), Some(0x0216));
+        assert_eq!(qnn_data_type(DType::U8, true), Some(0x0408));
+        assert_eq!(qnn_data_type(DType::F32, true), None);
+        assert_eq!(qnn_data_type(DType::BF16, false), None);
+        assert_eq!(from_qnn_data_type(0x1234), None);
     }
 
     #[test]
     fn buffer_size_and_dtype_are_checked() {
-        let t = info(DataType::F32, &[1, 4, 4, 8]);
-        assert!(check_buffer(&t, DataType::F32, 512, "input").is_ok());
-        let short = check_buffer(&t, DataType::F32, 256, "input")
+        let t = info(DType::F32, &[1, 4, 4, 8]);
+        assert!(check_buffer(&t, DType::F32, 512, "input").is_ok());
+        let short = check_buffer(&t, DType::F32, 256, "input")
             .unwrap_err()
             .to_string();
         assert!(
             short.contains("256 bytes") && short.contains("needs 512"),
             "{short}"
         );
-        assert!(check_buffer(&t, DataType::F16, 512, "input").is_err());
-        assert!(check_buffer(&t, DataType::F32, 516, "input").is_err());
+        assert!(check_buffer(&t, DType::F16, 512, "input").is_err());
+        assert!(check_buffer(&t, DType::F32, 516, "input").is_err());
     }
 
     #[test]
@@ -521,23 +510,23 @@ mod tests {
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
-        assert_eq!(first_nan(DataType::F32, &f), Some(2));
+        assert_eq!(first_nan(DType::F32, &f), Some(2));
         let h: Vec<u8> = [f16::ONE, f16::NEG_INFINITY, f16::NAN]
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
-        assert_eq!(first_nan(DataType::F16, &h), Some(2));
+        assert_eq!(first_nan(DType::F16, &h), Some(2));
         let ok: Vec<u8> = [f16::MAX, f16::INFINITY]
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
-        assert_eq!(first_nan(DataType::F16, &ok), None);
-        assert_eq!(first_nan(DataType::I32, &[0xFF; 8]), None);
+        assert_eq!(first_nan(DType::F16, &ok), None);
+        assert_eq!(first_nan(DType::I32, &[0xFF; 8]), None);
     }
 
     #[test]
     fn raw_tensor_points_at_owned_memory() {
-        let mut t = info(DataType::F32, &[2, 3]);
+        let mut t = info(DType::F32, &[2, 3]);
         t.kind = TensorKind::Static;
         let data = [0u8; 24];
         let raw = RawTensor::new(&t, Some(&data)).unwrap();
@@ -555,15 +544,18 @@ mod tests {
     }
 
     #[test]
-    fn quantized_types_need_parameters() {
-        let t = info(DataType::QU8, &[4]);
-        assert!(RawTensor::new(&t, None).is_err());
-        let mut t = t;
+    fn quantized_tensors_carry_their_encoding() {
+        let mut t = info(DType::U8, &[4]);
         t.quantization = Quantization::PerAxis {
             axis: 0,
             scale_offsets: vec![(0.5, -3); 4],
         };
         let raw = RawTensor::new(&t, None).unwrap();
+        // SAFETY: we built v2.
+        assert_eq!(
+            unsafe { raw.raw().v.v2.data_type },
+            qnn_sys::consts::data_type::UFIXED_POINT_8
+        );
         // SAFETY: per-axis encoding was written above.
         let enc = unsafe { raw.raw().v.v2.quantize_params.encoding.axis_scale_offset };
         assert_eq!(enc.num_scale_offsets, 4);

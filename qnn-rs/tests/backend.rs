@@ -9,7 +9,7 @@ use qnn::{Backend, BackendKind, BackendOptions, Error, LoadError};
 
 fn open(path: &Path) -> Result<Backend, Error> {
     Backend::open(
-        BackendKind::Htp,
+        qnn::BackendConfig::default_for(BackendKind::Htp),
         &BackendOptions {
             library: Some(path.into()),
             log_level: None,

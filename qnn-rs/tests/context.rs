@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{context, htp, values};
-use qnn::{Context, DataType, GraphOptions, Input, Node, Output, Precision};
+use qnn::{
+    Context, DType, HtpConfig, HtpContextConfig, HtpGraphConfig, Input, Node, Output, Precision,
+};
 
 const K: usize = 16;
 const N: usize = 8;
@@ -22,17 +24,19 @@ fn weights() -> (Vec<f32>, Vec<f32>, Vec<f32>) {
 
 /// Builds `fc` (FullyConnected, fp16 compute) and returns the context binary and its output.
 fn build_fc() -> Option<(Vec<u8>, Vec<f32>)> {
-    let (_b, _d, ctx) = context()?;
+    let (_b, _d, ctx) = common::context_with(HtpConfig {
+        graph: HtpGraphConfig {
+            precision: Some(Precision::Fp16),
+            ..Default::default()
+        },
+        ..HtpConfig::host_default()
+    })?;
     let (x, w, b) = weights();
-    let opts = GraphOptions {
-        precision: Some(Precision::Fp16),
-        ..Default::default()
-    };
-    let mut g = ctx.build_graph("fc", &opts).unwrap();
-    let xi = g.input("input", DataType::F32, &[1, K as u32]).unwrap();
+    let mut g = ctx.build_graph("fc").unwrap();
+    let xi = g.input("input", DType::F32, &[1, K as u32]).unwrap();
     let wi = g.constant("w", &[N as u32, K as u32], &w).unwrap();
     let bi = g.constant("b", &[N as u32], &b).unwrap();
-    let y = g.output("output", DataType::F32, &[1, N as u32]).unwrap();
+    let y = g.output("output", DType::F32, &[1, N as u32]).unwrap();
     g.add_node(
         &Node::new("fc", "FullyConnected")
             .inputs(&[xi, wi, bi])
@@ -66,7 +70,7 @@ fn binary_info_describes_graphs_and_io() {
     assert_eq!(g.inputs.len(), 1);
     assert_eq!(
         (g.inputs[0].name.as_str(), g.inputs[0].dtype),
-        ("input", DataType::F32)
+        ("input", DType::F32)
     );
     assert_eq!(g.inputs[0].dims, vec![1, K as u32]);
     assert_eq!(
@@ -180,9 +184,9 @@ fn unfinalized_graph_blocks_serialization() {
     let Some((_b, _d, ctx)) = context() else {
         return;
     };
-    let mut g = ctx.build_graph("open", &GraphOptions::default()).unwrap();
-    let x = g.input("x", DataType::F32, &[4]).unwrap();
-    let y = g.output("y", DataType::F32, &[4]).unwrap();
+    let mut g = ctx.build_graph("open").unwrap();
+    let x = g.input("x", DType::F32, &[4]).unwrap();
+    let y = g.output("y", DType::F32, &[4]).unwrap();
     g.add_node(&Node::new("relu", "Relu").inputs(&[x]).outputs(&[y]))
         .unwrap();
     let err = ctx.to_binary().unwrap_err();
@@ -195,18 +199,17 @@ const WLAYERS: usize = 2;
 /// A stack of `WLAYERS` FullyConnected layers (`WK` x `WK`) taking `[rows, WK]`, named `name`
 /// in `ctx`. Weight tensors are named with `prefix`; their values come from `seed`.
 fn fc_stack(ctx: &Context, name: &str, rows: u32, prefix: &str, seed: u32) -> qnn::Graph {
-    let mut g = ctx.build_graph(name, &GraphOptions::default()).unwrap();
-    let mut x = g.input("x", DataType::F32, &[rows, WK]).unwrap();
+    let mut g = ctx.build_graph(name).unwrap();
+    let mut x = g.input("x", DType::F32, &[rows, WK]).unwrap();
     for l in 0..WLAYERS {
         let w = values(seed + l as u32, (WK * WK) as usize, 0.06);
         let b = values(seed + 100 + l as u32, WK as usize, 0.1);
         let wi = g.constant(&format!("{prefix}w{l}"), &[WK, WK], &w).unwrap();
         let bi = g.constant(&format!("{prefix}b{l}"), &[WK], &b).unwrap();
         let y = if l + 1 == WLAYERS {
-            g.output("y", DataType::F32, &[rows, WK]).unwrap()
+            g.output("y", DType::F32, &[rows, WK]).unwrap()
         } else {
-            g.native(&format!("h{l}"), DataType::F32, &[rows, WK])
-                .unwrap()
+            g.native(&format!("h{l}"), DType::F32, &[rows, WK]).unwrap()
         };
         g.add_node(
             &Node::new(format!("fc{l}"), "FullyConnected")
@@ -228,12 +231,20 @@ fn run_stack(g: &qnn::Graph) -> Vec<f32> {
     out
 }
 
+/// The HTP backend with its contexts created with (or without) weight sharing.
+fn shared_htp(weight_sharing: bool) -> Option<(qnn::Backend, qnn::Device)> {
+    common::htp_with(HtpConfig {
+        context: HtpContextConfig { weight_sharing },
+        ..HtpConfig::host_default()
+    })
+}
+
 /// A "prefill" (32 rows) and a "decode" (1 row) stack in one context; the decode graph's
 /// weights have their own names (`d_`) and values from `decode_seed`. Returns the binary and
 /// both outputs.
 fn pair(weight_sharing: bool, decode_seed: u32) -> Option<(Vec<u8>, Vec<f32>, Vec<f32>)> {
-    let (b, d) = htp()?;
-    let ctx = Context::with_options(&b, Some(&d), &qnn::ContextOptions { weight_sharing }).unwrap();
+    let (b, d) = shared_htp(weight_sharing)?;
+    let ctx = Context::new(&b, Some(&d)).unwrap();
     let prefill = fc_stack(&ctx, "prefill", 32, "", 1);
     let decode = fc_stack(&ctx, "decode", 1, "d_", decode_seed);
     let (p, dd) = (run_stack(&prefill), run_stack(&decode));
@@ -288,15 +299,10 @@ fn weight_sharing_stores_equal_weights_once() {
 /// its own weights.
 #[test]
 fn weight_sharing_keeps_different_weights_apart() {
-    let Some((b, d)) = htp() else { return };
-    let ctx = Context::with_options(
-        &b,
-        Some(&d),
-        &qnn::ContextOptions {
-            weight_sharing: true,
-        },
-    )
-    .unwrap();
+    let Some((b, d)) = shared_htp(true) else {
+        return;
+    };
+    let ctx = Context::new(&b, Some(&d)).unwrap();
     let prefill = fc_stack(&ctx, "prefill", 32, "", 1);
     let decode = fc_stack(&ctx, "decode", 1, "", 50);
     let shared = ctx.to_binary().unwrap();

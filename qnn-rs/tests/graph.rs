@@ -2,15 +2,22 @@
 
 mod common;
 
-use common::{assert_fp16_close, context, values};
-use qnn::{DataType, GraphOptions, Input, Node, Output, Precision, Scalar};
+use common::{assert_fp16_close, context_with, values};
+use qnn::{
+    Backend, Context, DType, Device, HtpConfig, HtpGraphConfig, Input, Node, Output, Precision,
+    Scalar,
+};
 
-fn options() -> GraphOptions {
-    GraphOptions {
-        precision: Some(Precision::Fp16),
-        opt_level: Some(2),
-        ..Default::default()
-    }
+/// A context on SoC 60 whose graphs compute in fp16 at optimization level 2.
+fn context() -> Option<(Backend, Device, Context)> {
+    context_with(HtpConfig {
+        graph: HtpGraphConfig {
+            precision: Some(Precision::Fp16),
+            opt_level: Some(2),
+            ..Default::default()
+        },
+        ..HtpConfig::host_default()
+    })
 }
 
 #[test]
@@ -22,12 +29,12 @@ fn fully_connected_relu() {
     let x = values(1, k, 1.0);
     let w = values(2, n * k, 0.5);
     let bias = values(3, n, 0.1);
-    let mut g = ctx.build_graph("mlp", &options()).unwrap();
-    let xi = g.input("x", DataType::F32, &[1, k as u32]).unwrap();
+    let mut g = ctx.build_graph("mlp").unwrap();
+    let xi = g.input("x", DType::F32, &[1, k as u32]).unwrap();
     let wi = g.constant("w", &[n as u32, k as u32], &w).unwrap();
     let bi = g.constant("b", &[n as u32], &bias).unwrap();
-    let h = g.native("h", DataType::F32, &[1, n as u32]).unwrap();
-    let y = g.output("y", DataType::F32, &[1, n as u32]).unwrap();
+    let h = g.native("h", DType::F32, &[1, n as u32]).unwrap();
+    let y = g.output("y", DType::F32, &[1, n as u32]).unwrap();
     g.add_node(
         &Node::new("fc", "FullyConnected")
             .inputs(&[xi, wi, bi])
@@ -63,16 +70,16 @@ fn conv2d_nhwc_asymmetric_stride_and_pad() {
     let x = values(4, h * w * cin, 1.0);
     let f = values(5, kh * kw * cin * cout, 0.5);
     let bias = values(6, cout, 0.1);
-    let mut g = ctx.build_graph("conv", &options()).unwrap();
+    let mut g = ctx.build_graph("conv").unwrap();
     let xi = g
-        .input("x", DataType::F32, &[1, h as u32, w as u32, cin as u32])
+        .input("x", DType::F32, &[1, h as u32, w as u32, cin as u32])
         .unwrap();
     let fi = g
         .constant("f", &[kh as u32, kw as u32, cin as u32, cout as u32], &f)
         .unwrap();
     let bi = g.constant("b", &[cout as u32], &bias).unwrap();
     let y = g
-        .output("y", DataType::F32, &[1, oh as u32, ow as u32, cout as u32])
+        .output("y", DType::F32, &[1, oh as u32, ow as u32, cout as u32])
         .unwrap();
     g.add_node(
         &Node::new("conv", "Conv2d")
@@ -124,10 +131,10 @@ fn elementwise_add() {
     let n = 4 * 4 * 8;
     let a = values(7, n, 2.0);
     let c = values(8, n, 2.0);
-    let mut g = ctx.build_graph("add", &options()).unwrap();
-    let ai = g.input("a", DataType::F32, &[1, 4, 4, 8]).unwrap();
-    let ci = g.input("c", DataType::F32, &[1, 4, 4, 8]).unwrap();
-    let y = g.output("y", DataType::F32, &[1, 4, 4, 8]).unwrap();
+    let mut g = ctx.build_graph("add").unwrap();
+    let ai = g.input("a", DType::F32, &[1, 4, 4, 8]).unwrap();
+    let ci = g.input("c", DType::F32, &[1, 4, 4, 8]).unwrap();
+    let y = g.output("y", DType::F32, &[1, 4, 4, 8]).unwrap();
     g.add_node(
         &Node::new("add", "ElementWiseAdd")
             .inputs(&[ai, ci])
@@ -154,12 +161,12 @@ fn softmax_with_scalar_beta() {
     let (rows, cols) = (3usize, 10usize);
     let x = values(9, rows * cols, 3.0);
     let beta = 0.5f32;
-    let mut g = ctx.build_graph("softmax", &options()).unwrap();
+    let mut g = ctx.build_graph("softmax").unwrap();
     let xi = g
-        .input("x", DataType::F32, &[rows as u32, cols as u32])
+        .input("x", DType::F32, &[rows as u32, cols as u32])
         .unwrap();
     let y = g
-        .output("y", DataType::F32, &[rows as u32, cols as u32])
+        .output("y", DType::F32, &[rows as u32, cols as u32])
         .unwrap();
     g.add_node(
         &Node::new("sm", "Softmax")
@@ -192,10 +199,10 @@ fn reduce_mean_tensor_and_bool_params() {
     };
     let (a, b) = (4usize, 6usize);
     let x = values(10, a * b, 1.0);
-    let mut g = ctx.build_graph("mean", &options()).unwrap();
-    let xi = g.input("x", DataType::F32, &[a as u32, b as u32]).unwrap();
-    let m = g.output("m", DataType::F32, &[a as u32, 1]).unwrap();
-    let r = g.output("r", DataType::F32, &[a as u32, b as u32]).unwrap();
+    let mut g = ctx.build_graph("mean").unwrap();
+    let xi = g.input("x", DType::F32, &[a as u32, b as u32]).unwrap();
+    let m = g.output("m", DType::F32, &[a as u32, 1]).unwrap();
+    let r = g.output("r", DType::F32, &[a as u32, b as u32]).unwrap();
     g.add_node(
         &Node::new("mean", "ReduceMean")
             .inputs(&[xi])
@@ -232,9 +239,9 @@ fn fp16_io() {
     };
     use qnn::f16;
     let x: Vec<f16> = values(11, 16, 4.0).into_iter().map(f16::from_f32).collect();
-    let mut g = ctx.build_graph("relu16", &options()).unwrap();
-    let xi = g.input("x", DataType::F16, &[16]).unwrap();
-    let y = g.output("y", DataType::F16, &[16]).unwrap();
+    let mut g = ctx.build_graph("relu16").unwrap();
+    let xi = g.input("x", DType::F16, &[16]).unwrap();
+    let y = g.output("y", DType::F16, &[16]).unwrap();
     g.add_node(&Node::new("relu", "Relu").inputs(&[xi]).outputs(&[y]))
         .unwrap();
     let graph = g.finalize().unwrap();
@@ -252,9 +259,9 @@ fn execute_checks_buffers_before_calling_qnn() {
     let Some((_b, _d, ctx)) = context() else {
         return;
     };
-    let mut g = ctx.build_graph("relu", &options()).unwrap();
-    let xi = g.input("x", DataType::F32, &[8]).unwrap();
-    let y = g.output("y", DataType::F32, &[8]).unwrap();
+    let mut g = ctx.build_graph("relu").unwrap();
+    let xi = g.input("x", DType::F32, &[8]).unwrap();
+    let y = g.output("y", DType::F32, &[8]).unwrap();
     g.add_node(&Node::new("relu", "Relu").inputs(&[xi]).outputs(&[y]))
         .unwrap();
     let graph = g.finalize().unwrap();
@@ -289,9 +296,9 @@ fn unknown_op_is_rejected_at_add_node_naming_it() {
     let Some((_b, _d, ctx)) = context() else {
         return;
     };
-    let mut g = ctx.build_graph("bad", &options()).unwrap();
-    let xi = g.input("x", DataType::F32, &[8]).unwrap();
-    let y = g.output("y", DataType::F32, &[8]).unwrap();
+    let mut g = ctx.build_graph("bad").unwrap();
+    let xi = g.input("x", DType::F32, &[8]).unwrap();
+    let y = g.output("y", DType::F32, &[8]).unwrap();
     let err = g
         .add_node(
             &Node::new("mystery_node", "NoSuchOp")
@@ -319,11 +326,11 @@ fn mixed_float_widths_fail_validation() {
     let Some((_b, _d, ctx)) = context() else {
         return;
     };
-    let mut g = ctx.build_graph("mixed", &options()).unwrap();
-    let xi = g.input("x", DataType::F32, &[1, 4]).unwrap();
+    let mut g = ctx.build_graph("mixed").unwrap();
+    let xi = g.input("x", DType::F32, &[1, 4]).unwrap();
     let w: Vec<qnn::f16> = vec![qnn::f16::ONE; 16];
     let wi = g.constant("w", &[4, 4], &w).unwrap();
-    let y = g.output("y", DataType::F32, &[1, 4]).unwrap();
+    let y = g.output("y", DType::F32, &[1, 4]).unwrap();
     let err = g
         .add_node(
             &Node::new("fc", "FullyConnected")
@@ -339,9 +346,9 @@ fn duplicate_names_are_refused() {
     let Some((_b, _d, ctx)) = context() else {
         return;
     };
-    let mut g = ctx.build_graph("dup", &options()).unwrap();
-    g.input("x", DataType::F32, &[8]).unwrap();
-    assert!(g.input("x", DataType::F32, &[8]).is_err());
+    let mut g = ctx.build_graph("dup").unwrap();
+    g.input("x", DType::F32, &[8]).unwrap();
+    assert!(g.input("x", DType::F32, &[8]).is_err());
     assert!(
         g.constant::<f32>("c", &[4], &[1.0; 3]).is_err(),
         "short constant data accepted"
@@ -354,7 +361,7 @@ fn empty_tensors_are_refused() {
     let Some((_b, _d, ctx)) = context() else {
         return;
     };
-    let mut g = ctx.build_graph("empty", &options()).unwrap();
-    let err = g.input("x", DataType::F32, &[0, 8]).unwrap_err();
+    let mut g = ctx.build_graph("empty").unwrap();
+    let err = g.input("x", DType::F32, &[0, 8]).unwrap_err();
     assert!(err.to_string().contains("cannot be empty"), "{err}");
 }

@@ -6,7 +6,7 @@ mod common;
 
 // The test reads /proc/self/statm, so it and its imports exist on Linux only.
 #[cfg(target_os = "linux")]
-use qnn::{Context, DataType, GraphOptions, Input, Node, Output};
+use qnn::{Context, DType, Input, Node, Output};
 
 #[cfg(target_os = "linux")]
 fn rss_kib() -> u64 {
@@ -23,13 +23,11 @@ fn build_and_free_1000_graphs_and_execute_100000_times_with_flat_rss() {
     };
     let build = |i: usize| {
         let ctx = Context::new(&backend, Some(&device)).unwrap();
-        let mut g = ctx
-            .build_graph(&format!("g{i}"), &GraphOptions::default())
-            .unwrap();
-        let x = g.input("x", DataType::F32, &[1, 16]).unwrap();
+        let mut g = ctx.build_graph(&format!("g{i}")).unwrap();
+        let x = g.input("x", DType::F32, &[1, 16]).unwrap();
         let w = g.constant("w", &[16, 16], &[0.01f32; 256]).unwrap();
-        let h = g.native("h", DataType::F32, &[1, 16]).unwrap();
-        let y = g.output("y", DataType::F32, &[1, 16]).unwrap();
+        let h = g.native("h", DType::F32, &[1, 16]).unwrap();
+        let y = g.output("y", DType::F32, &[1, 16]).unwrap();
         g.add_node(
             &Node::new("fc", "FullyConnected")
                 .inputs(&[x, w])

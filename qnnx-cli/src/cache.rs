@@ -1,11 +1,11 @@
 //! `qnnx cache list | clear | prune`, over the context-binary cache the Python package uses
-//! ([`qnn::cache`]), and the cache lines of `qnnx doctor`.
+//! ([`qnnx_engine::cache`]), and the cache lines of `qnnx doctor`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use qnn::cache::{Cache, EntrySummary};
+use qnnx_engine::cache::{Cache, EntrySummary};
 use serde_json::{json, Value};
 
 use crate::{emit, Cli, Failure};
@@ -24,10 +24,12 @@ pub enum CacheAction {
     },
 }
 
-/// The cache folder: `--cache-dir`, else [`qnn::cache::default_dir`] (`$QNNX_CACHE_DIR`, else the
+/// The cache folder: `--cache-dir`, else [`qnnx_engine::cache::default_dir`] (`$QNNX_CACHE_DIR`, else the
 /// platform's cache folder).
 pub fn dir(cli: &Cli) -> Option<PathBuf> {
-    cli.cache_dir.clone().or_else(qnn::cache::default_dir)
+    cli.cache_dir
+        .clone()
+        .or_else(qnnx_engine::cache::default_dir)
 }
 
 /// Parses a size such as `1048576`, `500M`, `1.5G`, `2GiB`, `10KB` (units are powers of 1024).
@@ -153,34 +155,6 @@ pub fn describe(v: &Value) -> String {
     )
 }
 
-/// Removes the Python package's FX-fingerprint aliases (`<dir>/fx/<sha256>.key`) whose entry is
-/// gone: they would only cost a failed lookup, but `clear` should leave nothing behind.
-fn remove_dangling_aliases(cache: &Cache) -> usize {
-    let Ok(files) = std::fs::read_dir(cache.dir().join("fx")) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for f in files.flatten() {
-        let path = f.path();
-        let name = f.file_name();
-        let is_alias = name.to_str().is_some_and(|n| {
-            n.strip_suffix(".key")
-                .is_some_and(|k| k.len() == 64 && k.bytes().all(|b| b.is_ascii_hexdigit()))
-        });
-        if !is_alias {
-            continue;
-        }
-        let target = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|k| qnn::cache::CacheKey::parse(k.trim()));
-        let live = target.is_some_and(|k| cache.meta_path(&k).exists());
-        if !live && std::fs::remove_file(&path).is_ok() {
-            removed += 1;
-        }
-    }
-    removed
-}
-
 pub fn cache(cli: &Cli, action: &CacheAction) -> Result<ExitCode, Failure> {
     let (dir, cache) = existing(cli)?;
     match action {
@@ -241,7 +215,7 @@ pub fn cache(cli: &Cli, action: &CacheAction) -> Result<ExitCode, Failure> {
             let (removed, aliases, left) = match &cache {
                 Some(c) => {
                     let removed = c.prune(max)?;
-                    let aliases = remove_dangling_aliases(c);
+                    let aliases = c.remove_dangling_aliases();
                     (removed, aliases, c.total_size()?)
                 }
                 None => (Vec::new(), 0, 0),

@@ -4,13 +4,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use lowering::emit::{CompileOptions, Compiled, Stage};
-use lowering::{LowerError, LowerOptions, Model, Unsupported};
-use qnn::{Backend, Device};
+use lowering::{LowerError, Model, Unsupported};
+use qnnx_engine::cache::{Cache, CacheKey};
+use qnnx_engine::{CompileOptions, Compiled, Error, Stage, Target};
+use qnnx_types::{tensor_type_name, BackendKind};
 use serde_json::{json, Value};
 
 use crate::progress::Progress;
-use crate::target::{fp16_socs, BackendArg, Target, TargetArgs};
+use crate::target::{parse_backend, TargetArgs};
 use crate::{emit, read_file, Cli, Failure, EXIT_UNSUPPORTED};
 
 /// Float precision of the compiled graph.
@@ -80,9 +81,9 @@ pub struct CompileArgs {
 pub struct CheckArgs {
     /// The ONNX model.
     pub model: PathBuf,
-    /// QNN backend to check against.
-    #[arg(long, value_enum, default_value_t = BackendArg::Htp)]
-    pub backend: BackendArg,
+    /// QNN backend to check against: htp, gpu.
+    #[arg(long, value_name = "NAME", default_value = "htp", value_parser = parse_backend)]
+    pub backend: BackendKind,
 }
 
 pub(crate) fn parse_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<usize>>, Failure> {
@@ -132,23 +133,42 @@ fn unsupported_json(list: &[Unsupported]) -> Value {
         .collect()
 }
 
-/// A lowering or compile error as a failure with what to do next.
-pub fn lower_failure(e: LowerError, model: &Path, backend: BackendArg) -> Failure {
+/// A compile error as a failure with what to do next.
+pub fn compile_failure(e: Error, model: &Path, backend: BackendKind) -> Failure {
     let check_hint = format!(
         "hint: `qnnx check {}{}` lists every node and whether it lowers",
         model.display(),
-        if backend == BackendArg::Gpu {
-            " --backend gpu"
-        } else {
-            ""
+        match backend {
+            BackendKind::Htp => "".to_string(),
+            BackendKind::Gpu | BackendKind::Cpu => format!(" --backend {}", backend.name()),
         }
     );
+    let e = match e {
+        Error::Lower(e) => e,
+        Error::NoFloatPath {
+            message,
+            float_tensors,
+        } => {
+            return Failure::unsupported(
+                format!("{}: {message}", model.display()),
+                Some(json!({ "float_tensors": float_tensors })),
+            )
+        }
+        Error::Qnn { .. } => {
+            return Failure::new(format!(
+                "{}: {e}\nhint: QNN refused the graph; QNNX_LOG=qnn=info shows QNN's log",
+                model.display()
+            ))
+        }
+        Error::Target(m) => return Failure::usage(m),
+        other => return Failure::new(format!("{}: {other}", model.display())),
+    };
     let list = match &e {
         LowerError::UnsupportedOp { .. }
         | LowerError::UnsupportedAttr { .. }
         | LowerError::UnsupportedDtype { .. }
         | LowerError::Unsupported(_) => Some(e.to_unsupported("", "")),
-        _ => None,
+        LowerError::InvalidModel(_) => None,
     };
     if let Some(list) = list {
         let lines: Vec<String> = list.iter().map(|u| format!("  {}", u.reason)).collect();
@@ -157,7 +177,7 @@ pub fn lower_failure(e: LowerError, model: &Path, backend: BackendArg) -> Failur
                 "{}: {} node(s) cannot run on {}:\n{}\n{check_hint}",
                 model.display(),
                 list.len(),
-                backend.lowering().name(),
+                backend,
                 lines.join("\n")
             ),
             Some(json!({ "unsupported": unsupported_json(&list) })),
@@ -166,98 +186,22 @@ pub fn lower_failure(e: LowerError, model: &Path, backend: BackendArg) -> Failur
     let text = e.to_string();
     let hint = if text.contains("LowerOptions::input_shapes") {
         "\nhint: give static shapes with --input-shape NAME=D,D,... (for example x=1,3,224,224)"
-            .to_string()
-    } else if text.contains("doesn't support FP16") {
-        format!(
-            "\nhint: this SoC's HTP has no FP16 path; target one that has ({})",
-            fp16_socs()
-        )
-    } else if let LowerError::Qnn { .. } = e {
-        "\nhint: QNN refused the graph; QNNX_LOG=qnn=info shows QNN's log".to_string()
     } else {
-        String::new()
+        ""
     };
     Failure::new(format!("{}: {text}{hint}", model.display()))
 }
 
-/// Refuses a float model for a target without FP16 before QNN is asked: QNN's own message for
-/// it (3110 on the first float op) names neither the SoC nor the way out.
-pub(crate) fn check_fp16(
-    file: &OnnxFile,
-    target: &Target,
-    opts: &LowerOptions,
-    model: &Path,
-) -> Result<(), Failure> {
-    if !target.lacks_fp16() {
-        return Ok(());
-    }
-    let plan = lowering::lower(file.model.clone(), opts)
-        .map_err(|e| lower_failure(e, model, target.backend))?;
-    let floats: Vec<&str> = plan
-        .tensors
-        .iter()
-        .filter(|t| {
-            matches!(
-                t.dtype,
-                lowering::plan::DType::F32 | lowering::plan::DType::F16
-            )
-        })
-        .map(|t| t.name.as_str())
-        .collect();
-    if floats.is_empty() {
-        return Ok(());
-    }
-    let shown: Vec<&str> = floats.iter().take(3).copied().collect();
-    Err(Failure::unsupported(
-        format!(
-            "{}: {} cannot run float models (its HTP has no FP16 path; it runs quantized \
-             int8/int16 models only), and this model has {} float tensor(s) ({}{})\nhint: \
-             target an FP16-capable SoC ({}) or quantize the model",
-            model.display(),
-            target.describe(),
-            floats.len(),
-            shown.join(", "),
-            if floats.len() > shown.len() {
-                ", ..."
-            } else {
-                ""
-            },
-            fp16_socs()
-        ),
-        Some(json!({ "float_tensors": floats.len() })),
-    ))
-}
-
 /// Opens the cache folder for `--cache`.
-pub fn open_cache(cli: &Cli) -> Result<qnn::cache::Cache, Failure> {
+pub fn open_cache(cli: &Cli) -> Result<Cache, Failure> {
     let dir = crate::cache::dir(cli).ok_or_else(|| {
         Failure::new("no cache folder is known: pass --cache-dir DIR or set QNNX_CACHE_DIR")
     })?;
-    qnn::cache::Cache::open(&dir, None).map_err(|e| {
+    Cache::open(&dir, None).map_err(|e| {
         Failure::new(format!(
             "{e}\nhint: pass a writable --cache-dir, or leave out --cache"
         ))
     })
-}
-
-/// The cache (with `--cache`), then the QNN backend and device for `target`.
-pub(crate) fn open_target(
-    cli: &Cli,
-    target: &Target,
-    cache: bool,
-    progress: &Progress,
-) -> Result<(Option<qnn::cache::Cache>, Backend, Device), Failure> {
-    let cache = if cache { Some(open_cache(cli)?) } else { None };
-    progress.stage("opening the QNN backend");
-    let backend = crate::backend(cli, target.backend.kind())?;
-    let device = Device::new(&backend, &target.device).map_err(|e| {
-        Failure::new(format!(
-            "cannot configure the {} backend for {}: {e}\nhint: `qnnx doctor` shows what the library supports",
-            target.backend.name(),
-            target.describe()
-        ))
-    })?;
-    Ok((cache, backend, device))
 }
 
 /// The context binary of a compile. QNN cannot serialise a context it deserialised, so for one
@@ -265,8 +209,8 @@ pub(crate) fn open_target(
 pub(crate) fn context_binary(
     context: &qnn::Context,
     from_cache: bool,
-    cache: Option<&qnn::cache::Cache>,
-    key: Option<&qnn::cache::CacheKey>,
+    cache: Option<&Cache>,
+    key: Option<&CacheKey>,
 ) -> Result<Vec<u8>, Failure> {
     if let (true, Some(cache), Some(key)) = (from_cache, cache, key) {
         let path = cache.bin_path(key);
@@ -296,7 +240,7 @@ impl Written {
     pub fn write(
         output: &Path,
         binary: &[u8],
-        backend: &Backend,
+        backend: &qnn::Backend,
         target: &Target,
     ) -> Result<Written, Failure> {
         qnn::write_atomic(output, binary)
@@ -305,10 +249,7 @@ impl Written {
             .system()
             .ok()
             .and_then(|s| qnn::binary_info(&s, binary).ok());
-        let soc_model = info
-            .as_ref()
-            .and_then(|i| i.soc_model)
-            .or(target.device.soc_model);
+        let soc_model = info.as_ref().and_then(|i| i.soc_model).or(target.soc_model);
         let soc = soc_model.and_then(qnn::soc::by_model);
         Ok(Written {
             info,
@@ -320,7 +261,7 @@ impl Written {
     /// The target for people: the SoC's name, model number and HTP version where known.
     pub fn describe(&self, target: &Target) -> String {
         match (self.soc, self.soc_model) {
-            (Some(s), _) => format!("{} (SoC {}, HTP v{})", s.name, s.model, s.arch),
+            (Some(s), _) => format!("{} (SoC {}, HTP {})", s.name, s.model, s.arch),
             (None, Some(m)) => format!("SoC {m}"),
             (None, None) => target.describe(),
         }
@@ -330,11 +271,10 @@ impl Written {
 /// A compiled model and what it runs on.
 pub struct Built {
     pub compiled: Compiled,
-    pub backend: Backend,
     pub target: Target,
     pub total_ms: f64,
     /// The cache, when `--cache` was given.
-    pub cache: Option<qnn::cache::Cache>,
+    pub cache: Option<Cache>,
 }
 
 impl Built {
@@ -351,57 +291,59 @@ impl Built {
     }
 }
 
-/// Loads, checks and compiles `model` (or loads it from the cache) with a progress display.
+/// The progress line of a compile stage.
+pub fn stage_text(stage: Stage, graph: Option<&str>) -> String {
+    let graph = graph.map(|g| format!(" {g:?}")).unwrap_or_default();
+    match stage {
+        Stage::CacheLookup => "looking in the cache".to_string(),
+        Stage::Lower => format!("lowering{graph} ONNX to QNN ops"),
+        Stage::Finalize => {
+            format!("building and finalizing the QNN graph{graph} (long for large models)")
+        }
+        Stage::CacheStore => "storing the binary in the cache".to_string(),
+    }
+}
+
+/// Loads and compiles `model` (or loads it from the cache) with a progress display.
 pub fn build(
     cli: &Cli,
     model: &Path,
     args: &BuildArgs,
     graph_name: &str,
 ) -> Result<Built, Failure> {
-    let target = Target::resolve(&args.target, None)?;
+    let target = crate::target::resolve(cli, &args.target, None)?;
     let input_shapes = parse_shapes(&args.input_shapes)?;
     let progress = Progress::new(cli.json);
     progress.stage("reading the model");
     let file = load_onnx(model)?;
-    let fp16 = args.precision == Precision::Fp16;
-    let lower_opts = LowerOptions {
-        backend: target.backend.lowering(),
-        fp16,
-        input_shapes: input_shapes.clone(),
+    let cache = if args.cache {
+        Some(open_cache(cli)?)
+    } else {
+        None
     };
-    check_fp16(&file, &target, &lower_opts, model)?;
-    let (cache, backend, device) = open_target(cli, &target, args.cache, &progress)?;
     let opts = CompileOptions {
         name: graph_name.to_string(),
-        fp16,
+        fp16: args.precision == Precision::Fp16,
         input_shapes,
         opt_level: args.opt_level,
         base_dir: Some(file.dir.clone()),
     };
     let start = std::time::Instant::now();
-    let compiled = lowering::emit::compile_with_progress(
-        &backend,
-        &device,
+    progress.stage("opening the QNN backend");
+    let compiled = qnnx_engine::compile_with_progress(
+        &target,
         &file.bytes,
         &opts,
         cache.as_ref(),
-        &mut |stage| {
-            progress.stage(match stage {
-                Stage::CacheLookup => "looking in the cache",
-                Stage::Lower => "lowering ONNX to QNN ops",
-                Stage::Finalize => "building and finalizing the QNN graph (long for large models)",
-                Stage::CacheStore => "storing the binary in the cache",
-            })
-        },
+        &mut |stage| progress.stage(&stage_text(stage, None)),
     )
-    .map_err(|e| lower_failure(e, model, target.backend))?;
+    .map_err(|e| compile_failure(e, model, target.backend))?;
     progress.finish();
     for w in &compiled.warnings {
         eprintln!("qnnx: warning: {w}");
     }
     Ok(Built {
         compiled,
-        backend,
         target,
         total_ms: start.elapsed().as_secs_f64() * 1e3,
         cache,
@@ -409,14 +351,14 @@ pub fn build(
 }
 
 /// Model I/O of a compiled graph in ONNX order: name, graph dtype and shape, model dtype.
-pub fn io_json(e: &lowering::emit::Emitted) -> (Vec<Value>, Vec<Value>) {
+pub fn io_json(e: &qnnx_engine::Emitted) -> (Vec<Value>, Vec<Value>) {
     let side = |ios: &[lowering::plan::PlanIo], slots: &[usize], infos: &[qnn::TensorInfo]| {
         ios.iter()
             .zip(slots)
             .map(|(io, &s)| {
                 json!({
                     "name": io.onnx_name,
-                    "dtype": crate::dtype_name(infos[s].dtype),
+                    "dtype": tensor_type_name(infos[s].dtype, infos[s].quantization.is_quantized()),
                     "shape": infos[s].dims,
                     "model_dtype": io.host_dtype.name(),
                 })
@@ -458,7 +400,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
     let built = build(cli, model, &args.build, &graph_name)?;
     let c = &built.compiled;
     let binary = built.binary()?;
-    let written = Written::write(&output, &binary, &built.backend, &built.target)?;
+    let written = Written::write(&output, &binary, &c.runtime.backend, &built.target)?;
     let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let (inputs, outputs) = io_json(&c.emitted);
     let report = json!({
@@ -468,7 +410,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
         "backend": built.target.backend.name(),
         "soc_model": soc_model,
         "soc": soc.map(|s| s.name),
-        "htp_arch": soc.map(|s| s.arch).or(built.target.arch()),
+        "htp_arch": soc.map(|s| s.arch).or(built.target.arch()).map(|a| a.number()),
         "build_id": info.as_ref().map(|i| i.build_id.clone()),
         "graph": graph_name,
         "precision": if args.build.precision == Precision::Fp16 { "fp16" } else { "fp32" },
@@ -520,7 +462,8 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
 
 pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
     let file = load_onnx(&args.model)?;
-    let backend = args.backend.lowering();
+    let backend = qnnx_engine::compile::lowering_backend(args.backend)
+        .map_err(|e| Failure::usage(e.to_string()))?;
     let unsupported = lowering::check(&file.model, backend);
     let bad: BTreeMap<&str, &Unsupported> = unsupported
         .iter()
@@ -563,7 +506,7 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
         "nodes": nodes,
     });
     emit(cli, &report, || {
-        let name = backend.name();
+        let name = args.backend.label();
         let mut s = format!(
             "{}: {supported_count} of {} nodes lower to {name}\n",
             args.model.display(),

@@ -1,21 +1,19 @@
 //! `qnnx compile a.onnx b.onnx ... -o out.bin`: several models as graphs of one context binary
-//! ([`lowering::emit::multi`]), with equal weights stored once unless `--no-weight-sharing`.
+//! ([`qnnx_engine::compile::multi`]), with equal weights stored once unless
+//! `--no-weight-sharing`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use lowering::emit::multi::{GraphSpec, MultiOptions};
-use lowering::emit::Stage;
-use lowering::LowerOptions;
+use qnnx_engine::compile::multi::{GraphSpec, MultiOptions};
 use serde_json::{json, Value};
 
 use crate::compile::{
-    check_fp16, context_binary, io_json, load_onnx, lower_failure, open_target, parse_shapes,
+    compile_failure, context_binary, io_json, load_onnx, open_cache, parse_shapes, stage_text,
     CompileArgs, OnnxFile, Precision, Written,
 };
 use crate::progress::Progress;
-use crate::target::Target;
 use crate::{emit, Cli, Failure};
 
 /// Graph names: `--names`, else the file stems.
@@ -102,23 +100,20 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
     }
     let names = graph_names(&args.models, &args.names)?;
     let build = &args.build;
-    let target = Target::resolve(&build.target, None)?;
+    let target = crate::target::resolve(cli, &build.target, None)?;
     let shapes = shapes_per_graph(&build.input_shapes, &names)?;
     let fp16 = build.precision == Precision::Fp16;
     let progress = Progress::new(cli.json);
     let mut files: Vec<OnnxFile> = Vec::new();
-    for (model, shapes) in args.models.iter().zip(&shapes) {
+    for model in &args.models {
         progress.stage(&format!("reading {}", model.display()));
-        let file = load_onnx(model)?;
-        let lower_opts = LowerOptions {
-            backend: target.backend.lowering(),
-            fp16,
-            input_shapes: shapes.clone(),
-        };
-        check_fp16(&file, &target, &lower_opts, model)?;
-        files.push(file);
+        files.push(load_onnx(model)?);
     }
-    let (cache, backend, device) = open_target(cli, &target, build.cache, &progress)?;
+    let cache = if build.cache {
+        Some(open_cache(cli)?)
+    } else {
+        None
+    };
     let specs: Vec<GraphSpec> = files
         .iter()
         .zip(&names)
@@ -136,23 +131,13 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
         weight_sharing: !args.no_weight_sharing,
     };
     let start = std::time::Instant::now();
-    let compiled = lowering::emit::multi::compile_multi_with_progress(
-        &backend,
-        &device,
+    progress.stage("opening the QNN backend");
+    let compiled = qnnx_engine::compile::multi::compile_multi_with_progress(
+        &target,
         &specs,
         &opts,
         cache.as_ref(),
-        &mut |stage, graph| {
-            let graph = graph.map(|g| format!(" {g:?}")).unwrap_or_default();
-            progress.stage(&match stage {
-                Stage::CacheLookup => "looking in the cache".to_string(),
-                Stage::Lower => format!("lowering graph{graph} to QNN ops"),
-                Stage::Finalize => {
-                    format!("building and finalizing graph{graph} (long for large models)")
-                }
-                Stage::CacheStore => "storing the binary in the cache".to_string(),
-            })
-        },
+        &mut |stage, graph| progress.stage(&stage_text(stage, graph)),
     )
     .map_err(|e| {
         let model = e
@@ -161,7 +146,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
             .and_then(|g| names.iter().position(|n| n == g))
             .map(|i| args.models[i].as_path())
             .unwrap_or(Path::new(""));
-        lower_failure(e.error, model, target.backend)
+        compile_failure(e.error, model, target.backend)
     })?;
     progress.finish();
     let total_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -174,7 +159,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
         cache.as_ref(),
         compiled.cache_key.as_ref(),
     )?;
-    let written = Written::write(&output, &binary, &backend, &target)?;
+    let written = Written::write(&output, &binary, &compiled.runtime.backend, &target)?;
     let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let shared_bytes = info
         .as_ref()
@@ -213,7 +198,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
         "backend": target.backend.name(),
         "soc_model": soc_model,
         "soc": soc.map(|s| s.name),
-        "htp_arch": soc.map(|s| s.arch).or(target.arch()),
+        "htp_arch": soc.map(|s| s.arch).or(target.arch()).map(|a| a.number()),
         "build_id": info.as_ref().map(|i| i.build_id.clone()),
         "graphs": graphs,
         "weight_sharing": weight_sharing,

@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use qnn::{Backend, BackendKind, BackendOptions, DataType, Device, DeviceOptions};
+use qnn::{Backend, BackendConfig, BackendOptions, Device, HtpConfig};
+use qnnx_types::{tensor_type_name, BackendKind};
 use serde_json::{json, Value};
 
 /// Exit code of a failure (the message says what to do).
@@ -182,19 +183,23 @@ pub fn emit(cli: &Cli, value: &Value, text: impl FnOnce() -> String) {
         .and_then(|()| stdout.flush());
 }
 
-pub fn backend(cli: &Cli, kind: BackendKind) -> Result<Backend, Failure> {
-    Backend::open(
-        kind,
-        &BackendOptions {
-            library: cli.qnn_lib.clone(),
-            log_level: None,
-        },
-    )
-    .map_err(|e| {
-        Failure::new(format!(
-            "{e}\nhint: run `qnnx doctor` to see where QNN libraries are looked for"
-        ))
-    })
+/// The QnnSystem library (binary inspection): beside `--qnn-lib` when it is given, else by the
+/// library search.
+pub fn system_library(cli: &Cli) -> Result<std::sync::Arc<qnn::qnn_sys::SystemLibrary>, Failure> {
+    match &cli.qnn_lib {
+        Some(lib) => Backend::open(
+            BackendConfig::default_for(BackendKind::Htp),
+            &BackendOptions {
+                library: Some(lib.clone()),
+                log_level: None,
+            },
+        )
+        .and_then(|b| b.system())
+        .map_err(|e| Failure::new(format!("{e} (with --qnn-lib {})", lib.display()))),
+        None => Ok(std::sync::Arc::new(qnn::qnn_sys::SystemLibrary::find(
+            None,
+        )?)),
+    }
 }
 
 fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
@@ -218,19 +223,19 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
     }
     let mut backends = Vec::new();
     for kind in [BackendKind::Htp, BackendKind::Gpu] {
+        let config = match kind {
+            BackendKind::Htp => BackendConfig::Htp(HtpConfig::host_default()),
+            BackendKind::Gpu | BackendKind::Cpu => BackendConfig::default_for(kind),
+        };
         let entry = match Backend::open(
-            kind,
+            config,
             &BackendOptions {
                 library: None,
                 log_level: None,
             },
         ) {
             Ok(b) => {
-                let options = match kind {
-                    BackendKind::Htp => DeviceOptions::host_default(),
-                    _ => DeviceOptions::default(),
-                };
-                let dev = Device::new(&b, &options);
+                let dev = Device::new(&b);
                 let platform = b.platform_info().ok().and_then(|d| d.first().cloned());
                 json!({
                     "backend": format!("{kind:?}"),
@@ -393,22 +398,18 @@ fn htp_device_files(library: Option<&Path>, arch: Option<u32>) -> (Value, String
     )
 }
 
-pub fn dtype_name(d: DataType) -> String {
-    format!("{d:?}").to_lowercase()
+/// A tensor's element type as `inspect` and `compile` print it (`f32`, `qu8`).
+pub fn dtype_name(t: &qnn::TensorInfo) -> String {
+    tensor_type_name(t.dtype, t.quantization.is_quantized())
 }
 
 pub fn tensor_json(t: &qnn::TensorInfo) -> Value {
-    json!({ "name": t.name, "dtype": dtype_name(t.dtype), "shape": t.dims, "id": t.id })
+    json!({ "name": t.name, "dtype": dtype_name(t), "shape": t.dims, "id": t.id })
 }
 
 fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
     let bytes = read_file(model)?;
-    let system = match &cli.qnn_lib {
-        Some(lib) => backend(cli, BackendKind::Htp)
-            .and_then(|b| b.system().map_err(Failure::from))
-            .map_err(|e| Failure::new(format!("{} (with --qnn-lib {})", e.msg, lib.display())))?,
-        None => std::sync::Arc::new(qnn::qnn_sys::SystemLibrary::find(None)?),
-    };
+    let system = system_library(cli)?;
     let info = qnn::binary_info(&system, &bytes).map_err(|e| {
         let hint = if lowering::Model::from_bytes(&bytes, None).is_ok() {
             format!(
@@ -458,7 +459,7 @@ fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
         "blob_version": format!("{}.{}.{}", info.blob_version.major, info.blob_version.minor, info.blob_version.patch),
         "soc_model": info.soc_model,
         "soc": soc.map(|s| s.name),
-        "htp_arch": soc.map(|s| s.arch),
+        "htp_arch": soc.map(|s| s.arch.number()),
         "graphs": graphs,
         "weight_sharing": info.uses_shared_weights(),
         "shared_weights_bytes": shared_bytes,
@@ -474,7 +475,7 @@ fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
         );
         match (info.soc_model, soc) {
             (Some(m), Some(soc)) => {
-                s += &format!("target: SoC {m} ({}, HTP v{})\n", soc.name, soc.arch)
+                s += &format!("target: SoC {m} ({}, HTP {})\n", soc.name, soc.arch)
             }
             (Some(m), None) => s += &format!("target: SoC {m}\n"),
             _ => {}
@@ -501,7 +502,7 @@ fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
                     s += &format!(
                         "  {what} {:<24} {:<5} {:?}\n",
                         t.name,
-                        dtype_name(t.dtype),
+                        dtype_name(t),
                         t.dims
                     );
                 }

@@ -3,36 +3,38 @@
 
 use std::path::Path;
 
-use qnn::DataType;
+use qnnx_types::DType;
 
 /// A host tensor: dtype, shape and little-endian bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Array {
-    pub dtype: DataType,
+    pub dtype: DType,
     pub shape: Vec<usize>,
     pub data: Vec<u8>,
 }
 
-fn descr(d: DataType) -> Option<&'static str> {
+fn descr(d: DType) -> Option<&'static str> {
     Some(match d {
-        DataType::F32 => "<f4",
-        DataType::F16 => "<f2",
-        DataType::I8 => "|i1",
-        DataType::U8 => "|u1",
-        DataType::I16 => "<i2",
-        DataType::U16 => "<u2",
-        DataType::I32 => "<i4",
-        DataType::U32 => "<u4",
-        DataType::I64 => "<i8",
-        DataType::U64 => "<u8",
-        DataType::Bool => "|b1",
-        _ => return None,
+        DType::F32 => "<f4",
+        DType::F16 => "<f2",
+        DType::F64 => "<f8",
+        DType::I8 => "|i1",
+        DType::U8 => "|u1",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
+        DType::I32 => "<i4",
+        DType::U32 => "<u4",
+        DType::I64 => "<i8",
+        DType::U64 => "<u8",
+        DType::Bool => "|b1",
+        // NumPy has no bfloat16.
+        DType::BF16 => return None,
     })
 }
 
-fn from_descr(s: &str) -> Option<DataType> {
+fn from_descr(s: &str) -> Option<DType> {
     let s = s.replace('=', "<");
-    DataType::ALL.into_iter().find(|&d| {
+    DType::ALL.into_iter().find(|&d| {
         let Some(want) = descr(d) else { return false };
         want == s || (want.starts_with('|') && s.len() == 3 && want[1..] == s[1..])
     })
@@ -40,7 +42,7 @@ fn from_descr(s: &str) -> Option<DataType> {
 
 /// Writes `a` to `path` as `.npy` version 1.0.
 pub fn write(path: &Path, a: &Array) -> Result<(), String> {
-    let d = descr(a.dtype).ok_or_else(|| format!("cannot write {:?} as .npy", a.dtype))?;
+    let d = descr(a.dtype).ok_or_else(|| format!("cannot write {} as .npy", a.dtype))?;
     let shape = match a.shape.len() {
         0 => "()".to_string(),
         1 => format!("({},)", a.shape[0]),
@@ -141,10 +143,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("npy-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for (dtype, shape) in [
-            (DataType::F32, vec![2, 3]),
-            (DataType::F16, vec![4]),
-            (DataType::Bool, vec![]),
-            (DataType::I64, vec![1, 1, 2]),
+            (DType::F32, vec![2, 3]),
+            (DType::F16, vec![4]),
+            (DType::Bool, vec![]),
+            (DType::I64, vec![1, 1, 2]),
         ] {
             let n: usize = shape.iter().product();
             let data = (0..n * dtype.size()).map(|i| (i % 2) as u8).collect();

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use qnn::{Context, DataType, Device};
+use qnn::Context;
+use qnnx_types::DType;
 use serde_json::json;
 
 use crate::compile::BuildArgs;
 use crate::npy;
-use crate::target::Target;
 use crate::{emit, Cli, Failure};
 
 #[derive(clap::Args, Debug)]
@@ -41,44 +41,8 @@ pub struct RunArgs {
 /// One graph input or output as the user sees it.
 struct Io {
     name: String,
-    dtype: DataType,
+    dtype: DType,
     shape: Vec<usize>,
-}
-
-fn host_dtype(d: lowering::DType) -> Option<DataType> {
-    use lowering::DType as D;
-    Some(match d {
-        D::F32 => DataType::F32,
-        D::F16 => DataType::F16,
-        D::I8 => DataType::I8,
-        D::I16 => DataType::I16,
-        D::I32 => DataType::I32,
-        D::I64 => DataType::I64,
-        D::U8 => DataType::U8,
-        D::U16 => DataType::U16,
-        D::U32 => DataType::U32,
-        D::U64 => DataType::U64,
-        D::Bool => DataType::Bool,
-        D::BF16 | D::F64 => return None,
-    })
-}
-
-fn model_dtype(d: DataType) -> Option<lowering::DType> {
-    use lowering::DType as D;
-    Some(match d {
-        DataType::F32 => D::F32,
-        DataType::F16 => D::F16,
-        DataType::I8 => D::I8,
-        DataType::I16 => D::I16,
-        DataType::I32 => D::I32,
-        DataType::I64 => D::I64,
-        DataType::U8 => D::U8,
-        DataType::U16 => D::U16,
-        DataType::U32 => D::U32,
-        DataType::U64 => D::U64,
-        DataType::Bool => D::Bool,
-        _ => return None,
-    })
 }
 
 fn name_seed(name: &str) -> u64 {
@@ -104,9 +68,11 @@ fn random_array(io: &Io) -> npy::Array {
         let u = next();
         let unit = u as f32 / u32::MAX as f32 * 2.0 - 1.0;
         match io.dtype {
-            DataType::F32 => data.extend_from_slice(&unit.to_le_bytes()),
-            DataType::F16 => data.extend_from_slice(&half::f16::from_f32(unit).to_le_bytes()),
-            DataType::Bool => data.push((u & 1) as u8),
+            DType::F32 => data.extend_from_slice(&unit.to_le_bytes()),
+            DType::F16 => data.extend_from_slice(&half::f16::from_f32(unit).to_le_bytes()),
+            DType::F64 => data.extend_from_slice(&f64::from(unit).to_le_bytes()),
+            DType::BF16 => data.extend_from_slice(&half::bf16::from_f32(unit).to_le_bytes()),
+            DType::Bool => data.push((u & 1) as u8),
             // Small non-negative integers: valid as indices for most index inputs.
             d => {
                 let v = (u % 8) as u64;
@@ -138,11 +104,7 @@ fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Arr
                 if a.dtype != io.dtype || (a.shape != io.shape && !scalar_ok) {
                     return Err(Failure::new(format!(
                         "input {:?}: the file holds {} {:?}, {what} takes {} {:?}",
-                        io.name,
-                        crate::dtype_name(a.dtype),
-                        a.shape,
-                        crate::dtype_name(io.dtype),
-                        io.shape
+                        io.name, a.dtype, a.shape, io.dtype, io.shape
                     )));
                 }
                 a
@@ -170,7 +132,7 @@ struct Timing {
 /// output buffers in graph order.
 fn execute(
     graph: &qnn::Graph,
-    ins: &[(DataType, Cow<[u8]>)],
+    ins: &[(DType, Cow<[u8]>)],
     runs: usize,
 ) -> Result<(Timing, Vec<Vec<u8>>), Failure> {
     let mut outs: Vec<Vec<u8>> = graph
@@ -304,21 +266,23 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
             "--cache, --opt-level, --precision and --input-shape apply to ONNX models; a context binary is already compiled",
         ));
     }
-    let backend = crate::backend(cli, b.target.backend.kind())?;
     let bytes = crate::read_file(&args.model)?;
     // On the emulator, emulate the SoC the binary was compiled for unless told otherwise.
-    let info = backend
-        .system()
+    let info = crate::system_library(cli)
         .ok()
         .and_then(|s| qnn::binary_info(&s, &bytes).ok());
     let default_soc = info
         .as_ref()
         .and_then(|i| i.soc_model)
-        .filter(|_| qnn::DeviceOptions::host_default().soc_model.is_some());
-    let target = Target::resolve(&b.target, default_soc)?;
-    let device = Device::new(&backend, &target.device)?;
+        .filter(|_| qnn::HtpDeviceConfig::host_default().soc_model.is_some());
+    let target = crate::target::resolve(cli, &b.target, default_soc)?;
+    let rt = qnnx_engine::registry::for_target(&target, None, false).map_err(|e| {
+        Failure::new(format!(
+            "{e}\nhint: run `qnnx doctor` to see where QNN libraries are looked for"
+        ))
+    })?;
     let t = Instant::now();
-    let ctx = Context::from_binary(&backend, Some(&device), &bytes).map_err(|e| {
+    let ctx = Context::from_binary(&rt.backend, Some(&rt.device), &bytes).map_err(|e| {
         Failure::new(format!(
             "{}: {e}\nhint: `qnnx inspect {}` says whether this is a context binary and for which SoC",
             args.model.display(),
@@ -347,7 +311,7 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         })
         .collect();
     let arrays = input_arrays(&args.inputs, &ios, &format!("graph {name:?}"))?;
-    let ins: Vec<(DataType, Cow<[u8]>)> = arrays
+    let ins: Vec<(DType, Cow<[u8]>)> = arrays
         .iter()
         .map(|a| (a.dtype, Cow::Borrowed(&a.data[..])))
         .collect();
@@ -368,7 +332,7 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         cli,
         args,
         &name,
-        json!({ "load_ms": load_ms, "soc_model": target.device.soc_model }),
+        json!({ "load_ms": load_ms, "soc_model": target.soc_model }),
         format!("load {load_ms:.1} ms"),
         &timing,
         &written,
@@ -386,16 +350,9 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     let e = &built.compiled.emitted;
     let mut ios = Vec::new();
     for (io, &slot) in e.inputs.iter().zip(&e.input_slots) {
-        let dtype = host_dtype(io.host_dtype).ok_or_else(|| {
-            Failure::new(format!(
-                "input {:?} is {}, which qnnx run cannot read from .npy",
-                io.onnx_name,
-                io.host_dtype.name()
-            ))
-        })?;
         ios.push(Io {
             name: io.onnx_name.clone(),
-            dtype,
+            dtype: io.host_dtype,
             shape: e.graph.inputs()[slot]
                 .dims
                 .iter()
@@ -404,15 +361,12 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         });
     }
     let arrays = input_arrays(&args.inputs, &ios, "the model")?;
-    let hosts: Vec<lowering::emit::HostTensor> = arrays
+    let hosts: Vec<qnnx_engine::HostTensor> = arrays
         .into_iter()
-        .map(|a| {
-            let dtype = model_dtype(a.dtype).expect("dtype came from the model");
-            lowering::emit::HostTensor {
-                dtype,
-                shape: a.shape,
-                data: a.data,
-            }
+        .map(|a| qnnx_engine::HostTensor {
+            dtype: a.dtype,
+            shape: a.shape,
+            data: a.data,
         })
         .collect();
     let ins = e
@@ -421,16 +375,9 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     let (timing, outs) = execute(&e.graph, &ins, args.runs)?;
     let hosts = e.host_outputs(outs);
     let mut arrays = Vec::new();
-    for (h, io) in hosts.into_iter().zip(&e.outputs) {
-        let dtype = host_dtype(h.dtype).ok_or_else(|| {
-            Failure::new(format!(
-                "output {:?} is {}, which qnnx run cannot write as .npy",
-                io.onnx_name,
-                h.dtype.name()
-            ))
-        })?;
+    for h in hosts {
         arrays.push(npy::Array {
-            dtype,
+            dtype: h.dtype,
             shape: h.shape,
             data: h.data,
         });
@@ -457,7 +404,7 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
             "load_ms": c.load_ms,
             "from_cache": c.from_cache,
             "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
-            "soc_model": built.target.device.soc_model,
+            "soc_model": built.target.soc_model,
         }),
         prepare_text,
         &timing,
@@ -474,7 +421,7 @@ mod tests {
     fn random_inputs_depend_on_the_name_only() {
         let io = |name: &str| Io {
             name: name.into(),
-            dtype: DataType::F32,
+            dtype: DType::F32,
             shape: vec![2, 3],
         };
         assert_eq!(random_array(&io("x")), random_array(&io("x")));

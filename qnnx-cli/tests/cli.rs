@@ -4,9 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use qnn::{
-    Backend, BackendKind, Context, DataType, Device, DeviceOptions, GraphOptions, Input, Node,
-};
+use qnn::{Backend, BackendOptions, Context, DType, Device, HtpConfig, Input, Node};
 
 fn qnnx(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_qnnx"))
@@ -27,7 +25,7 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn htp() -> Option<Backend> {
-    match Backend::new(BackendKind::Htp) {
+    match Backend::open(HtpConfig::host_default(), &BackendOptions::default()) {
         Ok(b) => Some(b),
         Err(e) if std::env::var_os("QNNX_REQUIRE_HTP").is_some() => panic!("HTP unavailable: {e}"),
         Err(e) => {
@@ -40,13 +38,13 @@ fn htp() -> Option<Backend> {
 /// A relu(x) + 1 graph saved as a context binary; returns (path, input, expected output).
 fn fixture(dir: &Path) -> Option<(PathBuf, Vec<f32>, Vec<f32>)> {
     let b = htp()?;
-    let d = Device::new(&b, &DeviceOptions::host_default()).unwrap();
+    let d = Device::new(&b).unwrap();
     let ctx = Context::new(&b, Some(&d)).unwrap();
-    let mut g = ctx.build_graph("net", &GraphOptions::default()).unwrap();
-    let x = g.input("x", DataType::F32, &[2, 3]).unwrap();
+    let mut g = ctx.build_graph("net").unwrap();
+    let x = g.input("x", DType::F32, &[2, 3]).unwrap();
     let one = g.constant("one", &[2, 3], &[1f32; 6]).unwrap();
-    let h = g.native("h", DataType::F32, &[2, 3]).unwrap();
-    let y = g.output("y", DataType::F32, &[2, 3]).unwrap();
+    let h = g.native("h", DType::F32, &[2, 3]).unwrap();
+    let y = g.output("y", DType::F32, &[2, 3]).unwrap();
     g.add_node(&Node::new("relu", "Relu").inputs(&[x]).outputs(&[h]))
         .unwrap();
     g.add_node(

@@ -1,260 +1,153 @@
-//! PyO3 glue for the `qnnx_backend` package: compile an ONNX model to a QNN graph (lowering +
-//! emit), run it on tensor memory handed over by pointer, and map every Rust error to one Python
-//! exception class. The torch-facing side (FX, export, fallback policy) lives in Python.
+//! PyO3 glue for the `qnnx_backend` package: argument conversion and error mapping over the
+//! compile/run core (`qnnx-engine`). The torch-facing side (FX, export, fallback policy) lives
+//! in Python; targets, backends, compiling, running and the cache are the engine's, shared with
+//! the `qnnx` command.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod compiled;
+mod errors;
 
-use lowering::emit::CompileOptions;
-use lowering::LowerError;
-use pyo3::create_exception;
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use qnn::{Backend, BackendKind, Device, DeviceOptions};
+use pyo3::types::{PyDict, PyList};
 
-create_exception!(
-    _native,
-    QnnxError,
-    PyRuntimeError,
-    "Base class of every qnnx_backend error."
-);
-create_exception!(
-    _native,
-    LibraryLoadError,
-    QnnxError,
-    "A QNN library could not be found or opened."
-);
-create_exception!(
-    _native,
-    QnnApiError,
-    QnnxError,
-    "A QNN call failed; `.code`, `.call`, `.node` say which."
-);
-create_exception!(
-    _native,
-    UnsupportedOpError,
-    QnnxError,
-    "The model has nodes the backend cannot run; `.nodes` lists them."
-);
-create_exception!(
-    _native,
-    LoweringError,
-    QnnxError,
-    "The model could not be lowered to QNN (invalid or unsupported input)."
-);
-create_exception!(
-    _native,
-    CacheError,
-    QnnxError,
-    "The context-binary cache could not be used."
-);
+use qnnx_engine::cache::{Cache, CacheKey};
+use qnnx_engine::compile::multi::{GraphSpec, MultiOptions};
+use qnnx_engine::{registry, CompileOptions, Target, TargetSpec};
+use qnnx_types::{BackendKind, DType, HtpArch};
 
-fn set_attr<'py, V: IntoPyObject<'py>>(py: Python<'py>, err: &PyErr, name: &str, value: V) {
-    // Attributes are best effort: the message already carries the facts.
-    let _ = err.value(py).setattr(name, value);
-}
-
-fn qnn_error(py: Python<'_>, e: qnn::Error, node: Option<String>) -> PyErr {
-    let err = match &e {
-        qnn::Error::Load(_) => LibraryLoadError::new_err(e.to_string()),
-        qnn::Error::Api(api) => {
-            let err = QnnApiError::new_err(match &node {
-                Some(n) => format!("ONNX node \"{n}\": {e}"),
-                None => e.to_string(),
-            });
-            set_attr(py, &err, "code", api.code);
-            set_attr(py, &err, "call", api.call);
-            err
-        }
-        _ => QnnApiError::new_err(e.to_string()),
-    };
-    set_attr(py, &err, "node", node);
-    err
-}
-
-/// One exhaustive mapping from lowering errors to exception classes.
-fn lower_error(py: Python<'_>, e: LowerError) -> PyErr {
-    let unsupported = |list: Vec<lowering::Unsupported>, msg: String| {
-        let err = UnsupportedOpError::new_err(msg);
-        let nodes: Vec<(String, String, String)> = list
-            .iter()
-            .map(|u| (u.node.clone(), u.op_type.clone(), u.reason.clone()))
-            .collect();
-        let ops: std::collections::BTreeSet<String> =
-            list.iter().map(|u| u.op_type.clone()).collect();
-        set_attr(py, &err, "nodes", nodes);
-        set_attr(py, &err, "operators", ops);
-        err
-    };
-    match e {
-        LowerError::UnsupportedOp {
-            ref node,
-            ref op_type,
-            ref reason,
-        }
-        | LowerError::UnsupportedAttr {
-            ref node,
-            ref op_type,
-            ref reason,
-            ..
-        }
-        | LowerError::UnsupportedDtype {
-            ref node,
-            ref op_type,
-            ref reason,
-        } => {
-            let u = lowering::Unsupported {
-                node: node.clone(),
-                op_type: op_type.clone(),
-                reason: reason.clone(),
-            };
-            unsupported(vec![u], e.to_string())
-        }
-        LowerError::Unsupported(ref list) => unsupported(list.clone(), e.to_string()),
-        LowerError::InvalidModel(m) => LoweringError::new_err(m),
-        LowerError::Qnn { node, source } => qnn_error(py, *source, node),
-        other => LoweringError::new_err(other.to_string()),
-    }
-}
+use compiled::Compiled;
+use errors::{engine_error, qnn_error};
 
 fn backend_kind(device: &str) -> PyResult<BackendKind> {
-    match device {
-        "npu" | "htp" => Ok(BackendKind::Htp),
-        "gpu" => Ok(BackendKind::Gpu),
-        other => Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "unknown QNN device {other:?}: use \"npu\" or \"gpu\""
-        ))),
-    }
+    device.parse().map_err(PyValueError::new_err)
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct RuntimeKey {
-    kind: BackendKind,
-    soc: Option<u32>,
-    arch: Option<u32>,
+/// A SoC given as a number or a name.
+#[derive(FromPyObject)]
+enum SocArg {
+    Number(u32),
+    Name(String),
 }
 
-struct Runtime {
-    backend: Backend,
-    device: Device,
-}
-
-/// One backend and device per (backend, SoC, arch) for the whole process: opening the HTP
-/// library and its first graph cost far more than a compile of a small model.
-static RUNTIMES: Mutex<Option<HashMap<RuntimeKey, Arc<Runtime>>>> = Mutex::new(None);
-
-fn runtime(key: RuntimeKey) -> Result<Arc<Runtime>, qnn::Error> {
-    let mut map = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
-    let map = map.get_or_insert_with(HashMap::new);
-    if let Some(r) = map.get(&key) {
-        return Ok(r.clone());
-    }
-    let level = *LOG_LEVEL.lock().unwrap_or_else(|e| e.into_inner());
-    let backend = Backend::open(
-        key.kind,
-        &qnn::BackendOptions {
-            library: None,
-            log_level: level,
-        },
-    )?;
-    let mut options = if key.kind == BackendKind::Htp {
-        DeviceOptions::host_default()
-    } else {
-        DeviceOptions::default()
+fn target(device: &str, soc_model: Option<SocArg>, htp_arch: Option<u32>) -> PyResult<Target> {
+    let (soc, soc_model) = match soc_model {
+        Some(SocArg::Number(n)) => (None, Some(n)),
+        Some(SocArg::Name(s)) => (Some(s), None),
+        None => (None, None),
     };
-    if key.soc.is_some() {
-        options.soc_model = key.soc;
-    }
-    if key.arch.is_some() {
-        options.arch = key.arch;
-    }
-    let device = Device::new(&backend, &options)?;
-    let r = Arc::new(Runtime { backend, device });
-    map.insert(key, r.clone());
-    Ok(r)
+    let htp_arch = htp_arch
+        .map(|a| {
+            HtpArch::from_number(a).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "htp_arch={a}: use one of {}",
+                    HtpArch::ALL
+                        .iter()
+                        .map(|a| a.number().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+        })
+        .transpose()?;
+    let spec = TargetSpec {
+        backend: backend_kind(device)?,
+        soc,
+        soc_model,
+        htp_arch,
+        library: None,
+    };
+    Target::resolve(&spec, None).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
-static LOG_LEVEL: Mutex<Option<qnn::LogLevel>> = Mutex::new(None);
+/// Checks a target once, for the settings: the SoC number (from a name or number) and the arch.
+/// Raises ValueError naming the valid values.
+#[pyfunction]
+#[pyo3(signature = (device, soc_model = None, htp_arch = None))]
+fn resolve_target(
+    device: &str,
+    soc_model: Option<SocArg>,
+    htp_arch: Option<u32>,
+) -> PyResult<(Option<u32>, Option<u32>)> {
+    let explicit = soc_model.is_some();
+    let t = target(device, soc_model, htp_arch)?;
+    // Only what was asked for: the host default is applied at compile time.
+    let soc = if explicit { t.soc_model } else { None };
+    Ok((soc, t.htp_arch.map(HtpArch::number)))
+}
 
 /// QNN's log level for backends opened from now on (error, warn, info, verbose, debug).
 #[pyfunction]
 fn set_log_level(level: &str) -> PyResult<()> {
-    let l: qnn::LogLevel = level
-        .parse()
-        .map_err(pyo3::exceptions::PyValueError::new_err)?;
-    *LOG_LEVEL.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
+    let l: qnn::LogLevel = level.parse().map_err(PyValueError::new_err)?;
+    registry::set_log_level(l);
     Ok(())
 }
 
 /// The model number of a SoC given by name (SC8380XP, SM8650, ...) or number, if known.
 #[pyfunction]
 fn soc_model(name: &str) -> Option<u32> {
-    qnn::soc::find(name).map(|s| s.model)
+    qnnx_types::soc::find(name).map(|s| s.model)
 }
 
 /// Known SoC names and numbers, for messages.
 #[pyfunction]
 fn known_socs() -> String {
-    qnn::soc::known_names()
+    qnnx_types::soc::known_names()
+}
+
+/// HTP architecture numbers QNN knows (68, 69, 73, ...).
+#[pyfunction]
+fn htp_archs() -> Vec<u32> {
+    HtpArch::ALL.iter().map(|a| a.number()).collect()
+}
+
+/// Element type names, as every part of qnnx spells them (`f32`, `i64`, `bool`, ...).
+#[pyfunction]
+fn dtype_names() -> Vec<&'static str> {
+    DType::ALL.iter().map(|d| d.name()).collect()
+}
+
+fn default_runtime(device: &str) -> PyResult<Result<std::sync::Arc<registry::Runtime>, String>> {
+    let t = Target::host_default(backend_kind(device)?);
+    Ok(registry::for_target(&t, None, false).map_err(|e| e.to_string()))
 }
 
 /// Whether `device` ("npu" or "gpu") can be opened and initialised on this machine.
 #[pyfunction]
 fn is_available(py: Python<'_>, device: &str) -> PyResult<bool> {
-    let kind = backend_kind(device)?;
-    Ok(py.detach(|| {
-        runtime(RuntimeKey {
-            kind,
-            soc: None,
-            arch: None,
-        })
-        .is_ok()
-    }))
+    let t = Target::host_default(backend_kind(device)?);
+    Ok(py.detach(|| registry::for_target(&t, None, false).is_ok()))
 }
 
 /// Why `device` is unavailable, or None.
 #[pyfunction]
 fn unavailable_reason(py: Python<'_>, device: &str) -> PyResult<Option<String>> {
-    let kind = backend_kind(device)?;
-    Ok(py.detach(|| {
-        runtime(RuntimeKey {
-            kind,
-            soc: None,
-            arch: None,
-        })
-        .err()
-        .map(|e| e.to_string())
-    }))
+    backend_kind(device)?;
+    Ok(py.detach(|| default_runtime(device))?.err())
 }
 
 /// The QNN build id of `device`'s library.
 #[pyfunction]
 fn build_id(py: Python<'_>, device: &str) -> PyResult<String> {
-    let kind = backend_kind(device)?;
+    let t = Target::host_default(backend_kind(device)?);
     let r = py
-        .detach(|| {
-            runtime(RuntimeKey {
-                kind,
-                soc: None,
-                arch: None,
-            })
-        })
-        .map_err(|e| qnn_error(py, e, None))?;
+        .detach(|| registry::for_target(&t, None, false))
+        .map_err(|e| engine_error(py, e))?;
     r.backend.build_id().map_err(|e| qnn_error(py, e, None))
 }
 
+fn lowering_backend(py: Python<'_>, device: &str) -> PyResult<lowering::Backend> {
+    qnnx_engine::compile::lowering_backend(backend_kind(device)?).map_err(|e| engine_error(py, e))
+}
+
 /// Every node of an ONNX model that `device` cannot run, as (node, op_type, reason), without
-/// touching QNN.
+/// touching QNN: the lowering's own decision, the one `qnnx check` reports.
 #[pyfunction]
 fn check(py: Python<'_>, onnx: &[u8], device: &str) -> PyResult<Vec<(String, String, String)>> {
-    let backend = match backend_kind(device)? {
-        BackendKind::Gpu => lowering::Backend::Gpu,
-        _ => lowering::Backend::Htp,
-    };
+    let backend = lowering_backend(py, device)?;
     let model = py
         .detach(|| lowering::Model::from_bytes(onnx, None))
-        .map_err(|e| lower_error(py, e))?;
+        .map_err(|e| engine_error(py, e.into()))?;
     Ok(py
         .detach(|| lowering::check(&model, backend))
         .into_iter()
@@ -262,251 +155,38 @@ fn check(py: Python<'_>, onnx: &[u8], device: &str) -> PyResult<Vec<(String, Str
         .collect())
 }
 
-/// A compiled graph, ready to run.
-#[pyclass(frozen, module = "qnnx_backend._native")]
-struct Compiled {
-    inner: lowering::emit::Compiled,
+/// The op table of `device`'s backend (`op-tables/<backend>.toml`): for each ONNX op type, a
+/// dict with `status`, `family`, `opset` (min, max), `dtypes`, `qnn` ops, `layout` and
+/// `constraints`. For programs that plan around support (the partitioner); the per-node
+/// decision for a model is [`check`].
+#[pyfunction]
+fn op_table<'py>(py: Python<'py>, device: &str) -> PyResult<Bound<'py, PyDict>> {
+    let table = lowering::table::OpTable::get(lowering_backend(py, device)?);
+    let out = PyDict::new(py);
+    for (op, e) in &table.ops {
+        let d = PyDict::new(py);
+        d.set_item("status", e.status.name())?;
+        d.set_item("runs", e.runs())?;
+        d.set_item("family", &e.family)?;
+        d.set_item("opset", (e.opset[0], e.opset[1]))?;
+        d.set_item("dtypes", PyList::new(py, &e.dtypes)?)?;
+        d.set_item("qnn", PyList::new(py, &e.qnn)?)?;
+        d.set_item("layout", e.layout.name())?;
+        d.set_item("constraints", PyList::new(py, &e.constraints)?)?;
+        out.set_item(op, d)?;
+    }
+    Ok(out)
 }
 
-fn dtype_name(d: qnn::DataType) -> &'static str {
-    match d {
-        qnn::DataType::F32 => "float32",
-        qnn::DataType::F16 => "float16",
-        qnn::DataType::I8 => "int8",
-        qnn::DataType::U8 => "uint8",
-        qnn::DataType::I16 => "int16",
-        qnn::DataType::U16 => "uint16",
-        qnn::DataType::I32 => "int32",
-        qnn::DataType::U32 => "uint32",
-        qnn::DataType::I64 => "int64",
-        qnn::DataType::U64 => "uint64",
-        qnn::DataType::Bool => "bool",
-        _ => "quantized",
-    }
+fn open_cache(py: Python<'_>, dir: Option<&str>) -> PyResult<Option<Cache>> {
+    dir.map(|d| Cache::open(d, None).map_err(|e| engine_error(py, qnnx_engine::Error::Cache(e))))
+        .transpose()
 }
 
-fn host_name(d: lowering::DType) -> &'static str {
-    match d {
-        lowering::DType::F32 => "float32",
-        lowering::DType::F16 => "float16",
-        lowering::DType::BF16 => "bfloat16",
-        lowering::DType::F64 => "float64",
-        lowering::DType::I8 => "int8",
-        lowering::DType::I16 => "int16",
-        lowering::DType::I32 => "int32",
-        lowering::DType::I64 => "int64",
-        lowering::DType::U8 => "uint8",
-        lowering::DType::U16 => "uint16",
-        lowering::DType::U32 => "uint32",
-        lowering::DType::U64 => "uint64",
-        lowering::DType::Bool => "bool",
-    }
-}
-
-type IoDesc = (String, String, Vec<u32>, String);
-
-fn io_descs(
-    ios: &[lowering::plan::PlanIo],
-    slots: &[usize],
-    graph: &[qnn::TensorInfo],
-) -> Vec<IoDesc> {
-    ios.iter()
-        .zip(slots)
-        .map(|(io, &s)| {
-            (
-                io.onnx_name.clone(),
-                dtype_name(graph[s].dtype).into(),
-                graph[s].dims.clone(),
-                host_name(io.host_dtype).into(),
-            )
-        })
-        .collect()
-}
-
-#[pymethods]
-impl Compiled {
-    /// Milliseconds spent lowering (0 on a cache hit).
-    #[getter]
-    fn lower_ms(&self) -> f64 {
-        self.inner.lower_ms
-    }
-
-    /// Milliseconds spent building and finalizing the QNN graph (0 on a cache hit).
-    #[getter]
-    fn finalize_ms(&self) -> f64 {
-        self.inner.finalize_ms
-    }
-
-    /// Milliseconds spent loading the context binary from the cache (0 when compiled).
-    #[getter]
-    fn load_ms(&self) -> f64 {
-        self.inner.load_ms
-    }
-
-    /// Whether the graph came from the persistent cache.
-    #[getter(from_cache)]
-    fn is_from_cache(&self) -> bool {
-        self.inner.from_cache
-    }
-
-    /// The cache key, when a cache was used.
-    #[getter]
-    fn cache_key(&self) -> Option<String> {
-        self.inner.cache_key.as_ref().map(|k| k.to_string())
-    }
-
-    /// Inputs in ONNX order: (name, graph dtype, graph shape, model dtype). The caller passes
-    /// buffers of the graph dtype; it converts from the model dtype where they differ (int64).
-    #[getter]
-    fn inputs(&self) -> Vec<IoDesc> {
-        let e = &self.inner.emitted;
-        io_descs(&e.inputs, &e.input_slots, e.graph.inputs())
-    }
-
-    /// Outputs in ONNX order, like `inputs`.
-    #[getter]
-    fn outputs(&self) -> Vec<IoDesc> {
-        let e = &self.inner.emitted;
-        io_descs(&e.outputs, &e.output_slots, e.graph.outputs())
-    }
-
-    /// Executes on caller memory given as (address, byte length) pairs in ONNX order, without
-    /// copies and without the GIL. Lengths are checked against the graph before QNN runs.
-    ///
-    /// The caller (the package's Python code) guarantees each address is valid, contiguous
-    /// host memory of that length that stays alive and is not otherwise written during the call.
-    #[pyo3(signature = (inputs, outputs, check_nan = true))]
-    fn run(
-        &self,
-        py: Python<'_>,
-        inputs: Vec<(usize, usize)>,
-        outputs: Vec<(usize, usize)>,
-        check_nan: bool,
-    ) -> PyResult<()> {
-        let e = &self.inner.emitted;
-        if inputs.len() != e.inputs.len() || outputs.len() != e.outputs.len() {
-            return Err(QnnxError::new_err(format!(
-                "the graph takes {} inputs and {} outputs, got {} and {}",
-                e.inputs.len(),
-                e.outputs.len(),
-                inputs.len(),
-                outputs.len()
-            )));
-        }
-        let gi = e.graph.inputs();
-        let go = e.graph.outputs();
-        let mut ins: Vec<Option<qnn::Input<'_>>> = vec![None; gi.len()];
-        for ((&(addr, len), &slot), io) in inputs.iter().zip(&e.input_slots).zip(&e.inputs) {
-            if addr == 0 && len != 0 {
-                return Err(QnnxError::new_err("null input buffer"));
-            }
-            // SAFETY: the caller guarantees `addr` is valid for `len` bytes for this call
-            // (see the method docs); `execute` checks `len` against the tensor before use.
-            let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-            if check_nan && len == gi[slot].num_bytes() {
-                if let Some(i) = qnn::first_nan(gi[slot].dtype, bytes) {
-                    return Err(QnnxError::new_err(lowering::emit::nan_message(
-                        &io.onnx_name,
-                        i,
-                    )));
-                }
-            }
-            ins[slot] = Some(qnn::Input::from_bytes(gi[slot].dtype, bytes));
-        }
-        let mut outs: Vec<Option<qnn::Output<'_>>> = (0..go.len()).map(|_| None).collect();
-        for (&(addr, len), &slot) in outputs.iter().zip(&e.output_slots) {
-            if addr == 0 && len != 0 {
-                return Err(QnnxError::new_err("null output buffer"));
-            }
-            // SAFETY: as above, and the caller does not read or write it during the call.
-            let bytes = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
-            outs[slot] = Some(qnn::Output::from_bytes(go[slot].dtype, bytes));
-        }
-        let ins: Vec<qnn::Input<'_>> = ins
-            .into_iter()
-            .map(|i| i.expect("every slot filled"))
-            .collect();
-        let mut outs: Vec<qnn::Output<'_>> = outs
-            .into_iter()
-            .map(|o| o.expect("every slot filled"))
-            .collect();
-        let graph = &e.graph;
-        let result = {
-            // Raw pointers are not Send; the slices are only used inside this closure while
-            // the caller's Python frame keeps the tensors alive.
-            struct Unchecked<T>(T);
-            // SAFETY: see the method docs: the memory outlives the call.
-            unsafe impl<T> Send for Unchecked<T> {}
-            let work = Unchecked((ins, &mut outs));
-            py.detach(move || {
-                let w = work;
-                let (ins, outs) = w.0;
-                graph.execute(&ins, outs)
-            })
-        };
-        result.map_err(|err| qnn_error(py, err, None))
-    }
-
-    /// The context binary (for inspection or an offline cache).
-    fn binary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let bytes = py
-            .detach(|| self.inner.context.to_binary())
-            .map_err(|e| qnn_error(py, e, None))?;
-        Ok(pyo3::types::PyBytes::new(py, &bytes))
-    }
-}
-
-enum Failure {
-    Lower(LowerError),
-    Qnn(qnn::Error),
-    Cache(String),
-}
-
-fn failure_to_py(py: Python<'_>, f: Failure) -> PyErr {
-    match f {
-        Failure::Lower(e) => lower_error(py, e),
-        Failure::Qnn(e) => qnn_error(py, e, None),
-        Failure::Cache(m) => CacheError::new_err(m),
-    }
-}
-
-struct Target {
-    kind: BackendKind,
-    soc: Option<u32>,
-    arch: Option<u32>,
-    name: String,
-}
-
-fn compile_impl(
-    onnx: &[u8],
-    t: &Target,
-    fp16: bool,
-    opt_level: Option<u8>,
-    cache: Option<&qnn::cache::Cache>,
-) -> Result<Compiled, Failure> {
-    let rt = runtime(RuntimeKey {
-        kind: t.kind,
-        soc: t.soc,
-        arch: t.arch,
-    })
-    .map_err(Failure::Qnn)?;
-    let opts = CompileOptions {
-        name: t.name.clone(),
-        fp16,
-        opt_level,
-        ..Default::default()
-    };
-    let compiled = lowering::emit::compile(&rt.backend, &rt.device, onnx, &opts, cache)
-        .map_err(Failure::Lower)?;
-    for w in &compiled.warnings {
+fn warn_all(warnings: &[String]) {
+    for w in warnings {
         tracing::warn!(target: "qnnx", "{w}");
     }
-    Ok(Compiled { inner: compiled })
-}
-
-fn open_cache(dir: Option<&str>) -> Result<Option<qnn::cache::Cache>, Failure> {
-    dir.map(|d| qnn::cache::Cache::open(d, None).map_err(|e| Failure::Cache(e.to_string())))
-        .transpose()
 }
 
 /// Lowers and compiles an ONNX model for `device` (releases the GIL while working). With
@@ -519,24 +199,26 @@ fn compile(
     py: Python<'_>,
     onnx: &[u8],
     device: &str,
-    soc_model: Option<u32>,
+    soc_model: Option<SocArg>,
     htp_arch: Option<u32>,
     fp16: bool,
     opt_level: Option<u8>,
     name: &str,
     cache_dir: Option<&str>,
 ) -> PyResult<Compiled> {
-    let t = Target {
-        kind: backend_kind(device)?,
-        soc: soc_model,
-        arch: htp_arch,
+    let t = target(device, soc_model, htp_arch)?;
+    let cache = open_cache(py, cache_dir)?;
+    let opts = CompileOptions {
         name: name.to_string(),
+        fp16,
+        opt_level,
+        ..Default::default()
     };
-    py.detach(|| {
-        let cache = open_cache(cache_dir)?;
-        compile_impl(onnx, &t, fp16, opt_level, cache.as_ref())
-    })
-    .map_err(|f| failure_to_py(py, f))
+    let compiled = py
+        .detach(|| qnnx_engine::compile(&t, onnx, &opts, cache.as_ref()))
+        .map_err(|e| engine_error(py, e))?;
+    warn_all(&compiled.warnings);
+    Ok(Compiled { inner: compiled })
 }
 
 /// Lowers and compiles several ONNX models as graphs `names` of one QNN context (releases the
@@ -555,110 +237,74 @@ fn compile_many(
     onnx_list: Vec<pyo3::pybacked::PyBackedBytes>,
     names: Vec<String>,
     device: &str,
-    soc_model: Option<u32>,
+    soc_model: Option<SocArg>,
     htp_arch: Option<u32>,
     fp16: bool,
     opt_level: Option<u8>,
     weight_sharing: bool,
     cache_dir: Option<&str>,
 ) -> PyResult<Vec<Compiled>> {
-    let kind = backend_kind(device)?;
+    let t = target(device, soc_model, htp_arch)?;
     if onnx_list.len() != names.len() {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+        return Err(PyValueError::new_err(format!(
             "{} models but {} names",
             onnx_list.len(),
             names.len()
         )));
     }
-    let result = py.detach(|| -> Result<Vec<Compiled>, MultiFailure> {
-        let cache = open_cache(cache_dir)?;
-        let rt = runtime(RuntimeKey {
-            kind,
-            soc: soc_model,
-            arch: htp_arch,
+    let cache = open_cache(py, cache_dir)?;
+    let specs: Vec<GraphSpec> = onnx_list
+        .iter()
+        .zip(&names)
+        .map(|(onnx, name)| GraphSpec {
+            name: name.clone(),
+            onnx: &onnx[..],
+            ..Default::default()
         })
-        .map_err(Failure::Qnn)?;
-        let specs: Vec<lowering::emit::multi::GraphSpec> = onnx_list
-            .iter()
-            .zip(&names)
-            .map(|(onnx, name)| lowering::emit::multi::GraphSpec {
-                name: name.clone(),
-                onnx: &onnx[..],
-                ..Default::default()
-            })
-            .collect();
-        let opts = lowering::emit::multi::MultiOptions {
-            fp16,
-            opt_level,
-            weight_sharing,
-        };
-        let compiled = lowering::emit::multi::compile_multi(
-            &rt.backend,
-            &rt.device,
-            &specs,
-            &opts,
-            cache.as_ref(),
-        )
-        .map_err(|e| MultiFailure {
-            graph: e.graph,
-            failure: Failure::Lower(e.error),
+        .collect();
+    let opts = MultiOptions {
+        fp16,
+        opt_level,
+        weight_sharing,
+    };
+    let compiled = py
+        .detach(|| qnnx_engine::compile::multi::compile_multi(&t, &specs, &opts, cache.as_ref()))
+        .map_err(|f| {
+            let err = engine_error(py, f.error);
+            let _ = err.value(py).setattr("graph", f.graph);
+            err
         })?;
-        for w in &compiled.warnings {
-            tracing::warn!(target: "qnnx", "{w}");
-        }
-        Ok(compiled
-            .into_compiled()
-            .into_iter()
-            .map(|inner| Compiled { inner })
-            .collect())
-    });
-    result.map_err(|f| {
-        let err = failure_to_py(py, f.failure);
-        set_attr(py, &err, "graph", f.graph);
-        err
-    })
+    warn_all(&compiled.warnings);
+    Ok(compiled
+        .into_compiled()
+        .into_iter()
+        .map(|inner| Compiled { inner })
+        .collect())
 }
 
-/// A failure of `compile_many` and the graph it belongs to, if one.
-struct MultiFailure {
-    graph: Option<String>,
-    failure: Failure,
-}
-
-impl From<Failure> for MultiFailure {
-    fn from(failure: Failure) -> MultiFailure {
-        MultiFailure {
-            graph: None,
-            failure,
-        }
-    }
-}
-
-/// A graph from the cache by key, or None: used on warm starts to skip the ONNX export too.
+/// A graph from the cache by key, or None: used on warm starts to skip the ONNX export too. A
+/// bad entry is removed (with a warning in the log) and reported as a miss.
 #[pyfunction]
-#[pyo3(signature = (key, cache_dir, *, device = "npu", soc_model = None, htp_arch = None, name = "qnnx"))]
+#[pyo3(signature = (key, cache_dir, *, device = "npu", soc_model = None, htp_arch = None, opt_level = None, name = "qnnx"))]
+#[allow(clippy::too_many_arguments)]
 fn load_cached(
     py: Python<'_>,
     key: &str,
     cache_dir: &str,
     device: &str,
-    soc_model: Option<u32>,
+    soc_model: Option<SocArg>,
     htp_arch: Option<u32>,
+    opt_level: Option<u8>,
     name: &str,
 ) -> PyResult<Option<Compiled>> {
-    let kind = backend_kind(device)?;
-    let Some(key) = qnn::cache::CacheKey::parse(key) else {
+    let t = target(device, soc_model, htp_arch)?;
+    let Some(key) = CacheKey::parse(key) else {
         return Ok(None);
     };
-    py.detach(|| {
-        let cache = open_cache(Some(cache_dir))?.expect("a directory was given");
-        let rt = runtime(RuntimeKey {
-            kind,
-            soc: soc_model,
-            arch: htp_arch,
-        })
-        .map_err(Failure::Qnn)?;
-        match lowering::emit::load_cached(&rt.backend, &rt.device, &cache, &key, name) {
+    let cache = open_cache(py, Some(cache_dir))?.expect("a directory was given");
+    py.detach(|| -> qnnx_engine::Result<Option<Compiled>> {
+        let rt = registry::for_target(&t, opt_level, false)?;
+        match qnnx_engine::compile::load_cached(&rt, &cache, &key, name) {
             Ok(hit) => Ok(hit.map(|inner| Compiled { inner })),
             Err(w) => {
                 tracing::warn!(target: "qnnx", "{w}");
@@ -666,13 +312,31 @@ fn load_cached(
             }
         }
     })
-    .map_err(|f| failure_to_py(py, f))
+    .map_err(|e| engine_error(py, e))
+}
+
+/// The cache key alias `fingerprint` (64 hex digits) points at in `cache_dir`, if any.
+#[pyfunction]
+fn alias_get(py: Python<'_>, cache_dir: &str, fingerprint: &str) -> PyResult<Option<String>> {
+    let cache = open_cache(py, Some(cache_dir))?.expect("a directory was given");
+    Ok(cache.get_alias(fingerprint).map(|k| k.to_string()))
+}
+
+/// Points alias `fingerprint` at cache key `key` (atomically).
+#[pyfunction]
+fn alias_put(py: Python<'_>, cache_dir: &str, fingerprint: &str, key: &str) -> PyResult<()> {
+    let cache = open_cache(py, Some(cache_dir))?.expect("a directory was given");
+    let key = CacheKey::parse(key)
+        .ok_or_else(|| PyValueError::new_err(format!("{key:?} is not a cache key")))?;
+    cache
+        .put_alias(fingerprint, &key)
+        .map_err(|e| engine_error(py, qnnx_engine::Error::Cache(e)))
 }
 
 /// The default cache folder ($QNNX_CACHE_DIR, else the platform's cache folder).
 #[pyfunction]
 fn default_cache_dir() -> Option<String> {
-    qnn::cache::default_dir().map(|p| p.display().to_string())
+    qnnx_engine::cache::default_dir().map(|p| p.display().to_string())
 }
 
 /// Versions of this package and of the QNN pieces it was built with.
@@ -689,25 +353,25 @@ fn versions(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
-    m.add("QnnxError", py.get_type::<QnnxError>())?;
-    m.add("LibraryLoadError", py.get_type::<LibraryLoadError>())?;
-    m.add("QnnApiError", py.get_type::<QnnApiError>())?;
-    m.add("UnsupportedOpError", py.get_type::<UnsupportedOpError>())?;
-    m.add("LoweringError", py.get_type::<LoweringError>())?;
-    m.add("CacheError", py.get_type::<CacheError>())?;
+    errors::add(m)?;
     m.add_class::<Compiled>()?;
     m.add_function(wrap_pyfunction!(is_available, m)?)?;
     m.add_function(wrap_pyfunction!(unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(build_id, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
+    m.add_function(wrap_pyfunction!(op_table, m)?)?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(compile_many, m)?)?;
+    m.add_function(wrap_pyfunction!(load_cached, m)?)?;
+    m.add_function(wrap_pyfunction!(alias_get, m)?)?;
+    m.add_function(wrap_pyfunction!(alias_put, m)?)?;
     m.add_function(wrap_pyfunction!(versions, m)?)?;
     m.add_function(wrap_pyfunction!(set_log_level, m)?)?;
-    m.add_function(wrap_pyfunction!(load_cached, m)?)?;
     m.add_function(wrap_pyfunction!(default_cache_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(resolve_target, m)?)?;
     m.add_function(wrap_pyfunction!(soc_model, m)?)?;
     m.add_function(wrap_pyfunction!(known_socs, m)?)?;
+    m.add_function(wrap_pyfunction!(htp_archs, m)?)?;
+    m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     Ok(())
 }

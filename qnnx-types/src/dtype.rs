@@ -90,6 +90,24 @@ impl DType {
     }
 }
 
+/// A tensor's element type as one word: [`DType::name`], prefixed by `q` when the tensor is
+/// quantized (`qu8`: quantized u8). Cache metadata and inspection output use it.
+pub fn tensor_type_name(dtype: DType, quantized: bool) -> String {
+    if quantized {
+        format!("q{}", dtype.name())
+    } else {
+        dtype.name().to_string()
+    }
+}
+
+/// The element type and quantization of a [`tensor_type_name`].
+pub fn parse_tensor_type(name: &str) -> Option<(DType, bool)> {
+    match DType::from_name(name) {
+        Some(d) => Some((d, false)),
+        None => DType::from_name(name.strip_prefix('q')?).map(|d| (d, true)),
+    }
+}
+
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -110,5 +128,14 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), DType::ALL.len());
         assert_eq!(DType::from_name("float32"), None);
+    }
+
+    #[test]
+    fn tensor_type_names() {
+        use super::{parse_tensor_type, tensor_type_name};
+        assert_eq!(tensor_type_name(DType::U8, true), "qu8");
+        assert_eq!(parse_tensor_type("qi32"), Some((DType::I32, true)));
+        assert_eq!(parse_tensor_type("bool"), Some((DType::Bool, false)));
+        assert_eq!(parse_tensor_type("quantized"), None);
     }
 }

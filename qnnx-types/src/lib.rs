@@ -12,5 +12,5 @@ mod dtype;
 pub mod soc;
 
 pub use backend::BackendKind;
-pub use dtype::DType;
+pub use dtype::{parse_tensor_type, tensor_type_name, DType};
 pub use soc::{HtpArch, Soc};

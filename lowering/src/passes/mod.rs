@@ -142,7 +142,6 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
                     .unwrap_or_default()
                     .to_string(),
                 LowerError::Unsupported(_) => String::new(),
-                LowerError::Qnn { node, .. } => node.clone().unwrap_or_default(),
             };
             (node, e)
         })

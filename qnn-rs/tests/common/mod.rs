@@ -4,12 +4,18 @@
 
 #![allow(dead_code)]
 
-use qnn::{Backend, BackendKind, Context, Device, DeviceOptions};
+use qnn::{Backend, BackendOptions, Context, Device, HtpConfig};
 
+/// The HTP backend opened with the host's default target (SoC 60 on x86_64) and its device.
 pub fn htp() -> Option<(Backend, Device)> {
-    match Backend::new(BackendKind::Htp) {
+    htp_with(HtpConfig::host_default())
+}
+
+/// The HTP backend opened with `config`, and its device.
+pub fn htp_with(config: HtpConfig) -> Option<(Backend, Device)> {
+    match Backend::open(config, &BackendOptions::default()) {
         Ok(b) => {
-            let d = Device::new(&b, &DeviceOptions::host_default()).expect("deviceCreate");
+            let d = Device::new(&b).expect("deviceCreate");
             Some((b, d))
         }
         Err(e) if std::env::var_os("QNNX_REQUIRE_HTP").is_some() => {
@@ -23,7 +29,12 @@ pub fn htp() -> Option<(Backend, Device)> {
 }
 
 pub fn context() -> Option<(Backend, Device, Context)> {
-    let (b, d) = htp()?;
+    context_with(HtpConfig::host_default())
+}
+
+/// A context of a backend opened with `config`.
+pub fn context_with(config: HtpConfig) -> Option<(Backend, Device, Context)> {
+    let (b, d) = htp_with(config)?;
     let c = Context::new(&b, Some(&d)).expect("contextCreate");
     Some((b, d, c))
 }

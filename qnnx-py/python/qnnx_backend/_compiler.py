@@ -15,11 +15,8 @@ import ctypes
 import hashlib
 import io
 import logging
-import os
-import tempfile
 import time
 import warnings
-from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -35,19 +32,20 @@ logger = logging.getLogger("qnnx_backend")
 #: use them to prove that a warm start skipped export, lowering and finalize.
 STATS: collections.Counter = collections.Counter()
 
+# torch's dtype for each element type, by qnnx's names for them (_native.dtype_names()).
 _TORCH_DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "int16": torch.int16,
-    "uint16": getattr(torch, "uint16", None),
-    "int32": torch.int32,
-    "uint32": getattr(torch, "uint32", None),
-    "int64": torch.int64,
-    "uint64": getattr(torch, "uint64", None),
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "f64": torch.float64,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "i16": torch.int16,
+    "u16": getattr(torch, "uint16", None),
+    "i32": torch.int32,
+    "u32": getattr(torch, "uint32", None),
+    "i64": torch.int64,
+    "u64": getattr(torch, "uint64", None),
     "bool": torch.bool,
 }
 
@@ -332,7 +330,7 @@ class QnnCallable:
             devices = []
             reasons.append(str(self.refusal))
         for device in devices:
-            alias = None
+            fingerprint = None
             try:
                 # With an explicit SoC or arch the native calls below open (and check) the
                 # runtime for that configuration themselves; is_available() would open a second
@@ -342,8 +340,8 @@ class QnnCallable:
                 if cache_dir is not None:
                     # Warm start: an FX-level fingerprint maps straight to a cached binary, so
                     # neither the ONNX export nor lowering nor finalize runs.
-                    alias = Path(cache_dir) / "fx" / f"{self.fx_fingerprint(args, device)}.key"
-                    hit = _read_alias(alias, cache_dir, device, s)
+                    fingerprint = self.fx_fingerprint(args, device)
+                    hit = _read_alias(fingerprint, cache_dir, device, s)
                     if hit is not None:
                         STATS["cache_hits"] += 1
                         logger.info("qnn: loaded a cached graph for %s in %.1f ms", device, hit.load_ms)
@@ -379,8 +377,8 @@ class QnnCallable:
                     STATS["cache_hits"] += 1
                 else:
                     STATS["compiles"] += 1
-                if alias is not None and native.cache_key:
-                    _write_alias(alias, native.cache_key)
+                if fingerprint is not None and native.cache_key:
+                    _write_alias(cache_dir, fingerprint, native.cache_key)
                 logger.info(
                     "qnn: compiled a graph with %d inputs and %d outputs for %s in %.0f ms "
                     "(lowering %.1f ms, finalize %.1f ms)",
@@ -496,21 +494,17 @@ def _cache_dir(s: QnnSettings) -> Optional[str]:
     return str(d)
 
 
-def _read_alias(alias: Path, cache_dir: str, device: str, s: QnnSettings):
-    try:
-        key = alias.read_text().strip()
-    except OSError:
+def _read_alias(fingerprint: str, cache_dir: str, device: str, s: QnnSettings):
+    key = _native.alias_get(cache_dir, fingerprint)
+    if key is None:
         return None
-    return _native.load_cached(key, cache_dir, device=device, soc_model=s.soc_model, htp_arch=s.htp_arch)
+    return _native.load_cached(
+        key, cache_dir, device=device, soc_model=s.soc_model, htp_arch=s.htp_arch, opt_level=s.opt_level
+    )
 
 
-def _write_alias(alias: Path, key: str) -> None:
-    """Atomic (temp file + rename): concurrent writers leave one whole alias."""
+def _write_alias(cache_dir: str, fingerprint: str, key: str) -> None:
     try:
-        alias.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=alias.parent, prefix=".alias-")
-        with os.fdopen(fd, "w") as f:
-            f.write(key)
-        os.replace(tmp, alias)
-    except OSError as e:
-        logger.warning("qnn: could not record the cache alias %s: %s", alias, e)
+        _native.alias_put(cache_dir, fingerprint, key)
+    except CacheError as e:
+        logger.warning("qnn: could not record the cache alias of %s: %s", fingerprint, e)

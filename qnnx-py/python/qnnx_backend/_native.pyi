@@ -1,28 +1,40 @@
 """Type stubs of the native module (Rust, PyO3). Checked against the built module by
-tests/python/test_stubs.py."""
+tests/python/test_settings.py (names) and, in CI, by mypy's stubtest (signatures)."""
 
-from typing import Optional
+from typing import Optional, Union
 
-class QnnxError(RuntimeError): ...
-class LibraryLoadError(QnnxError): ...
-class QnnApiError(QnnxError):
+class QnnxError(RuntimeError):
+    """Base of every qnnx_backend error. Every instance has all of these attributes, None where
+    they do not apply."""
+
+    node: Optional[str]
+    nodes: Optional[list[tuple[str, str, str]]]
+    operators: Optional[set[str]]
     code: Optional[int]
     call: Optional[str]
-    node: Optional[str]
-class UnsupportedOpError(QnnxError):
-    nodes: list[tuple[str, str, str]]
-    operators: set[str]
+    device: Optional[str]
+    graph: Optional[str]
+
+class LibraryLoadError(QnnxError): ...
+class QnnApiError(QnnxError): ...
+class UnsupportedOpError(QnnxError): ...
 class LoweringError(QnnxError): ...
 class CacheError(QnnxError): ...
+class InputError(QnnxError): ...
 
 IoDesc = tuple[str, str, list[int], str]
 
 class Compiled:
-    lower_ms: float
-    finalize_ms: float
-    load_ms: float
-    from_cache: bool
-    cache_key: Optional[str]
+    @property
+    def lower_ms(self) -> float: ...
+    @property
+    def finalize_ms(self) -> float: ...
+    @property
+    def load_ms(self) -> float: ...
+    @property
+    def from_cache(self) -> bool: ...
+    @property
+    def cache_key(self) -> Optional[str]: ...
     @property
     def inputs(self) -> list[IoDesc]: ...
     @property
@@ -34,11 +46,12 @@ def is_available(device: str) -> bool: ...
 def unavailable_reason(device: str) -> Optional[str]: ...
 def build_id(device: str) -> str: ...
 def check(onnx: bytes, device: str) -> list[tuple[str, str, str]]: ...
+def op_table(device: str) -> dict[str, dict[str, object]]: ...
 def compile(
     onnx: bytes,
     *,
     device: str = "npu",
-    soc_model: Optional[int] = None,
+    soc_model: Union[int, str, None] = None,
     htp_arch: Optional[int] = None,
     fp16: bool = False,
     opt_level: Optional[int] = None,
@@ -50,7 +63,7 @@ def compile_many(
     names: list[str],
     *,
     device: str = "npu",
-    soc_model: Optional[int] = None,
+    soc_model: Union[int, str, None] = None,
     htp_arch: Optional[int] = None,
     fp16: bool = False,
     opt_level: Optional[int] = None,
@@ -62,12 +75,20 @@ def load_cached(
     cache_dir: str,
     *,
     device: str = "npu",
-    soc_model: Optional[int] = None,
+    soc_model: Union[int, str, None] = None,
     htp_arch: Optional[int] = None,
+    opt_level: Optional[int] = None,
     name: str = "qnnx",
 ) -> Optional[Compiled]: ...
+def alias_get(cache_dir: str, fingerprint: str) -> Optional[str]: ...
+def alias_put(cache_dir: str, fingerprint: str, key: str) -> None: ...
 def default_cache_dir() -> Optional[str]: ...
 def versions() -> dict[str, str]: ...
 def set_log_level(level: str) -> None: ...
+def resolve_target(
+    device: str, soc_model: Union[int, str, None] = None, htp_arch: Optional[int] = None
+) -> tuple[Optional[int], Optional[int]]: ...
 def soc_model(name: str) -> Optional[int]: ...
 def known_socs() -> str: ...
+def htp_archs() -> list[int]: ...
+def dtype_names() -> list[str]: ...

@@ -3,6 +3,7 @@ them so ``from qnnx_backend.exceptions import UnsupportedOpError`` works."""
 
 from ._native import (
     CacheError,
+    InputError,
     LibraryLoadError,
     LoweringError,
     QnnApiError,
@@ -17,4 +18,5 @@ __all__ = [
     "UnsupportedOpError",
     "LoweringError",
     "CacheError",
+    "InputError",
 ]

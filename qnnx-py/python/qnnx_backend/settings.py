@@ -42,7 +42,8 @@ class QnnSettings:
     """Target SoC (Qnn_SocModel_t, e.g. 60 = SC8380XP) or a name ("SM8650"). Default: the
     device's own; SoC 60 on the x86_64 emulator."""
     htp_arch: Optional[int] = _defaults.HTP_ARCH
-    """Minimum HTP architecture (68, 73, 75, 79, 81)."""
+    """Minimum HTP architecture (68, 69, 73, 75, 79, 81, 85, 89: ``_native.htp_archs()``); with
+    ``soc_model`` it must be that SoC's."""
     opt_level: Optional[int] = _defaults.OPT_LEVEL
     """HTP finalize optimization 1 to 3: more compile time for a faster graph."""
     log_level: Optional[str] = _defaults.LOG_LEVEL
@@ -87,14 +88,18 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
         raise ValueError(f"exporter={s.exporter!r}: use one of {EXPORTERS}")
     if s.cache_dir is not None and not isinstance(s.cache_dir, (str, os.PathLike)):
         raise ValueError(f"cache_dir={s.cache_dir!r}: must be a path")
-    soc = s.soc_model
-    if soc is not None and not isinstance(soc, int):
+    if s.soc_model is not None or s.htp_arch is not None:
         from . import _native
 
-        number = _native.soc_model(str(soc))
-        if number is None:
-            raise ValueError(f"soc_model={soc!r}: unknown SoC; known: {_native.known_socs()}")
-        s = dataclasses.replace(s, soc_model=number)
-    if s.htp_arch is not None and s.htp_arch not in (68, 69, 73, 75, 79, 81, 85, 89):
-        raise ValueError(f"htp_arch={s.htp_arch!r}: use 68, 69, 73, 75, 79, 81, 85 or 89")
+        if s.soc_model is not None and not isinstance(s.soc_model, (int, str)):
+            raise ValueError(f"soc_model={s.soc_model!r}: a SoC number or name; known: {_native.known_socs()}")
+        if s.htp_arch is not None and not isinstance(s.htp_arch, int):
+            raise ValueError(f"htp_arch={s.htp_arch!r}: use one of {_native.htp_archs()}")
+        try:
+            # One resolution of names and numbers for every front end: unknown SoCs, unknown
+            # architectures and a SoC whose arch is not htp_arch are refused by the native module.
+            soc, arch = _native.resolve_target("npu", s.soc_model, s.htp_arch)
+        except ValueError as e:
+            raise ValueError(f"soc_model={s.soc_model!r}, htp_arch={s.htp_arch!r}: {e}") from None
+        s = dataclasses.replace(s, soc_model=soc, htp_arch=arch)
     return s

@@ -1,7 +1,7 @@
 # /// script
 # dependencies = ["torch==2.15.0", "onnx==1.22.0", "onnxscript==0.7.2", "numpy"]
 # ///
-"""Shared by the model generators in tests/models/<name>/gen.py (lowering/tests/models_htp.rs).
+"""Shared by the model generators in tests/models/<name>/gen.py (engine/tests/models_htp.rs).
 
 `main(build)` parses `OUT_DIR [--dynamo]`, seeds everything, calls `build()` for
 `(module, inputs, input_names)`, runs the module eagerly in float32, exports it to ONNX

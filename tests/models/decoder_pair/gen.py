@@ -3,7 +3,7 @@
 # ///
 """A decoder-like stack of Linear layers exported twice with the same weights: a prefill graph
 (x [1, 32, 256]) and a decode graph (x [1, 1, 256]), for weight sharing between graphs of one
-QNN context (lowering/tests/multi_htp.rs).
+QNN context (engine/tests/multi_htp.rs).
 
 Two residual blocks (Linear 256 -> 512, ReLU, Linear 512 -> 256, add) and a final Linear
 256 -> 256: 590k parameters, 1.2 MB as fp16.

@@ -5,7 +5,7 @@
 them (the node tests pass weights, scales, K, repeats... as graph inputs, which the lowering
 requires to be constant). One folder per case under OUT_DIR: model.onnx with the parameters as
 initializers, input_<i>.npy, and output_<i>.npy computed by onnx's reference evaluator.
-lowering/tests/models_htp.rs (`op_cases`) runs them on the emulated HTP.
+engine/tests/models_htp.rs (`op_cases`) runs them on the emulated HTP.
 
 Run: python3 tests/models/ops/gen.py OUT_DIR
 """

@@ -1,6 +1,6 @@
 """Reduced ONNX models of crashes and miscompilations found in real models, one folder per case
 (model.onnx, input_*.npy, and output_*.npy from onnx's reference evaluator). The folders are
-committed; lowering/tests/regressions_htp.rs runs each case on the emulated HTP in a child
+committed; engine/tests/regressions_htp.rs runs each case on the emulated HTP in a child
 process and compares with the reference, so a case that kills the process fails its test.
 
 Regenerate: python3 tests/models/regressions/gen.py   (onnx==1.22.0, numpy; fixed seeds)

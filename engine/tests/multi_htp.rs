@@ -1,4 +1,4 @@
-//! Several models as graphs of one QNN context ([`lowering::emit::multi`]) on the emulated HTP
+//! Several models as graphs of one QNN context ([`qnnx_engine::compile::multi`]) on the emulated HTP
 //! (SoC 60): the prefill and decode exports of one decoder-like model
 //! (`tests/models/decoder_pair/gen.py`), with and without weight sharing, against the same
 //! models compiled alone and against eager PyTorch.
@@ -10,11 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use lowering::emit::multi::{
+use lowering::DType;
+use qnnx_engine::compile::multi::{
     bind_graphs, bindings_json, compile_multi, GraphSpec, MultiCompiled, MultiOptions,
 };
-use lowering::emit::{compile, CompileOptions, HostTensor};
-use lowering::DType;
+use qnnx_engine::{compile, CompileOptions, HostTensor, Target};
+
+/// What the tests compile for: SoC 60, the emulator's fp16 target.
+fn target() -> Target {
+    Target::host_default(qnn::BackendKind::Htp)
+}
 
 mod common;
 use common::{fnv1a, htp, repo, skip};
@@ -140,22 +145,20 @@ fn specs(cases: &[Case]) -> Vec<GraphSpec<'_>> {
 }
 
 fn multi(cases: &[Case], weight_sharing: bool) -> MultiCompiled {
-    let (b, d) = htp().expect("checked by the caller");
     let opts = MultiOptions {
         weight_sharing,
         ..Default::default()
     };
-    compile_multi(b, d, &specs(cases), &opts, None).unwrap_or_else(|e| panic!("{e}"))
+    compile_multi(&target(), &specs(cases), &opts, None).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn run(e: &lowering::emit::Emitted, input: &HostTensor) -> Vec<f32> {
+fn run(e: &qnnx_engine::Emitted, input: &HostTensor) -> Vec<f32> {
     let out = e.run(std::slice::from_ref(input)).expect("execute");
     out[0].to_f32().expect("f32 output")
 }
 
 /// Each model compiled alone, in its own context: outputs and binary sizes.
 fn singles(cases: &[Case]) -> Vec<(Vec<f32>, usize)> {
-    let (b, d) = htp().expect("checked by the caller");
     cases
         .iter()
         .map(|c| {
@@ -163,7 +166,7 @@ fn singles(cases: &[Case]) -> Vec<(Vec<f32>, usize)> {
                 name: c.name.into(),
                 ..Default::default()
             };
-            let one = compile(b, d, &c.onnx, &opts, None).unwrap_or_else(|e| panic!("{e}"));
+            let one = compile(&target(), &c.onnx, &opts, None).unwrap_or_else(|e| panic!("{e}"));
             let size = one.context.to_binary().expect("binary").len();
             (run(&one.emitted, &c.input), size)
         })
@@ -270,14 +273,16 @@ fn multi_graph_binary_round_trips() {
 /// x86_64, and says so.
 #[test]
 fn multi_graph_compile_uses_the_cache() {
-    let Some((b, d)) = htp() else { return };
+    if htp().is_none() {
+        return;
+    }
     let Some(cases) = cases() else { return };
     let dir = std::env::temp_dir().join(format!("qnnx-multi-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let cache = qnn::cache::Cache::open(&dir, None).unwrap();
+    let cache = qnnx_engine::cache::Cache::open(&dir, None).unwrap();
     let specs = specs(&cases);
     let opts = MultiOptions::default();
-    let first = compile_multi(b, d, &specs, &opts, Some(&cache)).unwrap();
+    let first = compile_multi(&target(), &specs, &opts, Some(&cache)).unwrap();
     assert!(!first.from_cache);
     assert!(first.warnings.is_empty(), "{:?}", first.warnings);
     let key = first.cache_key.clone().expect("cached");
@@ -288,7 +293,7 @@ fn multi_graph_compile_uses_the_cache() {
         .map(|(g, c)| run(&g.emitted, &c.input))
         .collect();
     drop(first);
-    let second = compile_multi(b, d, &specs, &opts, Some(&cache)).unwrap();
+    let second = compile_multi(&target(), &specs, &opts, Some(&cache)).unwrap();
     assert!(second.from_cache);
     assert_eq!(second.cache_key.as_ref(), Some(&key));
     for ((g, c), w) in second.graphs.iter().zip(&cases).zip(&want) {
@@ -297,11 +302,12 @@ fn multi_graph_compile_uses_the_cache() {
     }
     // Other names, order or settings are other entries.
     let swapped: Vec<GraphSpec> = specs.iter().rev().cloned().collect();
-    let other = lowering::emit::multi::multi_cache_key(b, d, &swapped, &opts).unwrap();
+    let rt = qnnx_engine::registry::for_target(&target(), None, false).unwrap();
+    let other = qnnx_engine::cache::multi_key(&rt.backend, &swapped, &opts).unwrap();
     assert_ne!(other, key);
     let fp16 = MultiOptions { fp16: true, ..opts };
     assert_ne!(
-        lowering::emit::multi::multi_cache_key(b, d, &specs, &fp16).unwrap(),
+        qnnx_engine::cache::multi_key(&rt.backend, &specs, &fp16).unwrap(),
         key
     );
     if cfg!(target_arch = "x86_64") {
@@ -309,7 +315,7 @@ fn multi_graph_compile_uses_the_cache() {
             weight_sharing: true,
             ..opts
         };
-        let m = compile_multi(b, d, &specs, &shared, Some(&cache)).unwrap();
+        let m = compile_multi(&target(), &specs, &shared, Some(&cache)).unwrap();
         assert!(!m.from_cache && m.cache_key.is_none());
         assert!(
             m.warnings.iter().any(|w| w.contains("not cached")),
@@ -324,11 +330,13 @@ fn multi_graph_compile_uses_the_cache() {
 /// names its graph.
 #[test]
 fn a_bad_model_is_named() {
-    let Some((b, d)) = htp() else { return };
+    if htp().is_none() {
+        return;
+    }
     let Some(cases) = cases() else { return };
     let mut specs = specs(&cases);
     specs[1].onnx = b"not an onnx model";
-    let err = compile_multi(b, d, &specs, &MultiOptions::default(), None)
+    let err = compile_multi(&target(), &specs, &MultiOptions::default(), None)
         .err()
         .expect("accepted garbage");
     assert_eq!(err.graph.as_deref(), Some("decode"));

@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use lowering::emit::{emit, HostTensor};
 use lowering::{DType, LowerOptions, Model};
+use qnnx_engine::emit::emit;
+use qnnx_engine::HostTensor;
 
 /// Prints why the test is skipped, or fails when `QNNX_REQUIRE_HTP` is set.
 pub fn skip(why: &str) {
@@ -21,9 +22,9 @@ pub fn skip(why: &str) {
 pub fn htp() -> Option<&'static (qnn::Backend, qnn::Device)> {
     static HTP: OnceLock<Result<(qnn::Backend, qnn::Device), String>> = OnceLock::new();
     let r = HTP.get_or_init(|| {
-        let b = qnn::Backend::new(qnn::BackendKind::Htp).map_err(|e| e.to_string())?;
-        let d = qnn::Device::new(&b, &qnn::DeviceOptions::host_default())
-            .expect("deviceCreate on the HTP library");
+        let b = qnn::Backend::open(qnn::HtpConfig::host_default(), &Default::default())
+            .map_err(|e| e.to_string())?;
+        let d = qnn::Device::new(&b).expect("deviceCreate on the HTP library");
         Ok((b, d))
     });
     match r {
@@ -138,8 +139,7 @@ pub fn run_dir(
     }
     let plan = lowering::lower(model, &opts).map_err(|e| e.to_string())?;
     let ctx = qnn::Context::new(backend, Some(device)).map_err(|e| e.to_string())?;
-    let compiled =
-        emit(&ctx, "case", &plan, &qnn::GraphOptions::default()).map_err(|e| e.to_string())?;
+    let compiled = emit(&ctx, "case", &plan).map_err(|e| e.to_string())?;
     compiled.run(&inputs).map_err(|e| e.to_string())
 }
 

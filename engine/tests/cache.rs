@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use qnn::cache::{Cache, CacheKey, GraphMeta, KeyBuilder, NewEntry, TensorMeta};
+use qnnx_engine::cache::{Cache, CacheKey, GraphMeta, KeyBuilder, NewEntry, TensorMeta};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("qnn-cache-tests-{}-{name}", std::process::id()));
@@ -221,7 +221,7 @@ fn put_then_get_round_trips() {
     let got = cache.get(&k).unwrap().expect("hit");
     assert_eq!(std::fs::read(got.path()).unwrap(), bin);
     let m = got.meta();
-    assert_eq!(m.format, qnn::cache::FORMAT);
+    assert_eq!(m.format, qnnx_engine::cache::FORMAT);
     assert_eq!(m.key, k.as_str());
     assert_eq!(m.size, 10_000);
     assert_eq!(m.sha256.len(), 64);
@@ -230,7 +230,10 @@ fn put_then_get_round_trips() {
         ("htp", "v2.40.0", Some(60))
     );
     assert_eq!(m.graphs, new_entry().graphs);
-    assert_eq!(m.graphs[0].inputs[0].data_type(), Some(qnn::DataType::F32));
+    assert_eq!(
+        m.graphs[0].inputs[0].data_type(),
+        Some((qnn::DType::F32, false))
+    );
     assert_eq!(m.extra["fx"], "abc123");
     assert_eq!(m.created_unix_ms, put.meta().created_unix_ms);
     assert!(m.last_used_unix_ms > m.created_unix_ms, "{m:?}");
@@ -385,8 +388,8 @@ fn cache_under_a_regular_file_is_a_clear_error() {
         err.path == shard && err.to_string().contains(&*shard.to_string_lossy()),
         "{err}"
     );
-    let as_qnn: qnn::Error = err.into();
-    assert!(matches!(as_qnn, qnn::Error::Io { .. }));
+    let as_engine: qnnx_engine::Error = err.into();
+    assert!(matches!(as_engine, qnnx_engine::Error::Cache(_)));
     // Not a damaged entry but a damaged cache folder: an error (the caller's warning), not a
     // silent miss.
     let err = cache.get(&k).unwrap_err();
@@ -644,13 +647,14 @@ fn child_writes_shared_key() {
 
 #[test]
 fn htp_binary_round_trips_through_the_cache() {
-    use qnn::{DataType, GraphOptions, Input, Node, Output};
-    let Some((backend, device, ctx)) = common::context() else {
+    use qnn::{DType, Input, Node, Output};
+    let Some((backend, device)) = common::htp() else {
         return;
     };
-    let mut g = ctx.build_graph("relu", &GraphOptions::default()).unwrap();
-    let x = g.input("x", DataType::F32, &[1, 4]).unwrap();
-    let y = g.output("y", DataType::F32, &[1, 4]).unwrap();
+    let ctx = qnn::Context::new(backend, Some(device)).unwrap();
+    let mut g = ctx.build_graph("relu").unwrap();
+    let x = g.input("x", DType::F32, &[1, 4]).unwrap();
+    let y = g.output("y", DType::F32, &[1, 4]).unwrap();
     g.add_node(&Node::new("relu", "Relu").inputs(&[x]).outputs(&[y]))
         .unwrap();
     g.finalize().unwrap();
@@ -684,7 +688,7 @@ fn htp_binary_round_trips_through_the_cache() {
         }]
     );
     assert_eq!(m.graphs[0].outputs[0].name, "y");
-    let loaded = entry.load(&backend, Some(&device)).unwrap();
+    let loaded = entry.load(backend, Some(device)).unwrap();
     let graph = loaded.graph("relu").unwrap();
     let mut out = [0f32; 4];
     graph
@@ -706,15 +710,15 @@ fn htp_binary_round_trips_through_the_cache() {
         .put(&bogus, &bytes(5, 4096), NewEntry::default())
         .unwrap();
     let entry = cache.get(&bogus).unwrap().expect("hit");
-    let err = entry.load(&backend, Some(&device)).err().expect("accepted");
+    let err = entry.load(backend, Some(device)).err().expect("accepted");
     assert!(err.to_string().contains(&bogus.to_string()), "{err}");
     assert!(cache.invalidate(&bogus).unwrap());
     assert!(cache.get(&bogus).unwrap().is_none());
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The number quoted in `qnn::cache`'s docs:
-/// `cargo test --release -p qnn-rs --test cache -- --ignored hash_cost --nocapture`.
+/// The number quoted in `qnnx_engine::cache`'s docs:
+/// `cargo test --release -p qnnx-engine --test cache -- --ignored hash_cost --nocapture`.
 #[test]
 #[ignore = "measurement, not a check; run in release mode"]
 fn hash_cost_of_a_30_mb_binary() {

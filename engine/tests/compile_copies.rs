@@ -11,10 +11,10 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use lowering::emit::{compile, CompileOptions, HostTensor};
 use lowering::tensor::Tensor;
 use lowering::testing::{rand_f32, ModelBuilder, A};
 use lowering::DType;
+use qnnx_engine::{compile::compile_on, registry, CompileOptions, HostTensor, Target};
 
 struct Counting;
 
@@ -55,18 +55,18 @@ static ALLOCATOR: Counting = Counting;
 
 #[test]
 fn compile_makes_no_copy_of_the_model_bytes() {
-    let backend = match qnn::Backend::new(qnn::BackendKind::Htp) {
-        Ok(b) => b,
-        Err(e) => {
-            assert!(
-                std::env::var_os("QNNX_REQUIRE_HTP").is_none(),
-                "QNNX_REQUIRE_HTP is set but the HTP library is unavailable: {e}"
-            );
-            eprintln!("skipped: the HTP library is unavailable ({e})");
-            return;
-        }
-    };
-    let device = qnn::Device::new(&backend, &qnn::DeviceOptions::host_default()).unwrap();
+    let runtime =
+        match registry::for_target(&Target::host_default(qnn::BackendKind::Htp), None, false) {
+            Ok(r) => r,
+            Err(e) => {
+                assert!(
+                    std::env::var_os("QNNX_REQUIRE_HTP").is_none(),
+                    "QNNX_REQUIRE_HTP is set but the HTP library is unavailable: {e}"
+                );
+                eprintln!("skipped: the HTP library is unavailable ({e})");
+                return;
+            }
+        };
     let (k, n) = (1024, 1024);
     let onnx = ModelBuilder::new(17)
         .input("x", DType::F32, &[1, k as i64])
@@ -80,7 +80,7 @@ fn compile_makes_no_copy_of_the_model_bytes() {
     };
     LARGEST.store(0, Ordering::Relaxed);
     ARMED.store(true, Ordering::Relaxed);
-    let compiled = compile(&backend, &device, &onnx, &opts, None);
+    let compiled = compile_on(&runtime, &onnx, &opts, None, &mut |_| {});
     ARMED.store(false, Ordering::Relaxed);
     let compiled = compiled.unwrap();
     let largest = LARGEST.load(Ordering::Relaxed);

@@ -18,7 +18,7 @@
 //! # Validation and its cost
 //!
 //! [`Cache::get`] re-hashes the whole binary on every hit and compares it with the sha256 in the
-//! metadata. QNN's own check ([`crate::binary_info`], then `contextCreateFromBinary`) does not
+//! metadata. QNN's own check ([`qnn::binary_info`], then `contextCreateFromBinary`) does not
 //! cover the weights: on the HTP emulator, flipping one byte at 39 offsets of a 53 kB
 //! FullyConnected binary was rejected once, and 3 of the accepted binaries computed different
 //! outputs without any error. A wrong answer is worse than a recompile.
@@ -28,7 +28,7 @@
 //! minutes for a compile. An unoptimised debug build takes 0.9 s, since `sha2` is then built
 //! without optimisation too. On a cold page cache the read dominates, but [`Entry::load`] reads
 //! the same pages right after, so the extra cost is still the hashing alone.
-//! `cargo test --release -p qnn-rs --test cache -- --ignored hash_cost --nocapture` repeats the
+//! `cargo test --release -p qnnx-engine --test cache -- --ignored hash_cost --nocapture` repeats the
 //! measurement.
 //!
 //! # Last use and eviction
@@ -52,11 +52,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::backend::Backend;
-use crate::context::Context;
-use crate::device::Device;
-use crate::system::{BinaryInfo, GraphInfo};
-use crate::tensor::{DataType, TensorInfo};
+use qnn::{Backend, BinaryInfo, Context, DType, Device, GraphInfo, TensorInfo};
+use qnnx_types::{parse_tensor_type, tensor_type_name};
 
 /// Version of the metadata format ([`EntryMeta::format`]). An entry with another version is
 /// treated as bad and replaced.
@@ -80,21 +77,14 @@ pub struct CacheError {
 }
 
 impl CacheError {
-    fn new<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CacheError + 'a {
+    pub(super) fn new<'a>(
+        action: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(io::Error) -> CacheError + 'a {
         move |source| CacheError {
             action,
             path: path.to_path_buf(),
             source,
-        }
-    }
-}
-
-/// Keeps the path and the I/O error; the action word is dropped (`Error::Io` has no room for it).
-impl From<CacheError> for crate::Error {
-    fn from(e: CacheError) -> crate::Error {
-        crate::Error::Io {
-            path: e.path,
-            source: e.source,
         }
     }
 }
@@ -228,13 +218,13 @@ impl KeyBuilder {
     }
 
     /// The SoC the binary is prepared for (`Qnn_SocModel_t`, as in
-    /// [`DeviceOptions::soc_model`](crate::DeviceOptions)).
+    /// [`qnn::HtpDeviceConfig::soc_model`]).
     pub fn soc_model(mut self, soc: u32) -> Self {
         self.soc_model = Some(soc);
         self
     }
 
-    /// The HTP architecture (73 for v73, as in [`DeviceOptions::arch`](crate::DeviceOptions)).
+    /// The HTP architecture (73 for v73, as in [`qnn::HtpDeviceConfig::arch`]).
     pub fn arch(mut self, arch: u32) -> Self {
         self.arch = Some(arch);
         self
@@ -328,12 +318,9 @@ pub struct TensorMeta {
 }
 
 impl TensorMeta {
-    /// The element type as a [`DataType`], if this build knows its name.
-    pub fn data_type(&self) -> Option<DataType> {
-        DataType::ALL
-            .iter()
-            .find(|&&d| dtype_name(d) == self.dtype)
-            .copied()
+    /// The element type and whether the tensor is quantized, if this build knows the name.
+    pub fn data_type(&self) -> Option<(DType, bool)> {
+        parse_tensor_type(&self.dtype)
     }
 }
 
@@ -341,30 +328,9 @@ impl From<&TensorInfo> for TensorMeta {
     fn from(t: &TensorInfo) -> TensorMeta {
         TensorMeta {
             name: t.name.clone(),
-            dtype: dtype_name(t.dtype).to_owned(),
+            dtype: tensor_type_name(t.dtype, t.quantization.is_quantized()),
             dims: t.dims.clone(),
         }
-    }
-}
-
-fn dtype_name(d: DataType) -> &'static str {
-    match d {
-        DataType::F32 => "f32",
-        DataType::F16 => "f16",
-        DataType::I8 => "i8",
-        DataType::U8 => "u8",
-        DataType::I16 => "i16",
-        DataType::U16 => "u16",
-        DataType::I32 => "i32",
-        DataType::U32 => "u32",
-        DataType::I64 => "i64",
-        DataType::U64 => "u64",
-        DataType::Bool => "bool",
-        DataType::QU8 => "qu8",
-        DataType::QI8 => "qi8",
-        DataType::QU16 => "qu16",
-        DataType::QI16 => "qi16",
-        DataType::QI32 => "qi32",
     }
 }
 
@@ -405,7 +371,7 @@ pub struct NewEntry {
 }
 
 impl NewEntry {
-    /// Build id, SoC and graphs from the binary's own description ([`crate::binary_info`]).
+    /// Build id, SoC and graphs from the binary's own description ([`qnn::binary_info`]).
     pub fn from_binary_info(backend: &str, info: &BinaryInfo) -> NewEntry {
         NewEntry {
             backend: backend.to_owned(),
@@ -467,7 +433,7 @@ impl Entry {
     /// Memory-maps the binary and creates a context from it ([`Context::from_file`], which checks
     /// the binary info through QnnSystem first). If QNN rejects the binary, call
     /// [`Cache::invalidate`] and compile again.
-    pub fn load(&self, backend: &Backend, device: Option<&Device>) -> crate::Result<Context> {
+    pub fn load(&self, backend: &Backend, device: Option<&Device>) -> qnn::Result<Context> {
         Context::from_file(backend, device, &self.path)
     }
 }
@@ -984,12 +950,12 @@ fn scan_shard(
     Ok(())
 }
 
-/// Writes `bytes` to a temporary file beside `path` (named like those of [`crate::write_atomic`], which
+/// Writes `bytes` to a temporary file beside `path` (named like those of [`qnn::write_atomic`], which
 /// [`Cache::put`] and the scans recognise) and renames it over `path`: readers see the old file
-/// or the new one, never a partial one. Unlike [`crate::write_atomic`] it does not `fsync` (16 to 26 ms
+/// or the new one, never a partial one. Unlike [`qnn::write_atomic`] it does not `fsync` (16 to 26 ms
 /// for a 24 MB binary here, more on Windows): a file torn by a crash or power loss has the wrong
 /// size or sha256 or metadata that does not parse, which [`Cache::get`] checks on every hit.
-fn write_replacing(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(super) fn write_replacing(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -1176,13 +1142,15 @@ mod tests {
 
     #[test]
     fn dtype_names_round_trip() {
-        for d in DataType::ALL {
-            let t = TensorMeta {
-                name: String::new(),
-                dtype: dtype_name(d).into(),
-                dims: vec![],
-            };
-            assert_eq!(t.data_type(), Some(d));
+        for d in DType::ALL {
+            for q in [false, true] {
+                let t = TensorMeta {
+                    name: String::new(),
+                    dtype: tensor_type_name(d, q),
+                    dims: vec![],
+                };
+                assert_eq!(t.data_type(), Some((d, q)));
+            }
         }
     }
 }

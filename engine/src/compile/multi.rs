@@ -15,12 +15,19 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use lowering::LowerError;
+use qnnx_types::BackendKind;
 
 use super::{
-    cache_unless_external, emit_timed, load_entry, lower_timed, qnn_failure, shapes_setting,
-    store_entry, target_key, Compiled, Emitted, Stage,
+    cache_unless_external, emit_timed, load_entry, lower_timed, store_entry, Compiled, Emitted,
+    Stage,
 };
-use crate::LowerError;
+use crate::cache::{Cache, CacheKey};
+use crate::error::{Error, Result};
+use crate::registry::{self, Runtime};
+use crate::target::Target;
 
 /// The most graphs one weight-sharing context may hold (Qualcomm's HTP backend documentation).
 pub const MAX_SHARED_GRAPHS: usize = 64;
@@ -32,7 +39,7 @@ pub struct GraphSpec<'a> {
     pub name: String,
     /// The ONNX model bytes.
     pub onnx: &'a [u8],
-    /// [`LowerOptions::input_shapes`] for this model.
+    /// [`lowering::LowerOptions::input_shapes`] for this model.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
     /// Where this model's external data files are read from (as
     /// [`super::CompileOptions::base_dir`]).
@@ -43,12 +50,12 @@ pub struct GraphSpec<'a> {
 /// key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MultiOptions {
-    /// [`LowerOptions::fp16`].
+    /// [`lowering::LowerOptions::fp16`].
     pub fp16: bool,
     /// HTP finalize optimization level 1 to 3.
     pub opt_level: Option<u8>,
-    /// Create the context with HTP weight sharing ([`qnn::ContextOptions::weight_sharing`]);
-    /// ignored on other backends.
+    /// Create the context with HTP weight sharing ([`qnn::HtpContextConfig::weight_sharing`]);
+    /// an HTP feature: other backends compile each graph with its own weights.
     pub weight_sharing: bool,
 }
 
@@ -65,12 +72,14 @@ pub struct MultiGraph {
 /// Finalized graphs of one context, compiled or loaded from the cache.
 pub struct MultiCompiled {
     pub context: qnn::Context,
+    /// The backend and device it runs on.
+    pub runtime: Arc<Runtime>,
     /// In the order of the specs.
     pub graphs: Vec<MultiGraph>,
     /// Milliseconds spent loading the context binary from the cache (0 when compiled).
     pub load_ms: f64,
     pub from_cache: bool,
-    pub cache_key: Option<qnn::cache::CacheKey>,
+    pub cache_key: Option<CacheKey>,
     /// Whether the context was created with weight sharing (false when asked for but the
     /// library refused the config: see `warnings`). For a cache hit, what the binary says.
     pub weight_sharing: bool,
@@ -89,6 +98,7 @@ impl MultiCompiled {
     pub fn into_compiled(self) -> Vec<Compiled> {
         let MultiCompiled {
             context,
+            runtime,
             graphs,
             load_ms,
             from_cache,
@@ -101,6 +111,7 @@ impl MultiCompiled {
             .map(|g| Compiled {
                 emitted: g.emitted,
                 context: context.clone(),
+                runtime: runtime.clone(),
                 lower_ms: g.lower_ms,
                 finalize_ms: g.finalize_ms,
                 load_ms,
@@ -117,7 +128,7 @@ impl MultiCompiled {
 pub struct MultiError {
     /// The graph's name.
     pub graph: Option<String>,
-    pub error: LowerError,
+    pub error: Error,
 }
 
 impl std::fmt::Display for MultiError {
@@ -135,11 +146,14 @@ impl std::error::Error for MultiError {
     }
 }
 
-fn whole(error: LowerError) -> MultiError {
-    MultiError { graph: None, error }
+fn whole(error: impl Into<Error>) -> MultiError {
+    MultiError {
+        graph: None,
+        error: error.into(),
+    }
 }
 
-fn of(graph: &str) -> impl Fn(LowerError) -> MultiError + '_ {
+fn of(graph: &str) -> impl Fn(Error) -> MultiError + '_ {
     move |error| MultiError {
         graph: Some(graph.to_string()),
         error,
@@ -174,33 +188,6 @@ fn check_specs(specs: &[GraphSpec], opts: &MultiOptions) -> Result<(), LowerErro
         )));
     }
     Ok(())
-}
-
-/// The cache key of `specs` compiled together with `opts`: for each graph in order its name,
-/// model bytes (as a digest) and input shapes, then the backend, SoC, arch, QNN build id and
-/// `fp16`, `opt_level`, `weight_sharing`. A `multi` setting keeps these keys apart from
-/// single-model ones.
-pub fn multi_cache_key(
-    backend: &qnn::Backend,
-    device: &qnn::Device,
-    specs: &[GraphSpec],
-    opts: &MultiOptions,
-) -> Result<qnn::cache::CacheKey, LowerError> {
-    let mut b = target_key(backend, device, opts.fp16, opts.opt_level)?
-        .setting("multi", &specs.len().to_string())
-        .setting("weight_sharing", &opts.weight_sharing.to_string());
-    for (i, s) in specs.iter().enumerate() {
-        // A key of the model bytes alone is a digest of them.
-        let digest = qnn::cache::CacheKey::builder().model(s.onnx).build();
-        b = b
-            .setting(&format!("graph{i}.name"), &s.name)
-            .setting(&format!("graph{i}.model"), digest.as_str())
-            .setting(
-                &format!("graph{i}.input_shapes"),
-                &shapes_setting(&s.input_shapes),
-            );
-    }
-    Ok(b.build())
 }
 
 /// The I/O bindings of named graphs as one JSON object (name → [`Emitted::io_binding_json`]),
@@ -247,16 +234,15 @@ fn shared_binaries_load_here() -> bool {
 }
 
 fn load_cached_multi(
-    backend: &qnn::Backend,
-    device: &qnn::Device,
-    cache: &qnn::cache::Cache,
-    key: &qnn::cache::CacheKey,
+    runtime: &Arc<Runtime>,
+    cache: &Cache,
+    key: &CacheKey,
     specs: &[GraphSpec],
-) -> Result<Option<MultiCompiled>, String> {
+) -> std::result::Result<Option<MultiCompiled>, String> {
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     let loaded = load_entry(cache, key, |entry| {
         let io = entry.meta().extra.get("io_graphs")?;
-        let context = entry.load(backend, Some(device)).ok()?;
+        let context = entry.load(&runtime.backend, Some(&runtime.device)).ok()?;
         let graphs = bind_graphs(&context, &names, io)?;
         Some((context, graphs))
     })?;
@@ -265,6 +251,7 @@ fn load_cached_multi(
             .binary_info()
             .is_some_and(qnn::BinaryInfo::uses_shared_weights),
         context,
+        runtime: runtime.clone(),
         graphs,
         load_ms,
         from_cache: true,
@@ -275,34 +262,49 @@ fn load_cached_multi(
 
 /// [`compile_multi_with_progress`] without progress reports.
 pub fn compile_multi(
-    backend: &qnn::Backend,
-    device: &qnn::Device,
+    target: &Target,
     specs: &[GraphSpec],
     opts: &MultiOptions,
-    cache: Option<&qnn::cache::Cache>,
-) -> Result<MultiCompiled, MultiError> {
-    compile_multi_with_progress(backend, device, specs, opts, cache, &mut |_, _| {})
+    cache: Option<&Cache>,
+) -> std::result::Result<MultiCompiled, MultiError> {
+    compile_multi_with_progress(target, specs, opts, cache, &mut |_, _| {})
 }
 
 /// Lowers every model of `specs`, then builds and finalizes each as graph `spec.name` of one new
-/// context on `device` (with weight sharing when `opts` asks for it). Every model is lowered
-/// before QNN is called, so an unsupported model costs no finalize.
+/// context on the target's runtime (with weight sharing when `opts` asks for it and the target
+/// is the HTP). Every model is lowered before QNN is called, so an unsupported model costs no
+/// finalize.
 ///
 /// With a cache, an entry for the same models, target and settings is loaded instead, and a
 /// new binary is stored with the graphs' I/O bindings; not for weight-shared compiles on x86_64
 /// (the library there cannot load them) nor for models with external data. `progress` is called
 /// as each [`Stage`] starts, with the graph it concerns.
 pub fn compile_multi_with_progress(
-    backend: &qnn::Backend,
-    device: &qnn::Device,
+    target: &Target,
     specs: &[GraphSpec],
     opts: &MultiOptions,
-    cache: Option<&qnn::cache::Cache>,
+    cache: Option<&Cache>,
     progress: &mut dyn FnMut(Stage, Option<&str>),
-) -> Result<MultiCompiled, MultiError> {
+) -> std::result::Result<MultiCompiled, MultiError> {
     check_specs(specs, opts).map_err(whole)?;
     // An HTP context config: other backends compile as if it were off.
-    let mut weight_sharing = opts.weight_sharing && backend.kind() == qnn::BackendKind::Htp;
+    let mut weight_sharing = opts.weight_sharing && target.backend == BackendKind::Htp;
+    if target.lacks_float() {
+        // Refused before QNN is opened, as for one model.
+        for s in specs {
+            let (plan, _) = lower_timed(
+                target.backend,
+                s.onnx,
+                s.base_dir.as_deref(),
+                opts.fp16,
+                &s.input_shapes,
+            )
+            .map_err(of(&s.name))?;
+            target.check_plan(&plan).map_err(of(&s.name))?;
+        }
+    }
+    let mut runtime =
+        registry::for_target(target, opts.opt_level, weight_sharing).map_err(whole)?;
     let mut warnings = Vec::new();
     let mut cache = cache;
     if cache.is_some() && weight_sharing && !shared_binaries_load_here() {
@@ -316,12 +318,12 @@ pub fn compile_multi_with_progress(
     let models = specs.iter().map(|s| (s.onnx, s.base_dir.as_deref()));
     let cache = cache_unless_external(cache, models, "a model", &mut warnings);
     let key = match cache {
-        Some(_) => Some(multi_cache_key(backend, device, specs, opts).map_err(whole)?),
+        Some(_) => Some(crate::cache::multi_key(&runtime.backend, specs, opts).map_err(whole)?),
         None => None,
     };
     if let (Some(cache), Some(key)) = (cache, &key) {
         progress(Stage::CacheLookup, None);
-        match load_cached_multi(backend, device, cache, key, specs) {
+        match load_cached_multi(&runtime, cache, key, specs) {
             Ok(Some(mut c)) => {
                 c.warnings.splice(0..0, warnings);
                 return Ok(c);
@@ -334,34 +336,32 @@ pub fn compile_multi_with_progress(
     for s in specs {
         progress(Stage::Lower, Some(&s.name));
         let lowered = lower_timed(
-            backend,
+            target.backend,
             s.onnx,
             s.base_dir.as_deref(),
             opts.fp16,
             &s.input_shapes,
         );
-        plans.push(lowered.map_err(of(&s.name))?);
+        let lowered = lowered.map_err(of(&s.name))?;
+        target.check_plan(&lowered.0).map_err(of(&s.name))?;
+        plans.push(lowered);
     }
-    let context = match qnn::Context::with_options(
-        backend,
-        Some(device),
-        &qnn::ContextOptions { weight_sharing },
-    ) {
+    let context = match qnn::Context::new(&runtime.backend, Some(&runtime.device)) {
         Ok(c) => c,
         Err(e) if weight_sharing => {
             warnings.push(format!(
                 "the QNN library refused weight sharing, so each graph keeps its own weights: {e}"
             ));
             weight_sharing = false;
-            qnn::Context::new(backend, Some(device)).map_err(|e| whole(qnn_failure(e)))?
+            runtime = registry::for_target(target, opts.opt_level, false).map_err(whole)?;
+            qnn::Context::new(&runtime.backend, Some(&runtime.device)).map_err(whole)?
         }
-        Err(e) => return Err(whole(qnn_failure(e))),
+        Err(e) => return Err(whole(e)),
     };
     let mut graphs = Vec::with_capacity(specs.len());
     for (s, (plan, lower_ms)) in specs.iter().zip(plans) {
         progress(Stage::Finalize, Some(&s.name));
-        let (emitted, finalize_ms) =
-            emit_timed(&context, &s.name, &plan, opts.opt_level).map_err(of(&s.name))?;
+        let (emitted, finalize_ms) = emit_timed(&context, &s.name, &plan).map_err(of(&s.name))?;
         graphs.push(MultiGraph {
             name: s.name.clone(),
             emitted,
@@ -375,7 +375,7 @@ pub fn compile_multi_with_progress(
             "io_graphs",
             bindings_json(graphs.iter().map(|g| (g.name.as_str(), &g.emitted))),
         );
-        if let Err(e) = store_entry(backend, cache, key, &context, io) {
+        if let Err(e) = store_entry(&runtime.backend, cache, key, &context, io) {
             warnings.push(format!(
                 "could not store the compiled graphs in the cache: {e}"
             ));
@@ -383,6 +383,7 @@ pub fn compile_multi_with_progress(
     }
     Ok(MultiCompiled {
         context,
+        runtime,
         graphs,
         load_ms: 0.0,
         from_cache: false,
@@ -431,7 +432,7 @@ mod tests {
 
     #[test]
     fn errors_name_their_graph() {
-        let e = of("decode")(LowerError::InvalidModel("bad".into()));
+        let e = of("decode")(Error::Lower(LowerError::InvalidModel("bad".into())));
         assert_eq!(e.to_string(), "graph \"decode\": invalid model: bad");
         assert_eq!(
             whole(LowerError::InvalidModel("x".into())).to_string(),

@@ -1,5 +1,5 @@
 //! The conformance runner shared by the `conformance` example and the ratchet test
-//! (`lowering/tests/conformance_ratchet.rs` includes this file): worker processes that lower,
+//! (`engine/tests/conformance_ratchet.rs` includes this file): worker processes that lower,
 //! emit and run ONNX node tests on the HTP library, and the comparison with expected outputs.
 
 #![allow(dead_code)]
@@ -10,8 +10,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use lowering::emit::{emit, HostTensor};
 use lowering::{LowerError, LowerOptions, Model};
+use qnnx_engine::emit::emit;
+use qnnx_engine::{Error, HostTensor};
 
 const RESULT: &str = "@@RESULT ";
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -159,15 +160,15 @@ pub fn op_types(m: &Model) -> Vec<String> {
 
 /// The worker loop: test folders on stdin, one result line each on stdout.
 pub fn worker(soc: u32) {
-    let backend = qnn::Backend::new(qnn::BackendKind::Htp).expect("HTP library");
-    let device = qnn::Device::new(
-        &backend,
-        &qnn::DeviceOptions {
+    let config = qnn::HtpConfig {
+        device: qnn::HtpDeviceConfig {
             soc_model: Some(soc),
             arch: None,
         },
-    )
-    .expect("deviceCreate");
+        ..qnn::HtpConfig::default()
+    };
+    let backend = qnn::Backend::open(config, &Default::default()).expect("HTP library");
+    let device = qnn::Device::new(&backend).expect("deviceCreate");
     let stdin = std::io::stdin();
     for line in stdin.lock().lines().map_while(Result::ok) {
         let dir = PathBuf::from(line);
@@ -240,9 +241,9 @@ fn run_one(
         Ok(c) => c,
         Err(e) => return ("error", ops, e.to_string()),
     };
-    let compiled = match emit(&ctx, "test", &plan, &qnn::GraphOptions::default()) {
+    let compiled = match emit(&ctx, "test", &plan) {
         Ok(c) => c,
-        Err(LowerError::Qnn {
+        Err(Error::Qnn {
             node: Some(n),
             source,
         }) if matches!(source.code(), Some(3110 | 4005)) => {

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-use lowering::emit::emit;
 use lowering::{LowerOptions, Model};
+use qnnx_engine::emit::emit;
 
 mod common;
 use common::{compare, fnv1a, htp, read_all, repo, run_dir, skip};
@@ -140,8 +140,7 @@ fn run_case(case: Case) {
     let t0 = Instant::now();
     let plan = lowering::lower(model, &opts).unwrap_or_else(|e| panic!("{label}: {e}"));
     let ctx = qnn::Context::new(backend, Some(device)).expect("contextCreate");
-    let compiled = emit(&ctx, "model", &plan, &qnn::GraphOptions::default())
-        .unwrap_or_else(|e| panic!("{label}: emit: {e}"));
+    let compiled = emit(&ctx, "model", &plan).unwrap_or_else(|e| panic!("{label}: emit: {e}"));
     let build = t0.elapsed();
     // The first execute of a graph carries one-time costs (docs/qnn-notes.md §8.16); time the second.
     let first = compiled

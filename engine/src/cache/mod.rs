@@ -1,0 +1,10 @@
+//! The persistent context-binary cache ([`store`]: files, integrity, locking, eviction), shared
+//! by the `qnnx` command and the Python package, and its key policy ([`key`]: what a compiled
+//! binary depends on), so both compute the same keys and read each other's entries.
+
+mod alias;
+pub mod key;
+mod store;
+
+pub use key::{model_key, multi_key, shapes_setting};
+pub use store::*;

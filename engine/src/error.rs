@@ -1,0 +1,54 @@
+//! What can go wrong between ONNX bytes and outputs, in one type for the front ends to map.
+
+use lowering::LowerError;
+
+/// A failure of the compile/run core.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The model cannot be lowered for the backend (unsupported nodes, invalid model).
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    /// QNN refused a graph built from a plan, or a call failed; `node` is the ONNX node whose op
+    /// failed, when the failure belongs to one op (validation, addNode).
+    #[error("{}{source}", node.as_ref().map(|n| format!("ONNX node \"{n}\": ")).unwrap_or_default())]
+    Qnn {
+        node: Option<String>,
+        #[source]
+        source: Box<qnn::Error>,
+    },
+    /// The caller's inputs do not fit the compiled graph (count, dtype, shape, NaN, int64 range).
+    #[error("{0}")]
+    Input(String),
+    /// The target cannot be resolved (unknown SoC, arch mismatch) or an option does not apply to
+    /// its backend.
+    #[error("{0}")]
+    Target(String),
+    /// A float model for an HTP without a float path (v68 class), refused before QNN is asked.
+    #[error("{message}")]
+    NoFloatPath {
+        message: String,
+        /// How many float tensors the lowered graph has.
+        float_tensors: usize,
+    },
+    /// The context-binary cache could not be used.
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
+}
+
+impl Error {
+    /// A QNN failure that belongs to no single op.
+    pub fn qnn(source: qnn::Error) -> Error {
+        Error::Qnn {
+            node: None,
+            source: Box::new(source),
+        }
+    }
+}
+
+impl From<qnn::Error> for Error {
+    fn from(e: qnn::Error) -> Error {
+        Error::qnn(e)
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

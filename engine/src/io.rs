@@ -1,0 +1,219 @@
+//! Host I/O of a compiled graph: tensors in the model's own dtypes (int64 included) checked
+//! against the graph and converted at the boundary, and the I/O binding a cache entry stores so
+//! that a hit needs no lowering.
+
+use std::borrow::Cow;
+
+use lowering::plan::PlanIo;
+use qnnx_types::DType;
+
+use crate::emit::Emitted;
+use crate::error::{Error, Result};
+
+/// One input buffer as [`qnn::Graph::execute`] takes it: the graph tensor's dtype and bytes.
+pub type GraphBuffer<'a> = (DType, Cow<'a, [u8]>);
+
+/// Why a NaN input is refused (see [`qnn::first_nan`]).
+pub fn nan_message(input: &str, index: usize) -> String {
+    format!(
+        "input {input:?}: element {index} is NaN; the HTP computes in saturating fp16 and would \
+         return a finite number instead of NaN"
+    )
+}
+
+/// A host tensor in the model's own dtype (int64 included): what callers pass and receive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Little-endian, C order; bool is one byte per element.
+    pub data: Vec<u8>,
+}
+
+impl HostTensor {
+    /// A tensor from `f32` values.
+    pub fn from_f32(shape: &[usize], v: &[f32]) -> HostTensor {
+        HostTensor {
+            dtype: DType::F32,
+            shape: shape.to_vec(),
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// The values as `f32`, for float32 tensors.
+    pub fn to_f32(&self) -> Option<Vec<f32>> {
+        (self.dtype == DType::F32).then(|| {
+            self.data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+    }
+}
+
+impl Emitted {
+    /// Runs the graph on host tensors in the model's dtypes, converting at the boundary where
+    /// the graph narrowed int64 I/O to int32 (values outside int32 are an error, never wrapped).
+    pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        let converted = self.graph_inputs(inputs)?;
+        let mut outs: Vec<Vec<u8>> = self
+            .graph
+            .outputs()
+            .iter()
+            .map(|t| vec![0u8; t.num_bytes()])
+            .collect();
+        {
+            let ins: Vec<qnn::Input> = converted
+                .iter()
+                .map(|(d, b)| qnn::Input::from_bytes(*d, b))
+                .collect();
+            let mut o: Vec<qnn::Output> = self
+                .graph
+                .outputs()
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
+                .collect();
+            self.graph.execute(&ins, &mut o)?;
+        }
+        Ok(self.host_outputs(outs))
+    }
+
+    /// Host tensors in ONNX order checked against the graph and converted to what
+    /// [`qnn::Graph::execute`] takes: one (dtype, bytes) per graph input, in graph order. Only
+    /// int64 inputs narrowed to int32 are copied.
+    pub fn graph_inputs<'a>(&self, inputs: &'a [HostTensor]) -> Result<Vec<GraphBuffer<'a>>> {
+        let bad = Error::Input;
+        if inputs.len() != self.inputs.len() {
+            return Err(bad(format!(
+                "the model takes {} inputs, got {}",
+                self.inputs.len(),
+                inputs.len()
+            )));
+        }
+        let mut converted: Vec<GraphBuffer> =
+            vec![(DType::U8, Cow::Borrowed(&[][..])); inputs.len()];
+        for ((io, t), &slot) in self.inputs.iter().zip(inputs).zip(&self.input_slots) {
+            let info = &self.graph.inputs()[slot];
+            if t.dtype != io.host_dtype {
+                return Err(bad(format!(
+                    "input {:?} is {} but the model declares {}",
+                    io.onnx_name,
+                    t.dtype.name(),
+                    io.host_dtype.name()
+                )));
+            }
+            let want: Vec<usize> = info.dims.iter().map(|&d| d as usize).collect();
+            if t.shape != want && !(t.shape.is_empty() && want == [1]) {
+                return Err(bad(format!(
+                    "input {:?} has shape {:?}; the compiled graph takes {:?}",
+                    io.onnx_name, t.shape, want
+                )));
+            }
+            if let Some(i) = qnn::first_nan(info.dtype, &t.data) {
+                return Err(bad(nan_message(&io.onnx_name, i)));
+            }
+            let bytes = if io.host_dtype == DType::I64 && info.dtype == DType::I32 {
+                let mut out = Vec::with_capacity(t.data.len() / 2);
+                for c in t.data.chunks_exact(8) {
+                    let v = i64::from_le_bytes(c.try_into().expect("8 bytes"));
+                    let v = i32::try_from(v).map_err(|_| {
+                        bad(format!(
+                            "input {:?}: value {v} does not fit the int32 the HTP computes in",
+                            io.onnx_name
+                        ))
+                    })?;
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                Cow::Owned(out)
+            } else {
+                Cow::Borrowed(&t.data[..])
+            };
+            converted[slot] = (info.dtype, bytes);
+        }
+        Ok(converted)
+    }
+
+    /// Output buffers in graph order (as [`qnn::Graph::execute`] filled them) as host tensors in
+    /// ONNX order and the model's dtypes (int32 widened back to int64 where it was narrowed).
+    pub fn host_outputs(&self, outs: Vec<Vec<u8>>) -> Vec<HostTensor> {
+        let mut outs: Vec<Option<Vec<u8>>> = outs.into_iter().map(Some).collect();
+        self.outputs
+            .iter()
+            .zip(&self.output_slots)
+            .map(|(io, &slot)| {
+                let info = &self.graph.outputs()[slot];
+                let data = outs
+                    .get_mut(slot)
+                    .and_then(Option::take)
+                    .unwrap_or_default();
+                let data = if io.host_dtype == DType::I64 && info.dtype == DType::I32 {
+                    data.chunks_exact(4)
+                        .flat_map(|c| {
+                            (i32::from_le_bytes(c.try_into().expect("4 bytes")) as i64)
+                                .to_le_bytes()
+                        })
+                        .collect()
+                } else {
+                    data
+                };
+                HostTensor {
+                    dtype: io.host_dtype,
+                    shape: info.dims.iter().map(|&d| d as usize).collect(),
+                    data,
+                }
+            })
+            .collect()
+    }
+
+    /// The model I/O binding stored with a cache entry (`extra["io"]`), so a hit needs no
+    /// lowering: for each input and output in ONNX order, `[name, model dtype, graph slot]`.
+    pub fn io_binding_json(&self) -> String {
+        let side = |ios: &[PlanIo], slots: &[usize]| -> Vec<serde_json::Value> {
+            ios.iter()
+                .zip(slots)
+                .map(|(io, s)| serde_json::json!([io.onnx_name, io.host_dtype.name(), s]))
+                .collect()
+        };
+        serde_json::json!({
+            "inputs": side(&self.inputs, &self.input_slots),
+            "outputs": side(&self.outputs, &self.output_slots),
+        })
+        .to_string()
+    }
+
+    /// Binds `graph` (loaded from a context binary) to the model I/O described by
+    /// [`Emitted::io_binding_json`]; `None` if the text does not parse or names slots the graph
+    /// does not have.
+    pub fn from_io_binding(graph: qnn::Graph, json: &str) -> Option<Emitted> {
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        let side = |key: &str| -> Option<(Vec<PlanIo>, Vec<usize>)> {
+            let mut ios = Vec::new();
+            let mut slots = Vec::new();
+            for item in v.get(key)?.as_array()? {
+                let a = item.as_array()?;
+                ios.push(PlanIo {
+                    tensor: 0,
+                    onnx_name: a.first()?.as_str()?.to_string(),
+                    host_dtype: DType::from_name(a.get(1)?.as_str()?)?,
+                });
+                slots.push(usize::try_from(a.get(2)?.as_u64()?).ok()?);
+            }
+            Some((ios, slots))
+        };
+        let (inputs, input_slots) = side("inputs")?;
+        let (outputs, output_slots) = side("outputs")?;
+        if input_slots.iter().any(|&s| s >= graph.inputs().len())
+            || output_slots.iter().any(|&s| s >= graph.outputs().len())
+        {
+            return None;
+        }
+        Some(Emitted {
+            graph,
+            inputs,
+            outputs,
+            input_slots,
+            output_slots,
+        })
+    }
+}

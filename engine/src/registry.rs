@@ -1,0 +1,78 @@
+//! One opened backend and device per configuration for the whole process, shared by every
+//! compile and load: opening the HTP library and creating its first graph cost far more than
+//! compiling a small model (docs/qnn-notes.md gotcha 16), so front ends never open their own.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use qnn::{Backend, BackendConfig, BackendOptions, Device, LogLevel};
+
+use crate::error::Result;
+use crate::target::Target;
+
+/// An opened backend and its device.
+pub struct Runtime {
+    pub backend: Backend,
+    pub device: Device,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key {
+    config: BackendConfig,
+    library: Option<PathBuf>,
+}
+
+static RUNTIMES: Mutex<Option<HashMap<Key, Arc<Runtime>>>> = Mutex::new(None);
+static LOG_LEVEL: Mutex<Option<LogLevel>> = Mutex::new(None);
+
+/// QNN's log level for backends opened from now on (otherwise `QNN_LOG_LEVEL`, or warnings).
+pub fn set_log_level(level: LogLevel) {
+    *LOG_LEVEL.lock().unwrap_or_else(|e| e.into_inner()) = Some(level);
+}
+
+/// The runtime for `config` from `library` (or the library search), opened on first use.
+pub fn runtime(config: &BackendConfig, library: Option<PathBuf>) -> Result<Arc<Runtime>> {
+    let key = Key {
+        config: config.clone(),
+        library,
+    };
+    let mut map = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
+    let map = map.get_or_insert_with(HashMap::new);
+    if let Some(r) = map.get(&key) {
+        return Ok(r.clone());
+    }
+    let log_level = *LOG_LEVEL.lock().unwrap_or_else(|e| e.into_inner());
+    let backend = Backend::open(
+        key.config.clone(),
+        &BackendOptions {
+            library: key.library.clone(),
+            log_level,
+        },
+    )?;
+    let device = Device::new(&backend)?;
+    let r = Arc::new(Runtime { backend, device });
+    map.insert(key, r.clone());
+    Ok(r)
+}
+
+/// The runtime a target compiles and runs on with these HTP graph settings (see
+/// [`Target::backend_config`]).
+pub fn for_target(
+    target: &Target,
+    opt_level: Option<u8>,
+    weight_sharing: bool,
+) -> Result<Arc<Runtime>> {
+    runtime(
+        &target.backend_config(opt_level, weight_sharing)?,
+        target.library.clone(),
+    )
+}

@@ -1,0 +1,180 @@
+//! `Compiled`: a finalized graph handed to Python, run on tensor memory given by pointer.
+
+use pyo3::prelude::*;
+use qnnx_types::tensor_type_name;
+
+use crate::errors::{engine_error, qnn_error, with_attrs, Attrs, InputError};
+
+/// A compiled graph, ready to run.
+#[pyclass(frozen, module = "qnnx_backend._native")]
+pub struct Compiled {
+    pub inner: qnnx_engine::Compiled,
+}
+
+/// One graph input or output: (name, graph dtype, graph shape, model dtype), dtypes spelled as
+/// `qnnx_types` spells them (`f32`, `i64`, `qu8` for quantized u8).
+type IoDesc = (String, String, Vec<u32>, String);
+
+fn io_descs(
+    ios: &[lowering::plan::PlanIo],
+    slots: &[usize],
+    graph: &[qnn::TensorInfo],
+) -> Vec<IoDesc> {
+    ios.iter()
+        .zip(slots)
+        .map(|(io, &s)| {
+            let t = &graph[s];
+            (
+                io.onnx_name.clone(),
+                tensor_type_name(t.dtype, t.quantization.is_quantized()),
+                t.dims.clone(),
+                io.host_dtype.name().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn input_error(py: Python<'_>, msg: String) -> PyErr {
+    with_attrs(py, InputError::new_err(msg), Attrs::default())
+}
+
+#[pymethods]
+impl Compiled {
+    /// Milliseconds spent lowering (0 on a cache hit).
+    #[getter]
+    fn lower_ms(&self) -> f64 {
+        self.inner.lower_ms
+    }
+
+    /// Milliseconds spent building and finalizing the QNN graph (0 on a cache hit).
+    #[getter]
+    fn finalize_ms(&self) -> f64 {
+        self.inner.finalize_ms
+    }
+
+    /// Milliseconds spent loading the context binary from the cache (0 when compiled).
+    #[getter]
+    fn load_ms(&self) -> f64 {
+        self.inner.load_ms
+    }
+
+    /// Whether the graph came from the persistent cache.
+    #[getter(from_cache)]
+    fn is_from_cache(&self) -> bool {
+        self.inner.from_cache
+    }
+
+    /// The cache key, when a cache was used.
+    #[getter]
+    fn cache_key(&self) -> Option<String> {
+        self.inner.cache_key.as_ref().map(|k| k.to_string())
+    }
+
+    /// Inputs in ONNX order: (name, graph dtype, graph shape, model dtype). The caller passes
+    /// buffers of the graph dtype; it converts from the model dtype where they differ (int64).
+    #[getter]
+    fn inputs(&self) -> Vec<IoDesc> {
+        let e = &self.inner.emitted;
+        io_descs(&e.inputs, &e.input_slots, e.graph.inputs())
+    }
+
+    /// Outputs in ONNX order, like `inputs`.
+    #[getter]
+    fn outputs(&self) -> Vec<IoDesc> {
+        let e = &self.inner.emitted;
+        io_descs(&e.outputs, &e.output_slots, e.graph.outputs())
+    }
+
+    /// Executes on caller memory given as (address, byte length) pairs in ONNX order, without
+    /// copies and without the GIL. Lengths are checked against the graph before QNN runs.
+    ///
+    /// The caller (the package's Python code) guarantees each address is valid, contiguous
+    /// host memory of that length that stays alive and is not otherwise written during the call.
+    #[pyo3(signature = (inputs, outputs, check_nan = true))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<(usize, usize)>,
+        outputs: Vec<(usize, usize)>,
+        check_nan: bool,
+    ) -> PyResult<()> {
+        let e = &self.inner.emitted;
+        if inputs.len() != e.inputs.len() || outputs.len() != e.outputs.len() {
+            return Err(input_error(
+                py,
+                format!(
+                    "the graph takes {} inputs and {} outputs, got {} and {}",
+                    e.inputs.len(),
+                    e.outputs.len(),
+                    inputs.len(),
+                    outputs.len()
+                ),
+            ));
+        }
+        let gi = e.graph.inputs();
+        let go = e.graph.outputs();
+        let mut ins: Vec<Option<qnn::Input<'_>>> = vec![None; gi.len()];
+        for ((&(addr, len), &slot), io) in inputs.iter().zip(&e.input_slots).zip(&e.inputs) {
+            if addr == 0 && len != 0 {
+                return Err(input_error(py, "null input buffer".into()));
+            }
+            // SAFETY: the caller guarantees `addr` is valid for `len` bytes for this call
+            // (see the method docs); `execute` checks `len` against the tensor before use.
+            let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+            if check_nan && len == gi[slot].num_bytes() {
+                if let Some(i) = qnn::first_nan(gi[slot].dtype, bytes) {
+                    return Err(input_error(
+                        py,
+                        qnnx_engine::io::nan_message(&io.onnx_name, i),
+                    ));
+                }
+            }
+            ins[slot] = Some(qnn::Input::from_bytes(gi[slot].dtype, bytes));
+        }
+        let mut outs: Vec<Option<qnn::Output<'_>>> = (0..go.len()).map(|_| None).collect();
+        for (&(addr, len), &slot) in outputs.iter().zip(&e.output_slots) {
+            if addr == 0 && len != 0 {
+                return Err(input_error(py, "null output buffer".into()));
+            }
+            // SAFETY: as above, and the caller does not read or write it during the call.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
+            outs[slot] = Some(qnn::Output::from_bytes(go[slot].dtype, bytes));
+        }
+        // The binding's slots are a permutation of the graph's I/O (checked when it was made or
+        // loaded), so every slot is filled; refuse rather than assume.
+        let (Some(ins), Some(mut outs)) = (
+            ins.into_iter().collect::<Option<Vec<_>>>(),
+            outs.into_iter().collect::<Option<Vec<_>>>(),
+        ) else {
+            return Err(engine_error(
+                py,
+                qnnx_engine::Error::Input(
+                    "the compiled graph's I/O binding does not cover every graph tensor".into(),
+                ),
+            ));
+        };
+        let graph = &e.graph;
+        let result = {
+            // Raw pointers are not Send; the slices are only used inside this closure while
+            // the caller's Python frame keeps the tensors alive.
+            struct Unchecked<T>(T);
+            // SAFETY: see the method docs: the memory outlives the call.
+            unsafe impl<T> Send for Unchecked<T> {}
+            let work = Unchecked((ins, &mut outs));
+            py.detach(move || {
+                let w = work;
+                let (ins, outs) = w.0;
+                graph.execute(&ins, outs)
+            })
+        };
+        result.map_err(|err| qnn_error(py, err, None))
+    }
+
+    /// The context binary (for inspection or an offline cache).
+    fn binary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let bytes = py
+            .detach(|| self.inner.context.to_binary())
+            .map_err(|e| qnn_error(py, e, None))?;
+        Ok(pyo3::types::PyBytes::new(py, &bytes))
+    }
+}

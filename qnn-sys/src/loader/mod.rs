@@ -21,8 +21,9 @@
 //!    known without running Python: `$QNNX_ONNXRUNTIME_QNN_DIR` (set by the Python package in
 //!    its own process), then the site-packages of `$VIRTUAL_ENV`;
 //! 6. the project's runtime folder made by `scripts/setup-runtime`: `$QNNX_RUNTIME_DIR/qnn`, then
-//!    `<source checkout>/runtime/qnn` (for builds from a checkout), then
-//!    `$XDG_DATA_HOME/qnnx/runtime/qnn` (`%LOCALAPPDATA%\qnnx\runtime\qnn` on Windows);
+//!    `$XDG_DATA_HOME/qnnx/runtime/qnn` (`%LOCALAPPDATA%\qnnx\runtime\qnn` on Windows). No
+//!    folder of the build checkout is compiled in; cargo sets `QNNX_RUNTIME_DIR` to the
+//!    checkout's `runtime/` for the processes it runs (`.cargo/config.toml`);
 //! 7. the `onnxruntime_qnn` folder that `python3` finds (nothing is imported). Spawning Python
 //!    costs 100 ms and more, so it is asked only when none of the places above has the library,
 //!    at most once per process, and never when `QNNX_ONNXRUNTIME_QNN_DIR` is set (even empty);
@@ -166,7 +167,9 @@ pub enum LoadError {
     /// No candidate file exists.
     #[error(
         "QNN library {name} not found; looked in: {searched}. Run `scripts/setup-runtime` to fetch \
-         the x86_64 QNN libraries, or set {env_var} / QNN_LIB_DIR / QNN_SDK_ROOT"
+         the x86_64 QNN libraries into a checkout's runtime/ (programs that cargo does not run \
+         find them with QNNX_RUNTIME_DIR=<checkout>/runtime), or set {env_var} / QNN_LIB_DIR / \
+         QNN_SDK_ROOT"
     )]
     NotFound {
         name: String,

@@ -46,6 +46,11 @@ pub struct SearchEnv {
     /// `onnxruntime_qnn` folders known without running Python: `QNNX_ONNXRUNTIME_QNN_DIR`, then
     /// the site-packages under `$VIRTUAL_ENV`.
     pub python_package_dirs: Vec<PathBuf>,
+    /// Folders made by `scripts/setup-runtime`, each searched in its `qnn/` subfolder:
+    /// `$QNNX_RUNTIME_DIR`, then the user's data folder (`$XDG_DATA_HOME/qnnx/runtime`,
+    /// `%LOCALAPPDATA%\qnnx\runtime`). Never a folder of the checkout the crate was built from,
+    /// which would be baked into every binary: cargo sets `QNNX_RUNTIME_DIR` to the checkout's
+    /// `runtime/` for the processes it runs (`.cargo/config.toml`).
     pub runtime_dirs: Vec<PathBuf>,
     /// Whether `python3` may be asked where `onnxruntime_qnn` is (not when the caller set
     /// `QNNX_ONNXRUNTIME_QNN_DIR`).
@@ -74,10 +79,6 @@ impl SearchEnv {
         if let Some(d) = var("QNNX_RUNTIME_DIR") {
             runtime_dirs.push(d);
         }
-        let checkout = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join("runtime");
-        runtime_dirs.push(checkout.canonicalize().unwrap_or(checkout));
         if let Some(d) = user_data_dir() {
             runtime_dirs.push(d.join("qnnx").join("runtime"));
         }

@@ -1,7 +1,8 @@
-//! HTP (and GPU) backend custom config structs. These change layout between SDK releases more
-//! than the core types do; every layout here is the one the 2.4x libraries accept.
+//! HTP backend custom config structs (the GPU ones are in [`crate::gpu`]). These change layout
+//! between SDK releases more than the core types do; every layout here is the one the 2.4x
+//! libraries accept.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 
 /// `QnnHtpDevice_ConfigOption_t` values.
 pub mod device_option {
@@ -239,28 +240,6 @@ pub struct GraphBlobInfoV2 {
 /// Where the 2.51 library puts [`GraphBlobInfoV2`] inside the graph blob info.
 pub const GRAPH_BLOB_INFO_V2_OFFSET: usize = 40;
 
-/// `QnnGpuBackend_ConfigOption_t` values of the GPU backend's custom backend config.
-pub mod gpu_backend_option {
-    pub const ENABLE_TUNING_MODE: u32 = 1;
-    pub const PERFORMANCE_CACHE_DIR: u32 = 2;
-}
-
-/// The union of [`GpuBackendCustomConfig`].
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub union GpuBackendCustomValue {
-    pub enable: u8,
-    pub path: *const c_char,
-}
-
-/// `QnnGpuBackend_CustomConfig_t`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct GpuBackendCustomConfig {
-    pub option: u32,
-    pub value: GpuBackendCustomValue,
-}
-
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(offset_of!(DeviceCustomConfig, value) == 8);
@@ -272,7 +251,6 @@ const _: () = {
     assert!(offset_of!(OnChipDeviceInfo, arch) == 16);
     assert!(size_of::<GraphCustomConfig>() == 56);
     assert!(offset_of!(GraphCustomConfig, value) == 8);
-    assert!(size_of::<GpuBackendCustomConfig>() == 16);
     assert!(offset_of!(ContextCustomConfig, value) == 8);
     assert!(size_of::<ContextCustomConfig>() == 24);
     assert!(size_of::<ContextGroupRegistration>() == 16);

@@ -61,6 +61,14 @@ pub union DeviceCustomValue {
 /// `QnnHtpDevice_CustomConfig_t`, 2.4x layout: the union gained a pointer member, so it sits at
 /// offset 8. The 2.36-era layout (union at 4) makes `deviceCreate` fail with 14001
 /// (docs/qnn-notes.md gotcha 1).
+// Within 2.4x (docs/qnn-notes.md §11, observed): the `qnn-rs` example, which passes a SOC config
+// in this layout, runs on the 2.47, 2.48, 2.50 and 2.51 libraries of the onnxruntime-qnn wheels;
+// on 2.49 (wheel 2.5.0) `deviceCreate` fails with 14001 ("Unknown config socModel 0") although
+// ONNX Runtime's EP from the same wheel gets a SoC through. No header of a release between 2.47
+// and 2.51 was found to show whether 2.49's struct differs: the header sets found are 2.16.4
+// (pytorch/executorch), 2.36.0 (objeck/objeck-lang), and in qualcomm/geniex-qairt-plugin 2.36.1
+// (`fb1c582b`) plus later fragments (`c40b5e0e`, whose `QnnHtpDeviceConfigShared.h` has this
+// layout; docs/qnn-notes.md §2).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DeviceCustomConfig {

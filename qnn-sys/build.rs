@@ -27,7 +27,8 @@ fn generate() {
     let wrapper = "#include <stdbool.h>\n#include <stdint.h>\n#include <stddef.h>\n\
         #include \"QnnInterface.h\"\n#include \"System/QnnSystemInterface.h\"\n\
         #include \"HTP/QnnHtpDevice.h\"\n#include \"HTP/QnnHtpGraph.h\"\n\
-        #include \"HTP/QnnHtpContext.h\"\n";
+        #include \"HTP/QnnHtpContext.h\"\n#include \"GPU/QnnGpuBackend.h\"\n\
+        #include \"GPU/QnnGpuContext.h\"\n#include \"GPU/QnnGpuGraph.h\"\n";
     let bindings = bindgen::Builder::default()
         .header_contents("qnn_wrapper.h", wrapper)
         .clang_arg(format!("-I{}", include.display()))

@@ -60,6 +60,9 @@ mod tests {
             crate::htp::GraphCustomConfig => g::QnnHtpGraph_CustomConfig_t,
             crate::htp::ContextCustomConfig => g::QnnHtpContext_CustomConfig_t,
             crate::htp::DeviceInfoExtension => g::QnnHtpDevice_DeviceInfoExtension_t,
+            crate::gpu::BackendCustomConfig => g::QnnGpuBackend_CustomConfig_t,
+            crate::gpu::ContextCustomConfig => g::QnnGpuContext_CustomConfig_t,
+            crate::gpu::GraphCustomConfig => g::QnnGpuGraph_CustomConfig_t,
         );
         assert!(bad.is_empty(), "layout differences:\n{}", bad.join("\n"));
     }

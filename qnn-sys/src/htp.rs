@@ -1,7 +1,8 @@
-//! HTP (and GPU) backend custom config structs. These change layout between SDK releases more
-//! than the core types do; every layout here is the one the 2.4x libraries accept.
+//! HTP backend custom config structs (the GPU ones are in [`crate::gpu`]). These change layout
+//! between SDK releases more than the core types do; every layout here is the one the 2.4x
+//! libraries accept.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 
 /// `QnnHtpDevice_ConfigOption_t` values.
 pub mod device_option {
@@ -60,6 +61,14 @@ pub union DeviceCustomValue {
 /// `QnnHtpDevice_CustomConfig_t`, 2.4x layout: the union gained a pointer member, so it sits at
 /// offset 8. The 2.36-era layout (union at 4) makes `deviceCreate` fail with 14001
 /// (docs/qnn-notes.md gotcha 1).
+// Within 2.4x (docs/qnn-notes.md §11, observed): the `qnn-rs` example, which passes a SOC config
+// in this layout, runs on the 2.47, 2.48, 2.50 and 2.51 libraries of the onnxruntime-qnn wheels;
+// on 2.49 (wheel 2.5.0) `deviceCreate` fails with 14001 ("Unknown config socModel 0") although
+// ONNX Runtime's EP from the same wheel gets a SoC through. No header of a release between 2.47
+// and 2.51 was found to show whether 2.49's struct differs: the header sets found are 2.16.4
+// (pytorch/executorch), 2.36.0 (objeck/objeck-lang), and in qualcomm/geniex-qairt-plugin 2.36.1
+// (`fb1c582b`) plus later fragments (`c40b5e0e`, whose `QnnHtpDeviceConfigShared.h` has this
+// layout; docs/qnn-notes.md §2).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DeviceCustomConfig {
@@ -239,28 +248,6 @@ pub struct GraphBlobInfoV2 {
 /// Where the 2.51 library puts [`GraphBlobInfoV2`] inside the graph blob info.
 pub const GRAPH_BLOB_INFO_V2_OFFSET: usize = 40;
 
-/// `QnnGpuBackend_ConfigOption_t` values of the GPU backend's custom backend config.
-pub mod gpu_backend_option {
-    pub const ENABLE_TUNING_MODE: u32 = 1;
-    pub const PERFORMANCE_CACHE_DIR: u32 = 2;
-}
-
-/// The union of [`GpuBackendCustomConfig`].
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub union GpuBackendCustomValue {
-    pub enable: u8,
-    pub path: *const c_char,
-}
-
-/// `QnnGpuBackend_CustomConfig_t`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct GpuBackendCustomConfig {
-    pub option: u32,
-    pub value: GpuBackendCustomValue,
-}
-
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(offset_of!(DeviceCustomConfig, value) == 8);
@@ -272,7 +259,6 @@ const _: () = {
     assert!(offset_of!(OnChipDeviceInfo, arch) == 16);
     assert!(size_of::<GraphCustomConfig>() == 56);
     assert!(offset_of!(GraphCustomConfig, value) == 8);
-    assert!(size_of::<GpuBackendCustomConfig>() == 16);
     assert!(offset_of!(ContextCustomConfig, value) == 8);
     assert!(size_of::<ContextCustomConfig>() == 24);
     assert!(size_of::<ContextGroupRegistration>() == 16);

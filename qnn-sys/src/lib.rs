@@ -10,6 +10,7 @@
 
 pub mod consts;
 pub mod errors;
+pub mod gpu;
 pub mod htp;
 pub mod interface;
 pub mod loader;

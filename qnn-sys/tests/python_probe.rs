@@ -69,24 +69,16 @@ fn python_is_asked_only_when_nothing_earlier_has_the_library_and_once() {
     assert_eq!(runs(&log), 0);
     std::env::remove_var(ONNXRUNTIME_QNN_DIR_VAR);
 
-    // The source checkout's runtime folder (an earlier place) holds the wheel's libraries,
-    // which have no CPU backend; without one there, only Python can find it.
-    let checkout_cpu = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/qnn/libQnnCpu.so");
-    if checkout_cpu.exists() {
-        eprintln!(
-            "skipped the python3 part: {} exists",
-            checkout_cpu.display()
-        );
-    } else {
-        std::fs::write(pkg.join("libQnnCpu.so"), b"stand-in").unwrap();
-        assert_eq!(
-            locate(LibraryKind::Cpu, None).unwrap(),
-            pkg.join("libQnnCpu.so")
-        );
-        assert_eq!(runs(&log), 1);
-        // The answer is kept for the process.
-        locate(LibraryKind::Cpu, None).unwrap();
-        assert_eq!(runs(&log), 1);
-    }
+    // Nothing earlier has a CPU backend (the runtime folders are QNNX_RUNTIME_DIR, removed
+    // above, and the empty data home): only Python can find it.
+    std::fs::write(pkg.join("libQnnCpu.so"), b"stand-in").unwrap();
+    assert_eq!(
+        locate(LibraryKind::Cpu, None).unwrap(),
+        pkg.join("libQnnCpu.so")
+    );
+    assert_eq!(runs(&log), 1);
+    // The answer is kept for the process.
+    locate(LibraryKind::Cpu, None).unwrap();
+    assert_eq!(runs(&log), 1);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -1,0 +1,92 @@
+//! Opening a library with stdout silenced: the x86_64 `libQnnHtp.so` prints a banner on fd 1
+//! from a constructor while `dlopen` runs (docs/qnn-notes.md §1).
+
+use std::path::Path;
+
+use super::LoadError;
+
+/// Opens a library with stdout silenced (see the module docs).
+pub(super) fn open_quietly(path: &Path) -> Result<libloading::Library, LoadError> {
+    let _quiet = StdoutSilencer::new();
+    open_raw(path).map_err(|e| LoadError::Dlopen {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(unix)]
+fn open_raw(path: &Path) -> Result<libloading::Library, libloading::Error> {
+    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+    // SAFETY: loading a library runs its constructors; QNN libraries are trusted code chosen by
+    // the search order above.
+    unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }.map(Into::into)
+}
+
+#[cfg(windows)]
+fn open_raw(path: &Path) -> Result<libloading::Library, libloading::Error> {
+    use libloading::os::windows::{Library, LOAD_WITH_ALTERED_SEARCH_PATH};
+    // The HTP stub DLL (`QnnHtpV73Stub.dll`, ...) sits beside `QnnHtp.dll`: altered search path
+    // makes Windows resolve it from the library's own folder.
+    // SAFETY: as on Unix.
+    unsafe { Library::load_with_flags(path, LOAD_WITH_ALTERED_SEARCH_PATH) }.map(Into::into)
+}
+
+/// Redirects fd 1 to `/dev/null` while alive. Process-wide, so a global lock serialises users.
+struct StdoutSilencer {
+    #[cfg(unix)]
+    saved: Option<i32>,
+    #[cfg(unix)]
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+#[cfg(unix)]
+static STDOUT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl StdoutSilencer {
+    #[cfg(unix)]
+    fn new() -> StdoutSilencer {
+        use std::io::Write;
+        let guard = STDOUT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = std::io::stdout().flush();
+        // SAFETY: plain fd syscalls on fds we own; every failure leaves stdout untouched.
+        let saved = unsafe {
+            let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+            if devnull < 0 {
+                None
+            } else {
+                let saved = libc::dup(1);
+                if saved >= 0 && libc::dup2(devnull, 1) < 0 {
+                    libc::close(saved);
+                    libc::close(devnull);
+                    None
+                } else {
+                    libc::close(devnull);
+                    (saved >= 0).then_some(saved)
+                }
+            }
+        };
+        StdoutSilencer {
+            saved,
+            _guard: guard,
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn new() -> StdoutSilencer {
+        StdoutSilencer {}
+    }
+}
+
+impl Drop for StdoutSilencer {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(saved) = self.saved.take() {
+            // SAFETY: restores the fd saved in `new`.
+            unsafe {
+                libc::fflush(std::ptr::null_mut());
+                libc::dup2(saved, 1);
+                libc::close(saved);
+            }
+        }
+    }
+}

@@ -44,8 +44,8 @@ pub use backend::{
     probe, Backend, BackendKind, BackendOptions, HardwareDevice, HtpDeviceInfo, OperationName,
 };
 pub use config::{
-    BackendConfig, GpuConfig, HtpConfig, HtpContextConfig, HtpDeviceConfig, HtpGraphConfig,
-    Precision,
+    BackendConfig, GpuConfig, GpuContextConfig, GpuGraphConfig, GpuPerfHint, GpuPrecision,
+    HtpConfig, HtpContextConfig, HtpDeviceConfig, HtpGraphConfig, Precision,
 };
 pub use context::{write_atomic, Context};
 pub use device::Device;

@@ -16,20 +16,8 @@ pub mod device_option {
     pub const APP_UID: u32 = 6;
 }
 
-/// `QnnHtpDevice_Arch_t` values.
-pub mod arch {
-    pub const NONE: u32 = 0;
-    pub const V68: u32 = 68;
-    pub const V69: u32 = 69;
-    pub const V73: u32 = 73;
-    pub const V75: u32 = 75;
-    pub const V79: u32 = 79;
-    pub const V81: u32 = 81;
-    pub const V85: u32 = 85;
-    pub const V89: u32 = 89;
-}
-
-/// `QnnHtpDevice_Minimum_Arch_t`.
+/// `QnnHtpDevice_Minimum_Arch_t`. `arch` is a `QnnHtpDevice_Arch_t`: the architecture's number
+/// (68 for v68), as `qnnx_types::HtpArch::number` gives it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct DeviceArch {

@@ -8,7 +8,7 @@
 mod gpu;
 mod htp;
 
-pub use gpu::GpuConfig;
+pub use gpu::{GpuConfig, GpuContextConfig, GpuGraphConfig, GpuPerfHint, GpuPrecision};
 pub use htp::{HtpConfig, HtpContextConfig, HtpDeviceConfig, HtpGraphConfig, Precision};
 
 use qnnx_types::BackendKind;
@@ -69,6 +69,8 @@ pub(crate) enum Customs {
     HtpDevice(Vec<qnn_sys::htp::DeviceCustomConfig>),
     HtpContext(Vec<qnn_sys::htp::ContextCustomConfig>),
     HtpGraph(Vec<qnn_sys::htp::GraphCustomConfig>),
+    GpuContext(Vec<qnn_sys::gpu::ContextCustomConfig>),
+    GpuGraph(Vec<qnn_sys::gpu::GraphCustomConfig>),
     None,
 }
 
@@ -79,6 +81,8 @@ impl Customs {
             Customs::HtpDevice(v) => crate::api::CustomConfigs::new(v),
             Customs::HtpContext(v) => crate::api::CustomConfigs::new(v),
             Customs::HtpGraph(v) => crate::api::CustomConfigs::new(v),
+            Customs::GpuContext(v) => crate::api::CustomConfigs::new(v),
+            Customs::GpuGraph(v) => crate::api::CustomConfigs::new(v),
             Customs::None => crate::api::CustomConfigs::new::<u8>(&mut []),
         }
     }
@@ -88,6 +92,7 @@ impl BackendConfig {
     pub(crate) fn device_customs(&self) -> Customs {
         match self {
             BackendConfig::Htp(c) => Customs::HtpDevice(c.device.customs()),
+            // The GPU backend has no device custom configs.
             BackendConfig::Gpu(_) | BackendConfig::Cpu => Customs::None,
         }
     }
@@ -95,14 +100,16 @@ impl BackendConfig {
     pub(crate) fn context_customs(&self) -> Customs {
         match self {
             BackendConfig::Htp(c) => Customs::HtpContext(c.context.customs()),
-            BackendConfig::Gpu(_) | BackendConfig::Cpu => Customs::None,
+            BackendConfig::Gpu(c) => Customs::GpuContext(c.context.customs()),
+            BackendConfig::Cpu => Customs::None,
         }
     }
 
     pub(crate) fn graph_customs(&self) -> crate::Result<Customs> {
         match self {
             BackendConfig::Htp(c) => Ok(Customs::HtpGraph(c.graph.customs()?)),
-            BackendConfig::Gpu(_) | BackendConfig::Cpu => Ok(Customs::None),
+            BackendConfig::Gpu(c) => Ok(Customs::GpuGraph(c.graph.customs())),
+            BackendConfig::Cpu => Ok(Customs::None),
         }
     }
 }

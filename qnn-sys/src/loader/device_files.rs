@@ -5,10 +5,6 @@ use std::path::{Path, PathBuf};
 
 use super::Os;
 
-/// HTP architectures that QNN ships stubs and skels for, oldest first. Used only to name an
-/// example when the arch is unknown; [`stub_archs`] reads whatever stubs are actually present.
-pub const HTP_ARCHS: &[u32] = &[68, 69, 73, 75, 79, 81];
-
 /// The built-in skel search list of the open-source FastRPC library (`DSP_SEARCH_PATH` in
 /// quic/fastrpc `inc/apps_std_internal.h`), used when `ADSP_LIBRARY_PATH` is not set. The empty
 /// first entry is the current directory. A vendor build of `libcdsprpc.so` may compile in a

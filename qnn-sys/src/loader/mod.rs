@@ -51,7 +51,7 @@ pub use device_files::{
     companion_search, htp_companion_names, htp_companions, htp_companions_in,
     missing_htp_companions_in, needs_device_files, split_dsp_search_path, stub_archs, stub_name,
     stub_pattern, Companion, CompanionEnv, CompanionReport, CompanionRole, CompanionSearch,
-    FileList, Files, RealFiles, FASTRPC_DEFAULT_SEARCH_PATH, HTP_ARCHS,
+    FileList, Files, RealFiles, FASTRPC_DEFAULT_SEARCH_PATH,
 };
 pub use search::{
     candidates, candidates_in, python_package_dir, sdk_lib_targets, search_in, Candidate, Search,

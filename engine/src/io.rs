@@ -203,8 +203,22 @@ impl Emitted {
         };
         let (inputs, input_slots) = side("inputs")?;
         let (outputs, output_slots) = side("outputs")?;
-        if input_slots.iter().any(|&s| s >= graph.inputs().len())
-            || output_slots.iter().any(|&s| s >= graph.outputs().len())
+        // Each graph tensor bound exactly once, to a model tensor it can be converted from.
+        let fits = |ios: &[PlanIo], slots: &[usize], tensors: &[qnn::TensorInfo]| {
+            let mut seen = vec![false; tensors.len()];
+            slots.len() == tensors.len()
+                && ios.iter().zip(slots).all(|(io, &s)| {
+                    let Some(t) = tensors.get(s) else {
+                        return false;
+                    };
+                    let fresh = !std::mem::replace(&mut seen[s], true);
+                    let convertible = io.host_dtype == t.dtype
+                        || (io.host_dtype == DType::I64 && t.dtype == DType::I32);
+                    fresh && convertible
+                })
+        };
+        if !fits(&inputs, &input_slots, graph.inputs())
+            || !fits(&outputs, &output_slots, graph.outputs())
         {
             return None;
         }

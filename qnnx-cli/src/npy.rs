@@ -40,6 +40,73 @@ fn from_descr(s: &str) -> Option<DType> {
     })
 }
 
+/// What `qnnx run` prints of an output it does not write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Over all elements, as f64 (bool: 0 and 1); `None` for an empty tensor.
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub mean: Option<f64>,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {:?}", self.dtype, self.shape)?;
+        if let (Some(lo), Some(hi), Some(mean)) = (self.min, self.max, self.mean) {
+            write!(f, ", min {lo:.6}, max {hi:.6}, mean {mean:.6}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Array {
+    /// The values as f64, little-endian as stored; `None` for bf16 (which .npy cannot hold).
+    fn values(&self) -> Option<Vec<f64>> {
+        let d = &self.data;
+        let n = self.dtype.size();
+        let each = |f: fn(&[u8]) -> f64| d.chunks_exact(n).map(f).collect();
+        Some(match self.dtype {
+            DType::F32 => each(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).into()),
+            DType::F16 => each(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()),
+            DType::F64 => each(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))),
+            DType::I8 => each(|c| (c[0] as i8).into()),
+            DType::U8 | DType::Bool => each(|c| c[0].into()),
+            DType::I16 => each(|c| i16::from_le_bytes([c[0], c[1]]).into()),
+            DType::U16 => each(|c| u16::from_le_bytes([c[0], c[1]]).into()),
+            DType::I32 => each(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]).into()),
+            DType::U32 => each(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]).into()),
+            DType::I64 => each(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64),
+            DType::U64 => each(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as f64),
+            DType::BF16 => return None,
+        })
+    }
+
+    /// dtype, shape, range and mean.
+    pub fn summary(&self) -> Summary {
+        let v = self.values().unwrap_or_default();
+        let (min, max, mean) = if v.is_empty() {
+            (None, None, None)
+        } else {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (
+                Some(lo),
+                Some(hi),
+                Some(v.iter().sum::<f64>() / v.len() as f64),
+            )
+        };
+        Summary {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            min,
+            max,
+            mean,
+        }
+    }
+}
+
 /// Writes `a` to `path` as `.npy` version 1.0.
 pub fn write(path: &Path, a: &Array) -> Result<(), String> {
     let d = descr(a.dtype).ok_or_else(|| format!("cannot write {} as .npy", a.dtype))?;
@@ -136,6 +203,31 @@ pub fn parse(bytes: &[u8]) -> Result<Array, String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn summaries_give_range_and_mean() {
+        let a = Array {
+            dtype: DType::F32,
+            shape: vec![2, 2],
+            data: [1.0f32, -2.0, 3.0, 6.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        };
+        let s = a.summary();
+        assert_eq!((s.min, s.max, s.mean), (Some(-2.0), Some(6.0), Some(2.0)));
+        assert_eq!(
+            s.to_string(),
+            "f32 [2, 2], min -2.000000, max 6.000000, mean 2.000000"
+        );
+        let empty = Array {
+            dtype: DType::I64,
+            shape: vec![0],
+            data: vec![],
+        };
+        assert_eq!(empty.summary().to_string(), "i64 [0]");
+    }
+
     use super::*;
 
     #[test]

@@ -29,9 +29,10 @@ pub struct RunArgs {
     /// How many timed executions (after one untimed first execution).
     #[arg(long, default_value_t = 10)]
     pub runs: usize,
-    /// Where to write outputs as NAME.npy.
-    #[arg(long, short = 'o', default_value = "qnnx-outputs")]
-    pub output_dir: PathBuf,
+    /// Write the outputs into this folder as NAME.npy [default: none are written; a summary of
+    /// each (dtype, shape, range, mean) is printed].
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
     /// Backend, target and build settings. For a context binary only --backend and the
     /// target flags apply [default target: the SoC the binary was compiled for].
     #[command(flatten)]
@@ -184,18 +185,37 @@ fn file_name(name: &str) -> String {
         .collect()
 }
 
+/// One output: its summary, and the file it was written to (with `-o`).
+struct Written {
+    name: String,
+    summary: npy::Summary,
+    file: Option<PathBuf>,
+}
+
 fn write_outputs(
-    dir: &Path,
+    dir: Option<&Path>,
     outs: Vec<npy::Array>,
     names: &[String],
-) -> Result<Vec<PathBuf>, Failure> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Failure::new(format!("cannot create {}: {e}", dir.display())))?;
+) -> Result<Vec<Written>, Failure> {
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::new(format!("cannot create {}: {e}", dir.display())))?;
+    }
     let mut written = Vec::new();
     for (a, name) in outs.into_iter().zip(names) {
-        let path = dir.join(format!("{}.npy", file_name(name)));
-        npy::write(&path, &a)?;
-        written.push(path);
+        let file = match dir {
+            Some(dir) => {
+                let path = dir.join(format!("{}.npy", file_name(name)));
+                npy::write(&path, &a)?;
+                Some(path)
+            }
+            None => None,
+        };
+        written.push(Written {
+            name: name.clone(),
+            summary: a.summary(),
+            file,
+        });
     }
     Ok(written)
 }
@@ -220,7 +240,7 @@ fn report(
     prepare: serde_json::Value,
     prepare_text: String,
     timing: &Timing,
-    written: &[PathBuf],
+    written: &[Written],
 ) {
     let t = &timing.times;
     let report = json!({
@@ -232,7 +252,15 @@ fn report(
         "min_ms": t.first(),
         "median_ms": percentile(t, 0.5),
         "p95_ms": percentile(t, 0.95),
-        "outputs": written,
+        "outputs": written.iter().map(|w| json!({
+            "name": w.name,
+            "dtype": w.summary.dtype.name(),
+            "shape": w.summary.shape,
+            "min": w.summary.min,
+            "max": w.summary.max,
+            "mean": w.summary.mean,
+            "file": w.file,
+        })).collect::<Vec<_>>(),
     });
     emit(cli, &report, || {
         let mut s = format!(
@@ -248,8 +276,15 @@ fn report(
                 percentile(t, 0.95).unwrap_or(0.0)
             );
         }
-        for p in written {
-            s += &format!("wrote {}\n", p.display());
+        for w in written {
+            s += &format!("output {:?}: {}", w.name, w.summary);
+            match &w.file {
+                Some(p) => s += &format!(", wrote {}\n", p.display()),
+                None => s += "\n",
+            }
+        }
+        if written.iter().all(|w| w.file.is_none()) {
+            s += "(pass -o DIR to write the outputs as .npy)\n";
         }
         s
     });
@@ -327,7 +362,7 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
             data,
         })
         .collect();
-    let written = write_outputs(&args.output_dir, arrays, &names)?;
+    let written = write_outputs(args.output_dir.as_deref(), arrays, &names)?;
     report(
         cli,
         args,
@@ -383,7 +418,7 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         });
     }
     let names: Vec<String> = e.outputs.iter().map(|o| o.onnx_name.clone()).collect();
-    let written = write_outputs(&args.output_dir, arrays, &names)?;
+    let written = write_outputs(args.output_dir.as_deref(), arrays, &names)?;
     let c = &built.compiled;
     let prepare_text = if c.from_cache {
         format!("loaded from the cache in {:.1} ms", c.load_ms)

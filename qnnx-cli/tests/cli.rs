@@ -152,6 +152,30 @@ fn inspect_then_run_gives_the_in_process_numbers() {
     assert!(v["median_ms"].as_f64().unwrap() > 0.0);
     assert!(v["p95_ms"].as_f64().unwrap() >= v["min_ms"].as_f64().unwrap());
     assert_eq!(read_npy_f32(&outdir.join("y.npy")), want);
+    assert_eq!(
+        v["outputs"][0]["file"],
+        outdir.join("y.npy").to_str().unwrap()
+    );
+
+    // Without -o nothing is written (not even into the working folder); a summary is printed.
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_qnnx"))
+        .args([
+            "run",
+            bin.to_str().unwrap(),
+            "--input",
+            &spec,
+            "--runs",
+            "1",
+        ])
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("output \"y\": f32 [2, 3], min "), "{text}");
+    assert_eq!(std::fs::read_dir(&cwd).unwrap().count(), 0, "files written");
     std::fs::remove_dir_all(&dir).ok();
 }
 

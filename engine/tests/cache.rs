@@ -743,3 +743,84 @@ fn hash_cost_of_a_30_mb_binary() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The cache is private to its user: folders 0700, files 0600, also for aliases and locks.
+#[cfg(unix)]
+#[test]
+fn entries_are_private_to_the_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("private");
+    let cache = Cache::open(&dir, None).unwrap();
+    let k = key(1);
+    cache.put(&k, &bytes(1, 64), new_entry()).unwrap();
+    cache.put_alias(&"cd".repeat(32), &k).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(cache.bin_path(&k).parent().unwrap()), 0o700);
+    assert_eq!(mode(&cache.bin_path(&k)), 0o600);
+    assert_eq!(mode(&cache.meta_path(&k)), 0o600);
+    assert_eq!(mode(&dir.join("fx")), 0o700);
+    assert_eq!(mode(&cache.alias_path(&"cd".repeat(32)).unwrap()), 0o600);
+    for f in std::fs::read_dir(cache.bin_path(&k).parent().unwrap()).unwrap() {
+        let p = f.unwrap().path();
+        assert_eq!(mode(&p), 0o600, "{}", p.display());
+    }
+    // An entry written by an earlier version (0755 folder, 0644 files) is tightened on a hit.
+    let set = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    set(&cache.bin_path(&k), 0o644).unwrap();
+    set(cache.bin_path(&k).parent().unwrap(), 0o755).unwrap();
+    assert!(cache.get(&k).unwrap().is_some());
+    assert_eq!(mode(&cache.bin_path(&k)), 0o600);
+    assert_eq!(mode(cache.bin_path(&k).parent().unwrap()), 0o700);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A folder or entry that group or others can write is not used: someone else could have put
+/// a binary there whose metadata and sha256 agree with it.
+#[cfg(unix)]
+#[test]
+fn writable_by_others_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    let dir = temp_dir("writable");
+    let cache = Cache::open(&dir, None).unwrap();
+    let k = key(2);
+    cache.put(&k, &bytes(2, 64), new_entry()).unwrap();
+    // One entry file planted writable: the entry is skipped, left in place.
+    set(&cache.bin_path(&k), 0o666).unwrap();
+    assert!(cache.get(&k).unwrap().is_none());
+    assert!(cache.bin_path(&k).exists(), "not ours to judge: left alone");
+    set(&cache.bin_path(&k), 0o600).unwrap();
+    assert!(cache.get(&k).unwrap().is_some());
+    // A shared folder: refused as a whole, naming the path and the problem.
+    set(&dir, 0o777).unwrap();
+    let err = Cache::open(&dir, None).unwrap_err();
+    assert!(err.is_untrusted());
+    let text = err.to_string();
+    assert!(
+        text.contains(&*dir.to_string_lossy()) && text.contains("writable by its group"),
+        "{text}"
+    );
+    set(&dir, 0o700).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// An entry owned by another user is not used (needs root to make one; skipped otherwise).
+#[cfg(unix)]
+#[test]
+fn entries_of_another_user_are_not_used() {
+    let dir = temp_dir("owner");
+    let cache = Cache::open(&dir, None).unwrap();
+    let k = key(3);
+    cache.put(&k, &bytes(3, 64), new_entry()).unwrap();
+    if std::os::unix::fs::chown(cache.meta_path(&k), Some(65534), None).is_err() {
+        eprintln!("skipped: only root can give a file to another user");
+        std::fs::remove_dir_all(&dir).ok();
+        return;
+    }
+    assert!(cache.get(&k).unwrap().is_none());
+    std::os::unix::fs::chown(&dir, Some(65534), None).unwrap();
+    let err = Cache::open(&dir, None).unwrap_err();
+    assert!(err.to_string().contains("owned by uid 65534"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

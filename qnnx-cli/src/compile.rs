@@ -193,15 +193,22 @@ pub fn compile_failure(e: Error, model: &Path, backend: BackendKind) -> Failure 
 }
 
 /// Opens the cache folder for `--cache`.
-pub fn open_cache(cli: &Cli) -> Result<Cache, Failure> {
+/// A folder someone else owns or could write is not used: the compile goes on without it,
+/// with one warning.
+pub fn open_cache(cli: &Cli) -> Result<Option<Cache>, Failure> {
     let dir = crate::cache::dir(cli).ok_or_else(|| {
         Failure::new("no cache folder is known: pass --cache-dir DIR or set QNNX_CACHE_DIR")
     })?;
-    Cache::open(&dir, None).map_err(|e| {
-        Failure::new(format!(
+    match Cache::open(&dir, None) {
+        Ok(c) => Ok(Some(c)),
+        Err(e) if e.is_untrusted() => {
+            eprintln!("qnnx: warning: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(Failure::new(format!(
             "{e}\nhint: pass a writable --cache-dir, or leave out --cache"
-        ))
-    })
+        ))),
+    }
 }
 
 /// The context binary of a compile. QNN cannot serialise a context it deserialised, so for one
@@ -316,11 +323,7 @@ pub fn build(
     let progress = Progress::new(cli.json);
     progress.stage("reading the model");
     let file = load_onnx(model)?;
-    let cache = if args.cache {
-        Some(open_cache(cli)?)
-    } else {
-        None
-    };
+    let cache = if args.cache { open_cache(cli)? } else { None };
     let opts = CompileOptions {
         name: graph_name.to_string(),
         fp16: args.precision == Precision::Fp16,

@@ -109,11 +109,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
         progress.stage(&format!("reading {}", model.display()));
         files.push(load_onnx(model)?);
     }
-    let cache = if build.cache {
-        Some(open_cache(cli)?)
-    } else {
-        None
-    };
+    let cache = if build.cache { open_cache(cli)? } else { None };
     let specs: Vec<GraphSpec> = files
         .iter()
         .zip(&names)

@@ -844,3 +844,55 @@ fn several_models_compile_to_one_binary_with_shared_weights() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A cache folder other users can write is not used: the compile goes on without it, with one
+/// warning naming the folder, and `doctor` reports it.
+#[cfg(unix)]
+#[test]
+fn a_cache_folder_others_can_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("shared-cache");
+    let cache = dir.join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let onnx = dir.join("relu.onnx");
+    std::fs::write(&onnx, relu_model().bytes()).unwrap();
+    let out = qnnx(&[
+        "compile",
+        s(&onnx),
+        "-o",
+        s(&dir.join("relu.bin")),
+        "--cache",
+        "--cache-dir",
+        s(&cache),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning") && err.contains(s(&cache)) && err.contains("writable by"),
+        "{err}"
+    );
+    assert_eq!(
+        json(&out)["cache_key"],
+        Value::Null,
+        "compiled without the cache"
+    );
+    assert_eq!(
+        std::fs::read_dir(&cache).unwrap().count(),
+        0,
+        "nothing stored"
+    );
+    let v = ok_json(&["doctor", "--cache-dir", s(&cache), "--json"]);
+    assert!(
+        v["cache"]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("writable by"),
+        "{v}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -5,6 +5,7 @@
 
 mod compiled;
 mod errors;
+mod log;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -80,6 +81,7 @@ fn resolve_target(
 fn set_log_level(level: &str) -> PyResult<()> {
     let l: qnn::LogLevel = level.parse().map_err(PyValueError::new_err)?;
     registry::set_log_level(l);
+    log::QNN_LOG.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
 
@@ -301,7 +303,9 @@ fn load_cached(
     let Some(key) = CacheKey::parse(key) else {
         return Ok(None);
     };
-    let cache = open_cache(py, Some(cache_dir))?.expect("a directory was given");
+    let Some(cache) = open_cache(py, Some(cache_dir))? else {
+        return Ok(None);
+    };
     py.detach(|| -> qnnx_engine::Result<Option<Compiled>> {
         let rt = registry::for_target(&t, opt_level, false)?;
         match qnnx_engine::compile::load_cached(&rt, &cache, &key, name) {
@@ -318,14 +322,18 @@ fn load_cached(
 /// The cache key alias `fingerprint` (64 hex digits) points at in `cache_dir`, if any.
 #[pyfunction]
 fn alias_get(py: Python<'_>, cache_dir: &str, fingerprint: &str) -> PyResult<Option<String>> {
-    let cache = open_cache(py, Some(cache_dir))?.expect("a directory was given");
+    let Some(cache) = open_cache(py, Some(cache_dir))? else {
+        return Ok(None);
+    };
     Ok(cache.get_alias(fingerprint).map(|k| k.to_string()))
 }
 
 /// Points alias `fingerprint` at cache key `key` (atomically).
 #[pyfunction]
 fn alias_put(py: Python<'_>, cache_dir: &str, fingerprint: &str, key: &str) -> PyResult<()> {
-    let cache = open_cache(py, Some(cache_dir))?.expect("a directory was given");
+    let Some(cache) = open_cache(py, Some(cache_dir))? else {
+        return Ok(());
+    };
     let key = CacheKey::parse(key)
         .ok_or_else(|| PyValueError::new_err(format!("{key:?} is not a cache key")))?;
     cache
@@ -353,6 +361,7 @@ fn versions(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    log::install();
     errors::add(m)?;
     m.add_class::<Compiled>()?;
     m.add_function(wrap_pyfunction!(is_available, m)?)?;

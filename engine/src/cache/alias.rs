@@ -28,7 +28,12 @@ impl Cache {
     /// The key alias `fingerprint` points at, if there is one (it may name an entry that is
     /// gone).
     pub fn get_alias(&self, fingerprint: &str) -> Option<CacheKey> {
-        let text = std::fs::read_to_string(self.alias_path(fingerprint)?).ok()?;
+        let path = self.alias_path(fingerprint)?;
+        if let Some(why) = super::private::problem(&path) {
+            tracing::warn!("context-binary cache: not using alias {fingerprint}: {why}");
+            return None;
+        }
+        let text = std::fs::read_to_string(path).ok()?;
         CacheKey::parse(text.trim())
     }
 
@@ -43,7 +48,7 @@ impl Cache {
             ),
         })?;
         let dir = self.alias_dir();
-        std::fs::create_dir_all(&dir).map_err(CacheError::new("create directory", &dir))?;
+        super::private::create_dir(&dir).map_err(CacheError::new("create directory", &dir))?;
         super::store::write_replacing(&path, key.as_str().as_bytes())
             .map_err(CacheError::new("write", &path))
     }

@@ -4,6 +4,7 @@
 
 mod alias;
 pub mod key;
+mod private;
 mod store;
 
 pub use key::{model_key, multi_key, shapes_setting};

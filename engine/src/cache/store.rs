@@ -52,6 +52,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::private;
+
 use qnn::{Backend, BinaryInfo, Context, DType, Device, GraphInfo, TensorInfo};
 use qnnx_types::{parse_tensor_type, tensor_type_name};
 
@@ -77,6 +79,12 @@ pub struct CacheError {
 }
 
 impl CacheError {
+    /// Whether the folder was refused because someone else owns it or could write it (the
+    /// caller compiles without the cache, with this as its warning).
+    pub fn is_untrusted(&self) -> bool {
+        self.action == "trust"
+    }
+
     pub(super) fn new<'a>(
         action: &'static str,
         path: &'a Path,
@@ -476,7 +484,11 @@ impl Cache {
     /// An existing read-only folder opens fine: hits work and [`Cache::put`] fails.
     pub fn open(dir: impl Into<PathBuf>, budget_bytes: Option<u64>) -> Result<Cache, CacheError> {
         let dir = dir.into();
-        fs::create_dir_all(&dir).map_err(CacheError::new("create directory", &dir))?;
+        private::create_dir(&dir).map_err(CacheError::new("create directory", &dir))?;
+        if let Some(why) = private::problem(&dir) {
+            return Err(private::refused(&dir, why));
+        }
+        private::tighten(&dir);
         Ok(Cache {
             dir,
             budget: budget_bytes,
@@ -520,6 +532,17 @@ impl Cache {
     /// Errors only when a file cannot be read for a reason other than its absence (such as
     /// permissions); callers can treat that as a miss.
     pub fn get(&self, key: &CacheKey) -> Result<Option<Entry>, CacheError> {
+        // An entry someone else could have written is never used (nor removed: it may not be
+        // ours to remove).
+        let files = [
+            self.shard(key.as_str()),
+            self.meta_path(key),
+            self.bin_path(key),
+        ];
+        if let Some(why) = files.iter().find_map(|p| private::problem(p)) {
+            tracing::warn!("context-binary cache: not using entry {key}: {why}");
+            return Ok(None);
+        }
         let problem = match self.check(key)? {
             Check::Valid(meta) => return Ok(Some(self.hit(key, meta))),
             Check::Absent => return Ok(None),
@@ -612,6 +635,13 @@ impl Cache {
 
     fn hit(&self, key: &CacheKey, mut meta: EntryMeta) -> Entry {
         let meta_path = self.meta_path(key);
+        for p in [
+            self.shard(key.as_str()),
+            self.bin_path(key),
+            meta_path.clone(),
+        ] {
+            private::tighten(&p);
+        }
         let now = SystemTime::now();
         // Opening for writing does not change the contents; Windows needs write access to set
         // file times.
@@ -652,7 +682,10 @@ impl Cache {
             )));
         }
         let shard = self.shard(k);
-        fs::create_dir_all(&shard).map_err(CacheError::new("create directory", &shard))?;
+        private::create_dir(&shard).map_err(CacheError::new("create directory", &shard))?;
+        if let Some(why) = private::problem(&shard) {
+            return Err(private::refused(&shard, why));
+        }
         let lock = self.lock(k, true)?;
         // Writers only write under the lock, so any temporary file of this key now is left over
         // from a writer that died.
@@ -873,7 +906,7 @@ impl Cache {
     fn lock_inner(&self, key: &str, blocking: bool) -> Result<Option<KeyLock>, CacheError> {
         let path = self.file(key, "lock");
         loop {
-            let file = OpenOptions::new()
+            let file = private::file_options()
                 .read(true)
                 .write(true)
                 .create(true)
@@ -962,7 +995,13 @@ pub(super) fn write_replacing(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
+    let result = private::file_options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .and_then(|mut f| io::Write::write_all(&mut f, bytes))
+        .and_then(|()| fs::rename(&tmp, path));
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }

@@ -68,7 +68,7 @@ pub(crate) struct BackendInner {
     pub(crate) handle: Handle,
     pub(crate) path: PathBuf,
     provider_name: String,
-    api_version: qnn_sys::ApiVersion,
+    pub(crate) api_version: qnn_sys::ApiVersion,
     system: OnceLock<std::result::Result<Arc<SystemLibrary>, String>>,
     /// Graph construction (tensor creation, validation, addNode, finalize) is serialised per
     /// backend: QNN documents no re-entrancy for it and concurrent building is untested.

@@ -38,7 +38,7 @@ impl Device {
     /// `deviceCreate` with the device configs of `backend`'s configuration.
     pub fn new(backend: &Backend) -> Result<Device> {
         let b = &backend.inner;
-        let mut customs = b.config.device_customs();
+        let mut customs = b.config.device_customs(b.api_version);
         let configs = customs.list();
         let list_ptr = configs.as_ptr();
         let mut handle: Handle = std::ptr::null_mut();

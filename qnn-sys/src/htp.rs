@@ -46,22 +46,74 @@ pub union DeviceCustomValue {
     pub app_uid: u32,
 }
 
-/// `QnnHtpDevice_CustomConfig_t`, 2.4x layout: the union gained a pointer member, so it sits at
-/// offset 8. The 2.36-era layout (union at 4) makes `deviceCreate` fail with 14001
-/// (docs/qnn-notes.md gotcha 1).
-// Within 2.4x (docs/qnn-notes.md §11, observed): the `qnn-rs` example, which passes a SOC config
-// in this layout, runs on the 2.47, 2.48, 2.50 and 2.51 libraries of the onnxruntime-qnn wheels;
-// on 2.49 (wheel 2.5.0) `deviceCreate` fails with 14001 ("Unknown config socModel 0") although
-// ONNX Runtime's EP from the same wheel gets a SoC through. No header of a release between 2.47
-// and 2.51 was found to show whether 2.49's struct differs: the header sets found are 2.16.4
-// (pytorch/executorch), 2.36.0 (objeck/objeck-lang), and in qualcomm/geniex-qairt-plugin 2.36.1
-// (`fb1c582b`) plus later fragments (`c40b5e0e`, whose `QnnHtpDeviceConfigShared.h` has this
-// layout; docs/qnn-notes.md §2).
+/// `QnnHtpDevice_CustomConfig_t` with the union at offset 8 (the union holds a pointer member,
+/// `QnnHtpDevice_UseDynamicPartitioning_t`): the layout of the 2.47, 2.48, 2.50 and 2.51 HTP
+/// libraries. See [`DeviceConfigLayout`] for which release takes which.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DeviceCustomConfig {
     pub option: u32,
     pub value: DeviceCustomValue,
+}
+
+/// The union of [`DeviceCustomConfigPacked`]: `uint32_t` members only.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DeviceCustomValuePacked {
+    pub soc_model: u32,
+    pub arch: DeviceArch,
+    pub device_flag: DeviceArch,
+    pub app_uid: u32,
+}
+
+/// `QnnHtpDevice_CustomConfig_t` with the union at offset 4 (no pointer member): the layout of
+/// the 2.36-era public headers and, measured, of the 2.49 HTP library (onnxruntime-qnn 2.5.0,
+/// build v2.49.40, HTP backend API 5.49), which reads its SoC number at offset 4 and, given the
+/// offset-8 layout, logs "Unknown config socModel 0" and fails `deviceCreate` with 14001
+/// (issue 18; docs/qnn-notes.md §11).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DeviceCustomConfigPacked {
+    pub option: u32,
+    pub value: DeviceCustomValuePacked,
+}
+
+/// Which `QnnHtpDevice_CustomConfig_t` layout a library takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceConfigLayout {
+    /// [`DeviceCustomConfig`]: union at offset 8.
+    UnionAt8,
+    /// [`DeviceCustomConfigPacked`]: union at offset 4.
+    UnionAt4,
+}
+
+/// How [`device_config_layout`] knows a release's layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutSource {
+    /// Probed on that release's library.
+    Measured,
+    /// Read from that release's public headers.
+    Header,
+    /// A release we have neither probed nor seen the headers of: the newest layout is assumed.
+    Unknown,
+}
+
+/// The device-config layout of the HTP library with backend API `htp_api`, and how that is
+/// known.
+///
+/// Measured: a probe passed a SOC config (60) to `deviceCreate` in each layout on the HTP
+/// library of every onnxruntime-qnn wheel for Linux x86_64 (2.3.0 to 2.7.0): backend API 5.47,
+/// 5.48, 5.50 and 5.51 accept only the offset-8 layout (14001 with offset 4), 5.49 only the
+/// offset-4 layout (14001 with offset 8). Headers: the 2.36.1 set (HTP API 5.36) has offset 4
+/// (docs/qnn-notes.md §2, gotcha 1). `cargo build --features bindgen` compares a user's SDK
+/// header with [`DeviceCustomConfig`].
+pub fn device_config_layout(htp_api: crate::Version) -> (DeviceConfigLayout, LayoutSource) {
+    match (htp_api.major, htp_api.minor) {
+        (5, 47 | 48 | 50 | 51) => (DeviceConfigLayout::UnionAt8, LayoutSource::Measured),
+        (5, 49) => (DeviceConfigLayout::UnionAt4, LayoutSource::Measured),
+        (5, ..=36) => (DeviceConfigLayout::UnionAt4, LayoutSource::Header),
+        _ => (DeviceConfigLayout::UnionAt8, LayoutSource::Unknown),
+    }
 }
 
 /// `QnnHtpDevice_OnChipDeviceInfoExtension_t`.
@@ -240,6 +292,8 @@ const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(offset_of!(DeviceCustomConfig, value) == 8);
     assert!(size_of::<DeviceCustomConfig>() == 24);
+    assert!(offset_of!(DeviceCustomConfigPacked, value) == 4);
+    assert!(size_of::<DeviceCustomConfigPacked>() == 12);
     assert!(size_of::<DeviceInfoExtension>() == 32);
     assert!(offset_of!(DeviceInfoExtension, on_chip_device) == 8);
     assert!(offset_of!(OnChipDeviceInfo, soc_model) == 8);
@@ -255,3 +309,29 @@ const _: () = {
     assert!(offset_of!(GraphBlobInfoV2, shared_weights_size) == 64);
     assert!(size_of::<GraphBlobInfoV2>() == 72);
 };
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    #[test]
+    fn releases_pick_their_device_config_layout() {
+        let v = |minor| crate::Version {
+            major: 5,
+            minor,
+            patch: 0,
+        };
+        assert_eq!(device_config_layout(v(51)).0, DeviceConfigLayout::UnionAt8);
+        assert_eq!(
+            device_config_layout(v(49)),
+            (DeviceConfigLayout::UnionAt4, LayoutSource::Measured)
+        );
+        assert_eq!(device_config_layout(v(36)).1, LayoutSource::Header);
+        // Unknown releases, older or newer: the newest layout, flagged.
+        assert_eq!(
+            device_config_layout(v(44)),
+            (DeviceConfigLayout::UnionAt8, LayoutSource::Unknown)
+        );
+        assert_eq!(device_config_layout(v(60)).1, LayoutSource::Unknown);
+    }
+}

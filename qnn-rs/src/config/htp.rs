@@ -3,7 +3,8 @@
 
 use qnn_sys::htp::{
     context_option, device_option, graph_option, optimization_type, ContextCustomConfig,
-    ContextCustomValue, DeviceArch, DeviceCustomConfig, DeviceCustomValue, GraphCustomConfig,
+    ContextCustomValue, DeviceArch, DeviceConfigLayout, DeviceCustomConfig,
+    DeviceCustomConfigPacked, DeviceCustomValue, DeviceCustomValuePacked, GraphCustomConfig,
     GraphCustomValue, GraphOptimization,
 };
 use qnnx_types::soc::EMULATOR_DEFAULT_SOC;
@@ -57,26 +58,73 @@ impl HtpDeviceConfig {
         }
     }
 
-    pub(crate) fn customs(&self) -> Vec<DeviceCustomConfig> {
-        let mut customs = Vec::new();
+    /// The (option, value) pairs, before they take a release's struct layout.
+    pub(crate) fn options(&self) -> Vec<(u32, DeviceArch)> {
+        let mut v = Vec::new();
         if let Some(soc) = self.soc_model {
-            customs.push(DeviceCustomConfig {
-                option: device_option::SOC,
-                value: DeviceCustomValue { soc_model: soc },
-            });
+            // A SOC value is a bare u32: `device_id` stands for it in the pair.
+            v.push((
+                device_option::SOC,
+                DeviceArch {
+                    device_id: soc,
+                    arch: 0,
+                },
+            ));
         }
         if let Some(arch) = self.arch {
-            customs.push(DeviceCustomConfig {
-                option: device_option::ARCH,
-                value: DeviceCustomValue {
-                    arch: DeviceArch {
-                        device_id: 0,
-                        arch: arch.number(),
-                    },
+            v.push((
+                device_option::ARCH,
+                DeviceArch {
+                    device_id: 0,
+                    arch: arch.number(),
                 },
-            });
+            ));
         }
-        customs
+        v
+    }
+
+    pub(crate) fn customs(&self, layout: DeviceConfigLayout) -> super::Customs {
+        let opts = self.options();
+        match layout {
+            DeviceConfigLayout::UnionAt8 => super::Customs::HtpDevice(
+                opts.into_iter()
+                    .map(|(option, a)| {
+                        // Zero the whole union first so no uninitialised bytes cross into C.
+                        let mut value = DeviceCustomValue {
+                            dynamic_partitioning: qnn_sys::htp::DeviceDynamicPartitioning {
+                                device_id: 0,
+                                use_dynamic_partitioning: false,
+                                rsm_handle: std::ptr::null_mut(),
+                            },
+                        };
+                        if option == device_option::SOC {
+                            value.soc_model = a.device_id;
+                        } else {
+                            value.arch = a;
+                        }
+                        DeviceCustomConfig { option, value }
+                    })
+                    .collect(),
+            ),
+            DeviceConfigLayout::UnionAt4 => super::Customs::HtpDevicePacked(
+                opts.into_iter()
+                    .map(|(option, a)| {
+                        let mut value = DeviceCustomValuePacked {
+                            arch: DeviceArch {
+                                device_id: 0,
+                                arch: 0,
+                            },
+                        };
+                        if option == device_option::SOC {
+                            value.soc_model = a.device_id;
+                        } else {
+                            value.arch = a;
+                        }
+                        DeviceCustomConfigPacked { option, value }
+                    })
+                    .collect(),
+            ),
+        }
     }
 }
 
@@ -179,19 +227,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn device_customs_carry_soc_and_arch() {
-        let c = HtpDeviceConfig {
+    fn device_customs_carry_soc_and_arch_in_either_layout() {
+        let d = HtpDeviceConfig {
             soc_model: Some(57),
             arch: Some(HtpArch::V75),
-        }
-        .customs();
+        };
+        let super::super::Customs::HtpDevice(c) = d.customs(DeviceConfigLayout::UnionAt8) else {
+            panic!("offset-8 layout expected")
+        };
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].option, device_option::SOC);
         // SAFETY: the SOC option's member.
         assert_eq!(unsafe { c[0].value.soc_model }, 57);
         // SAFETY: the ARCH option's member.
         assert_eq!(unsafe { c[1].value.arch.arch }, 75);
-        assert!(HtpDeviceConfig::default().customs().is_empty());
+        let super::super::Customs::HtpDevicePacked(p) = d.customs(DeviceConfigLayout::UnionAt4)
+        else {
+            panic!("offset-4 layout expected")
+        };
+        // SAFETY: as above.
+        assert_eq!(unsafe { p[0].value.soc_model }, 57);
+        // The bytes QNN reads: the SoC number right after the option.
+        // SAFETY: plain-old-data struct viewed as its 12 bytes.
+        let raw: [u8; 12] = unsafe { std::mem::transmute(p[0]) };
+        assert_eq!(raw[4..8], 57u32.to_le_bytes());
+        assert!(matches!(
+            HtpDeviceConfig::default().customs(DeviceConfigLayout::UnionAt8),
+            super::super::Customs::HtpDevice(v) if v.is_empty()
+        ));
     }
 
     #[test]

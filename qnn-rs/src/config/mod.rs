@@ -67,6 +67,7 @@ impl From<GpuConfig> for BackendConfig {
 /// list points at.
 pub(crate) enum Customs {
     HtpDevice(Vec<qnn_sys::htp::DeviceCustomConfig>),
+    HtpDevicePacked(Vec<qnn_sys::htp::DeviceCustomConfigPacked>),
     HtpContext(Vec<qnn_sys::htp::ContextCustomConfig>),
     HtpGraph(Vec<qnn_sys::htp::GraphCustomConfig>),
     GpuContext(Vec<qnn_sys::gpu::ContextCustomConfig>),
@@ -79,6 +80,7 @@ impl Customs {
     pub(crate) fn list(&mut self) -> crate::api::CustomConfigs<'_> {
         match self {
             Customs::HtpDevice(v) => crate::api::CustomConfigs::new(v),
+            Customs::HtpDevicePacked(v) => crate::api::CustomConfigs::new(v),
             Customs::HtpContext(v) => crate::api::CustomConfigs::new(v),
             Customs::HtpGraph(v) => crate::api::CustomConfigs::new(v),
             Customs::GpuContext(v) => crate::api::CustomConfigs::new(v),
@@ -89,9 +91,26 @@ impl Customs {
 }
 
 impl BackendConfig {
-    pub(crate) fn device_customs(&self) -> Customs {
+    /// The device configs, in the layout of the library whose API version is `api`
+    /// (`QnnHtpDevice_CustomConfig_t` changed layout between releases: see
+    /// [`qnn_sys::htp::device_config_layout`]).
+    pub(crate) fn device_customs(&self, api: qnn_sys::ApiVersion) -> Customs {
         match self {
-            BackendConfig::Htp(c) => Customs::HtpDevice(c.device.customs()),
+            BackendConfig::Htp(c) => {
+                let (layout, source) = qnn_sys::htp::device_config_layout(api.backend_api_version);
+                if source == qnn_sys::htp::LayoutSource::Unknown && !c.device.options().is_empty() {
+                    let v = api.backend_api_version;
+                    tracing::warn!(
+                        target: "qnn",
+                        "HTP backend API {}.{}.{} is a QNN release qnnx has not been tested with; \
+                         its device config is given in the layout of the newest one known",
+                        v.major,
+                        v.minor,
+                        v.patch
+                    );
+                }
+                c.device.customs(layout)
+            }
             // The GPU backend has no device custom configs.
             BackendConfig::Gpu(_) | BackendConfig::Cpu => Customs::None,
         }

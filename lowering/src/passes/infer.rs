@@ -751,7 +751,7 @@ pub fn infer_node(g: &Graph, n: &Node) -> Result<Vec<Out>> {
         | "Softplus" | "Softsign" | "Mish" | "Clip" | "Floor" | "Ceil" | "Round" | "Sign"
         | "Sin" | "Cos" | "Asin" | "Atan" | "Identity" | "Softmax" | "LogSoftmax"
         | "ThresholdedRelu" | "Not" | "Swish" | "LpNormalization" | "RMSNormalization"
-        | "CumSum" => same(&x)?,
+        | "CumSum" | "Tan" => same(&x)?,
         "Dropout" => {
             let mut v = same(&x)?;
             if n.outputs.len() > 1 {
@@ -1088,6 +1088,44 @@ pub fn infer_node(g: &Graph, n: &Node) -> Result<Vec<Out>> {
             o[axis] = k as usize;
             vec![(x.dtype(0)?, o.clone()), (DType::I64, o)]
         }
+        "Attention" => {
+            use crate::ops::attention::attention::{dims, output_shapes};
+            let dm = dims(n, x.shape(0)?, x.shape(1)?, x.shape(2)?)?;
+            let past = if x.has(4) {
+                x.shape(4)?.get(2).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            let (kdt, vdt) = if x.has(4) && x.has(5) {
+                (x.dtype(4)?, x.dtype(5)?)
+            } else {
+                (x.dtype(1)?, x.dtype(2)?)
+            };
+            let [y, pk, pv, qk] = output_shapes(&dm, past);
+            let dt = x.dtype(0)?;
+            vec![(dt, y), (kdt, pk), (vdt, pv), (dt, qk)]
+        }
+        "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => {
+            let xs = x.shape(0)?;
+            let loss = crate::ops::loss::nll_loss::loss_shape(n, xs, x.shape(1)?)?;
+            let dt = x.dtype(0)?;
+            let mut v = vec![(dt, loss)];
+            if op == "SoftmaxCrossEntropyLoss" {
+                v.push((dt, xs.to_vec()));
+            }
+            v
+        }
+        "CausalConvWithState" => {
+            let (xs, ws) = (x.shape(0)?, x.shape(1)?);
+            if xs.len() != 3 || ws.len() != 3 || ws[0] != xs[1] || ws[1] != 1 {
+                return Err(n.err_invalid(format!(
+                    "input {xs:?} and weight {ws:?} are not [B, C, L] and [C, 1, k]"
+                )));
+            }
+            let dt = x.dtype(0)?;
+            let state = vec![xs[0], xs[1], ws[2].saturating_sub(1)];
+            vec![(dt, xs.to_vec()), (dt, state)]
+        }
         "QuantizeLinear" => {
             let dt = if x.has(2) { x.dtype(2)? } else { DType::U8 };
             vec![(dt, x.shape(0)?.to_vec())]
@@ -1214,6 +1252,85 @@ mod tests {
             vec![2, 3, 4]
         );
         assert!(broadcast(&n, &[&[2, 3], &[4]]).is_err());
+    }
+
+    fn infer_with(
+        g: &Graph,
+        op: &str,
+        inputs: &[Option<usize>],
+        attrs: &[(&str, Attr)],
+    ) -> Vec<Out> {
+        let mut n = Node::new("n", op);
+        n.inputs = inputs.to_vec();
+        for (k, a) in attrs {
+            n.attrs.insert(k.to_string(), a.clone());
+        }
+        infer_node(g, &n).unwrap()
+    }
+
+    #[test]
+    fn attention_3d_with_past_is_inferred() {
+        let g = graph_with(&[
+            ("q", DType::F32, vec![2, 3, 16]),
+            ("k", DType::F32, vec![2, 5, 8]),
+            ("v", DType::F32, vec![2, 5, 12]),
+            ("pk", DType::F32, vec![2, 2, 4, 4]),
+            ("pv", DType::F32, vec![2, 2, 4, 6]),
+        ]);
+        let heads = [
+            ("q_num_heads", Attr::Int(4)),
+            ("kv_num_heads", Attr::Int(2)),
+        ];
+        let ins = [Some(0), Some(1), Some(2), None, Some(3), Some(4)];
+        let shapes: Vec<Vec<usize>> = infer_with(&g, "Attention", &ins, &heads)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(
+            shapes,
+            vec![
+                vec![2, 3, 24],
+                vec![2, 2, 9, 4],
+                vec![2, 2, 9, 6],
+                vec![2, 4, 3, 9]
+            ]
+        );
+    }
+
+    #[test]
+    fn losses_are_inferred() {
+        let g = graph_with(&[
+            ("x", DType::F32, vec![3, 5, 2]),
+            ("t", DType::I64, vec![3, 2]),
+        ]);
+        let ins = [Some(0), Some(1)];
+        let none = [("reduction", Attr::String("none".into()))];
+        let nll = "NegativeLogLikelihoodLoss";
+        assert_eq!(
+            infer_with(&g, nll, &ins, &none),
+            vec![(DType::F32, vec![3, 2])]
+        );
+        assert_eq!(infer_with(&g, nll, &ins, &[]), vec![(DType::F32, vec![])]);
+        assert_eq!(
+            infer_with(&g, "SoftmaxCrossEntropyLoss", &ins, &[]),
+            vec![(DType::F32, vec![]), (DType::F32, vec![3, 5, 2])]
+        );
+    }
+
+    #[test]
+    fn causal_conv_and_tan_are_inferred() {
+        let g = graph_with(&[
+            ("x", DType::F16, vec![1, 4, 8]),
+            ("w", DType::F16, vec![4, 1, 3]),
+        ]);
+        assert_eq!(
+            infer_with(&g, "CausalConvWithState", &[Some(0), Some(1)], &[]),
+            vec![(DType::F16, vec![1, 4, 8]), (DType::F16, vec![1, 4, 2])]
+        );
+        assert_eq!(
+            infer_with(&g, "Tan", &[Some(0)], &[]),
+            vec![(DType::F16, vec![1, 4, 8])]
+        );
     }
 
     #[test]

@@ -38,28 +38,31 @@ fn repeat_heads(b: &mut Builder, x: ValueId, s: &[usize], rep: usize) -> ValueId
     b.reshape(e, &[bs, kvh * rep, t, d])
 }
 
-pub fn attention(b: &mut Builder, node: &Node) -> Result<bool> {
-    let (q, k, v) = (
-        required(node, 0, "Q")?,
-        required(node, 1, "K")?,
-        required(node, 2, "V")?,
-    );
-    if node.input(6).is_some() {
-        return Err(node.err_op("input 'nonpad_kv_seqlen' is not supported"));
-    }
-    let (qs, ks, vs) = (
-        b.g.shape(q).to_vec(),
-        b.g.shape(k).to_vec(),
-        b.g.shape(v).to_vec(),
-    );
+/// The geometry of Q, K and V, read from their shapes (and, for 3-D inputs, the head-count
+/// attributes).
+pub struct Dims {
+    pub rank: usize,
+    pub batch: usize,
+    /// Query and key/value sequence lengths (without the past).
+    pub sq: usize,
+    pub skv: usize,
+    /// Query and key/value head counts.
+    pub qh: usize,
+    pub kvh: usize,
+    /// Head sizes of Q and K (equal) and of V.
+    pub d: usize,
+    pub dv: usize,
+}
+
+/// Reads and checks the geometry of Q, K and V (shapes `qs`, `ks`, `vs`).
+pub fn dims(node: &Node, qs: &[usize], ks: &[usize], vs: &[usize]) -> Result<Dims> {
     let rank = qs.len();
     if !(rank == 3 || rank == 4) || ks.len() != rank || vs.len() != rank {
         return Err(node.err_invalid(format!(
             "Q, K and V must all be 3-D or all 4-D, got {qs:?}, {ks:?}, {vs:?}"
         )));
     }
-    let dt = b.g.dtype(q);
-    let (q4, k4, v4, qh, kvh) = if rank == 3 {
+    let (qh, kvh) = if rank == 3 {
         let attr = |name: &str| -> Result<usize> {
             let h = node
                 .attr_i_opt(name)?
@@ -76,17 +79,10 @@ pub fn attention(b: &mut Builder, node: &Node) -> Result<bool> {
                 qs[2], ks[2], vs[2]
             )));
         }
-        (
-            heads(b, q, &qs, qh),
-            heads(b, k, &ks, kvh),
-            heads(b, v, &vs, kvh),
-            qh,
-            kvh,
-        )
+        (qh, kvh)
     } else {
-        (q, k, v, qs[1], ks[1])
+        (qs[1], ks[1])
     };
-    let batch = qs[0];
     let (sq, skv) = if rank == 3 {
         (qs[1], ks[1])
     } else {
@@ -101,6 +97,70 @@ pub fn attention(b: &mut Builder, node: &Node) -> Result<bool> {
              heads divide Q heads"
         )));
     }
+    Ok(Dims {
+        rank,
+        batch: qs[0],
+        sq,
+        skv,
+        qh,
+        kvh,
+        d,
+        dv,
+    })
+}
+
+/// Output shapes: `Y`, `present_key`, `present_value` and `qk_matmul_output`. `past` is the
+/// sequence length of `past_key` (0 without one).
+pub fn output_shapes(dm: &Dims, past: usize) -> [Vec<usize>; 4] {
+    let total = dm.skv + past;
+    let y = if dm.rank == 3 {
+        vec![dm.batch, dm.sq, dm.qh * dm.dv]
+    } else {
+        vec![dm.batch, dm.qh, dm.sq, dm.dv]
+    };
+    [
+        y,
+        vec![dm.batch, dm.kvh, total, dm.d],
+        vec![dm.batch, dm.kvh, total, dm.dv],
+        vec![dm.batch, dm.qh, dm.sq, total],
+    ]
+}
+
+pub fn attention(b: &mut Builder, node: &Node) -> Result<bool> {
+    let (q, k, v) = (
+        required(node, 0, "Q")?,
+        required(node, 1, "K")?,
+        required(node, 2, "V")?,
+    );
+    if node.input(6).is_some() {
+        return Err(node.err_op("input 'nonpad_kv_seqlen' is not supported"));
+    }
+    let (qs, ks, vs) = (
+        b.g.shape(q).to_vec(),
+        b.g.shape(k).to_vec(),
+        b.g.shape(v).to_vec(),
+    );
+    let dm = dims(node, &qs, &ks, &vs)?;
+    let dt = b.g.dtype(q);
+    let (q4, k4, v4) = if dm.rank == 3 {
+        (
+            heads(b, q, &qs, dm.qh),
+            heads(b, k, &ks, dm.kvh),
+            heads(b, v, &vs, dm.kvh),
+        )
+    } else {
+        (q, k, v)
+    };
+    let Dims {
+        rank,
+        batch,
+        sq,
+        skv,
+        qh,
+        kvh,
+        d,
+        dv,
+    } = dm;
     let (kc, vc, past) = match (node.input(4), node.input(5)) {
         (Some(pk), Some(pv)) => {
             let past = b.g.shape(pk).get(2).copied().unwrap_or(0);

@@ -29,6 +29,21 @@ pub fn reduction(node: &Node) -> Result<Reduction> {
     }
 }
 
+/// Shape of the loss of a `[N, C, d..]` input against a `[N, d..]` target: the target's shape
+/// with `reduction = none`, a scalar otherwise.
+pub fn loss_shape(node: &Node, xs: &[usize], ts: &[usize]) -> Result<Vec<usize>> {
+    let r = xs.len();
+    if r < 2 || ts.len() != r - 1 || ts[0] != xs[0] || ts[1..] != xs[2..] {
+        return Err(node.err_invalid(format!(
+            "input {xs:?} and target {ts:?} do not match ([N, C, d..] and [N, d..])"
+        )));
+    }
+    Ok(match reduction(node)? {
+        Reduction::None => ts.to_vec(),
+        Reduction::Sum | Reduction::Mean => vec![],
+    })
+}
+
 /// Writes the NLL loss of log-probabilities `x` (`[N, C, d..]`, the shape and dtype of `like`)
 /// against `target` (`[N, d..]`) into `out`.
 pub fn nll_into(

@@ -1,30 +1,29 @@
 #![forbid(unsafe_code)]
-//! ONNX graphs lowered to QNN op lists.
-//!
-//! [`lower`] loads a model, runs the passes in [`passes`], and applies the rules in [`ops`]
-//! to produce a [`plan::Plan`] that `emit.rs` turns into QNN API calls. [`check`] reports every
-//! node that cannot run on a backend without touching QNN.
+//! ONNX graphs lowered to QNN op lists, in pipeline order: [`frontend`] decodes the ONNX
+//! protobuf and loads it into the [`ir`] graph; [`lower`] runs the [`passes`] over it and
+//! applies the rules in [`ops`] to produce a [`plan::Plan`] that `emit.rs` turns into QNN API
+//! calls. [`check`] reports every node that cannot run on a backend without touching QNN.
 
-pub mod attr;
 pub mod dtype;
 pub mod emit;
 pub mod error;
+pub mod frontend;
 pub mod ir;
-pub mod load;
-pub mod onnx;
 pub mod ops;
 pub mod passes;
 pub mod plan;
 pub mod qnn_names;
 pub mod table;
-pub mod tensor;
 pub mod testing;
+
+pub use frontend::{load, onnx};
+pub use ir::tensor;
 
 use std::collections::{BTreeMap, HashMap};
 
 pub use dtype::DType;
 pub use error::{LowerError, Unsupported};
-pub use load::{Model, ModelSource};
+pub use frontend::load::{Model, ModelSource};
 pub use plan::Plan;
 
 /// QNN backend a plan is lowered for.

@@ -7,9 +7,9 @@
 //! Reciprocal is `ElementWiseDivide(1, x)`.
 
 use crate::error::Result;
+use crate::ir::shape::broadcast;
 use crate::ir::Node;
 use crate::ops::{LowerCx, Rule};
-use crate::passes::infer::broadcast;
 use crate::qnn_names::op;
 
 /// ONNX unary op → QNN op with the same semantics and no params.
@@ -178,8 +178,8 @@ fn reciprocal(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     #[test]

@@ -8,8 +8,8 @@
 //! cast them to int32).
 
 use crate::error::Result;
+use crate::ir::builder::Builder;
 use crate::ir::Node;
-use crate::passes::expand::Builder;
 
 pub fn mod_(b: &mut Builder, node: &Node) -> Result<bool> {
     let (a, d) = match (node.input(0), node.input(1)) {

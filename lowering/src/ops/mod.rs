@@ -4,10 +4,10 @@ use std::collections::{BTreeSet, HashSet};
 
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node, ValueId};
 use crate::plan::{storable, Param, Plan, PlanIo, PlanOp, PlanTensor, TensorId, TensorKind};
 use crate::qnn_names::op;
-use crate::tensor::Tensor;
 use crate::Backend;
 
 pub mod activation;
@@ -32,7 +32,7 @@ pub type Rule = fn(&mut LowerCx, &Node) -> Result<()>;
 /// (see [`crate::passes::expand`]). Expanded ops are registered as rules too, with
 /// [`crate::passes::expand::not_expanded`].
 /// `Ok(false)` leaves the node to its rule (the expansion covers only some of its variants).
-pub type Expander = fn(&mut crate::passes::expand::Builder, &Node) -> Result<bool>;
+pub type Expander = fn(&mut crate::ir::builder::Builder, &Node) -> Result<bool>;
 
 const EXPANSIONS: &[&[(&str, Expander)]] = &[
     activation::EXPANSIONS,

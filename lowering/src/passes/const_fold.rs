@@ -5,12 +5,13 @@
 //! constants here. A node is folded when its inputs are constant (or, for Shape/Size, when its
 //! input's shape is known) and its output is small enough to evaluate on the host.
 
-use crate::attr::norm_axis;
 use crate::dtype::DType;
 use crate::error::{LowerError, Result};
+use crate::ir::attr::norm_axis;
+use crate::ir::shape::broadcast;
+use crate::ir::tensor::{broadcast_map, map_indices, numel, strides, Tensor};
 use crate::ir::{Graph, Node};
 use crate::passes::infer::{self, infer_node, Out};
-use crate::tensor::{numel, Tensor};
 
 /// Outputs larger than this are left to the device rather than evaluated on the host.
 const FOLD_LIMIT: usize = 1 << 24;
@@ -79,54 +80,6 @@ fn mark_unknown(g: &mut Graph, idx: usize) {
         g.values[v].known = false;
         g.values[v].konst = None;
     }
-}
-
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
-}
-
-/// For every element of `out_shape` (row-major), the flat index into `in_shape` under numpy
-/// broadcasting.
-pub fn broadcast_map(out_shape: &[usize], in_shape: &[usize]) -> Vec<usize> {
-    let off = out_shape.len() - in_shape.len();
-    let st = strides(in_shape);
-    map_indices(out_shape, |idx| {
-        let mut f = 0;
-        for (i, &d) in in_shape.iter().enumerate() {
-            if d != 1 {
-                f += idx[off + i] * st[i];
-            }
-        }
-        f
-    })
-}
-
-fn map_indices(shape: &[usize], mut f: impl FnMut(&[usize]) -> usize) -> Vec<usize> {
-    let n = numel(shape);
-    let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0usize; shape.len()];
-    for _ in 0..n {
-        out.push(f(&idx));
-        for k in (0..shape.len()).rev() {
-            idx[k] += 1;
-            if idx[k] < shape[k] {
-                break;
-            }
-            idx[k] = 0;
-        }
-    }
-    out
-}
-
-pub fn transpose(t: &Tensor, perm: &[usize]) -> Tensor {
-    let out_shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
-    let st = strides(&t.shape);
-    let src: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
-    t.gather_strided(out_shape, &src)
 }
 
 fn binary_f(op: &str, a: f64, b: f64, fmod: bool) -> Option<f64> {
@@ -328,7 +281,7 @@ pub fn fold(g: &Graph, node: &Node, outs: &[Out]) -> Result<Option<Vec<Tensor>>>
             let v: Vec<f64> = (0..shape0[0]).map(|i| s + d * i as f64).collect();
             one(Tensor::from_f64_as(dt0, shape0, &v))
         }
-        "Transpose" => one(transpose(t0, &infer::transpose_perm(node, t0.shape.len())?)),
+        "Transpose" => one(t0.transpose(&infer::transpose_perm(node, t0.shape.len())?)),
         "Expand" => one(t0.broadcast_to(&shape0)),
         "Tile" => {
             let st = strides(&t0.shape);
@@ -455,7 +408,7 @@ pub fn fold(g: &Graph, node: &Node, outs: &[Out]) -> Result<Option<Vec<Tensor>>>
             let fmod = node.attr_i("fmod", 0)? != 0;
             let mut acc = ins[0].clone();
             for b in &ins[1..] {
-                let shape = infer::broadcast(node, &[&acc.shape, &b.shape])?;
+                let shape = broadcast(node, &[&acc.shape, &b.shape])?;
                 let fi = |v: &[i64]| binary_i(op, v[0], v[1]);
                 let r = elementwise(
                     dt0,
@@ -638,69 +591,9 @@ mod tests {
     }
 
     #[test]
-    fn transpose_matches_the_index_map_for_every_permutation() {
-        let shape = [2usize, 3, 1, 4];
-        let n: usize = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
-        let t = Tensor::from_f32(shape.to_vec(), &v);
-        let h = Tensor::from_f64_as(
-            DType::F16,
-            shape.to_vec(),
-            &v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
-        );
-        let mut perms: Vec<Vec<usize>> = vec![vec![]];
-        for _ in 0..shape.len() {
-            let mut next = Vec::new();
-            for p in &perms {
-                for d in (0..shape.len()).filter(|d| !p.contains(d)) {
-                    next.push([p.clone(), vec![d]].concat());
-                }
-            }
-            perms = next;
-        }
-        assert_eq!(perms.len(), 24);
-        let st = super::strides(&shape);
-        for perm in perms {
-            let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-            let map = super::map_indices(&out, |idx| {
-                idx.iter().zip(&perm).map(|(&i, &p)| i * st[p]).sum()
-            });
-            for x in [&t, &h] {
-                assert_eq!(
-                    transpose(x, &perm),
-                    x.gather_flat(out.clone(), &map),
-                    "{perm:?}"
-                );
-            }
-        }
-        let scalar = Tensor::from_f32(vec![], &[7.0]);
-        assert_eq!(transpose(&scalar, &[]).to_f64(), vec![7.0]);
-        let empty = Tensor::from_f32(vec![2, 0], &[]);
-        assert_eq!(transpose(&empty, &[1, 0]).shape, vec![0, 2]);
-    }
-
-    #[test]
-    fn broadcast_to_matches_the_index_map() {
-        let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
-        for (from, to) in [
-            (vec![3, 1, 4], vec![2, 3, 5, 4]),
-            (vec![1, 3, 4], vec![2, 3, 4]),
-            (vec![3, 4], vec![2, 3, 4]),
-            (vec![12], vec![2, 12]),
-            (vec![3, 4], vec![3, 4]),
-        ] {
-            let t = Tensor::from_f32(from.clone(), &v);
-            let want = t.gather_flat(to.clone(), &super::broadcast_map(&to, &from));
-            assert_eq!(t.broadcast_to(&to), want, "{from:?} -> {to:?}");
-        }
-        let one = Tensor::from_f32(vec![1], &[5.0]);
-        assert_eq!(one.broadcast_to(&[2, 2]).to_f64(), vec![5.0; 4]);
-    }
-
-    #[test]
     fn transpose_and_where_fold() {
         let t = Tensor::from_f32(vec![2, 3], &[1., 2., 3., 4., 5., 6.]);
-        let tt = transpose(&t, &[1, 0]);
+        let tt = t.transpose(&[1, 0]);
         assert_eq!(tt.to_f64(), vec![1., 4., 2., 5., 3., 6.]);
         let b = ModelBuilder::new(17)
             .input("x", DType::F32, &[3])

@@ -5,11 +5,12 @@
 //! here: a shape-defining input that is not constant after folding is an error on that node.
 //! Conv-family nodes marked `nhwc` by the layout pass are inferred in NCHW and permuted back.
 
-use crate::attr::norm_axis;
 use crate::dtype::{DType, OnnxCode};
 use crate::error::Result;
+use crate::ir::attr::{norm_axes, norm_axis, to_usizes};
+use crate::ir::shape::broadcast;
+use crate::ir::tensor::{checked_numel, Tensor};
 use crate::ir::{Graph, Node};
-use crate::tensor::{checked_numel, Tensor};
 
 pub type Out = (DType, Vec<usize>);
 
@@ -66,34 +67,6 @@ impl<'a> In<'a> {
     }
 }
 
-pub fn broadcast(n: &Node, shapes: &[&[usize]]) -> Result<Vec<usize>> {
-    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
-    let mut out = vec![1usize; rank];
-    for s in shapes {
-        let off = rank - s.len();
-        for (i, &d) in s.iter().enumerate() {
-            let o = &mut out[off + i];
-            if *o == 1 {
-                *o = d;
-            } else if d != 1 && d != *o {
-                return Err(n.err_invalid(format!("shapes {shapes:?} do not broadcast")));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Resolves `axes` (possibly negative) against `rank`, sorted and de-duplicated.
-pub fn norm_axes(n: &Node, what: &str, axes: &[i64], rank: usize) -> Result<Vec<usize>> {
-    let mut v = axes
-        .iter()
-        .map(|&a| norm_axis(n, what, a, rank))
-        .collect::<Result<Vec<_>>>()?;
-    v.sort_unstable();
-    v.dedup();
-    Ok(v)
-}
-
 /// ONNX conv/pool output size. `ceil` is the pools' `ceil_mode`.
 pub fn pool_out(
     n: &Node,
@@ -128,20 +101,6 @@ pub struct Spatial {
     pub dilations: Vec<usize>,
     /// `[begin_0, begin_1, ..., end_0, end_1, ...]` like ONNX `pads`.
     pub pads: Vec<usize>,
-}
-
-/// Non-negative values that fit QNN's `UINT_32` params, which also keeps the shape arithmetic
-/// below from overflowing.
-fn to_usizes(n: &Node, attr: &str, v: &[i64]) -> Result<Vec<usize>> {
-    if let Some(x) = v.iter().find(|&&x| x > u32::MAX as i64) {
-        return Err(n.err_invalid(format!("attribute '{attr}' value {x} is too large")));
-    }
-    v.iter()
-        .map(|&x| {
-            usize::try_from(x)
-                .map_err(|_| n.err_invalid(format!("attribute '{attr}' has negative value {x}")))
-        })
-        .collect()
 }
 
 impl Spatial {
@@ -1242,16 +1201,6 @@ mod tests {
         assert_eq!(slice_len(4, -1, -1), 5);
         assert_eq!(slice_len(1, 5, 2), 2);
         assert_eq!(slice_len(3, 3, 1), 0);
-    }
-
-    #[test]
-    fn broadcast_rejects_mismatch() {
-        let n = Node::new("a", "Add");
-        assert_eq!(
-            broadcast(&n, &[&[2, 1, 4], &[3, 1]]).unwrap(),
-            vec![2, 3, 4]
-        );
-        assert!(broadcast(&n, &[&[2, 3], &[4]]).is_err());
     }
 
     fn infer_with(

@@ -82,10 +82,10 @@ mod tests {
     fn dropout_in_training_mode_is_kept() {
         let mut g = ModelBuilder::new(17)
             .input("x", DType::F32, &[2])
-            .init("r", crate::tensor::Tensor::scalar_f32(0.5))
+            .init("r", crate::ir::tensor::Tensor::scalar_f32(0.5))
             .init(
                 "t",
-                crate::tensor::Tensor::from_i64_as(DType::Bool, vec![], &[1]),
+                crate::ir::tensor::Tensor::from_i64_as(DType::Bool, vec![], &[1]),
             )
             .node("Dropout", &["x", "r", "t"], &["y"], &[])
             .output("y")

@@ -15,10 +15,10 @@
 //!
 //! All of them run on HTP in f16/f32 through the rules of the ops they expand into.
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
+use crate::ir::builder::Builder;
 use crate::ir::{Attr, Node, ValueId};
-use crate::passes::expand::Builder;
 
 fn io(node: &Node) -> Result<(ValueId, ValueId)> {
     let x = node

@@ -2,10 +2,10 @@
 //! with a constant one-element slope `alpha` in the input's dtype.
 
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::LowerCx;
 use crate::qnn_names::op;
-use crate::tensor::Tensor;
 
 pub fn leaky_relu(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let alpha = node.attr_f("alpha", 0.01)?;

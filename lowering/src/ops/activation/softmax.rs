@@ -6,8 +6,8 @@
 //! and fails validation without it. QNN normalises the last axis only, so a softmax over another
 //! axis (opset 13+) is wrapped in two `Transpose`s that move that axis last and back.
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::LowerCx;
 use crate::plan::Param;

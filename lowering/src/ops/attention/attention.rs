@@ -14,9 +14,9 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::builder::Builder;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node, ValueId};
-use crate::passes::expand::Builder;
-use crate::tensor::Tensor;
 
 fn required(node: &Node, i: usize, what: &str) -> Result<ValueId> {
     node.input(i)

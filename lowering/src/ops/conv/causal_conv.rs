@@ -7,9 +7,9 @@
 //! tensor).
 
 use crate::error::Result;
+use crate::ir::builder::Builder;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
-use crate::passes::expand::Builder;
-use crate::tensor::Tensor;
 
 pub fn causal_conv_with_state(b: &mut Builder, node: &Node) -> Result<bool> {
     let x = node

@@ -9,12 +9,12 @@
 //! Constraints: 2-D spatial, weights/bias in the activation's float type.
 
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::{u32s, LowerCx};
 use crate::passes::infer::Spatial;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
 
 /// The spatial params shared by Conv2d, DepthWiseConv2d, TransposeConv2d and the pools.
 pub fn spatial_params(
@@ -103,8 +103,8 @@ pub fn conv(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{rand_f32, ModelBuilder, A};
 
     fn w(o: usize, i: usize, k: usize) -> Tensor {

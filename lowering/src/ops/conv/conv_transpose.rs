@@ -7,13 +7,13 @@
 //! Constraints: 2-D, group 1, dilation 1, no explicit `output_shape`.
 
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::conv::conv::{require_2d_nhwc, spatial_params};
 use crate::ops::{u32s, LowerCx};
 use crate::passes::infer::Spatial;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
 
 pub fn conv_transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let xs = cx.shape(node, 0);
@@ -73,8 +73,8 @@ pub fn conv_transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     fn model(attrs: &[(&str, A)]) -> ModelBuilder {

@@ -3,7 +3,6 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::{Expander, LowerCx, Rule};
-use crate::passes::const_fold::transpose;
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
@@ -39,7 +38,7 @@ pub(crate) fn permuted_weights(
     perm: [usize; 4],
 ) -> Result<TensorId> {
     if let Some(w) = cx.konst(node, 1) {
-        let hwio = transpose(w, &perm);
+        let hwio = w.transpose(&perm);
         return cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio);
     }
     let ws = cx.shape(node, 1);

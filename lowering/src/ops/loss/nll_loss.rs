@@ -8,9 +8,9 @@
 //! Constraints: targets must fit int32 (they are narrowed like all int64 I/O).
 
 use crate::error::Result;
+use crate::ir::builder::Builder;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Node, ValueId};
-use crate::passes::expand::Builder;
-use crate::tensor::Tensor;
 
 /// Reduction of a loss, from the `reduction` attribute.
 #[derive(Clone, Copy, Debug, PartialEq)]

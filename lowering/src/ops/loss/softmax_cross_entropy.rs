@@ -5,8 +5,8 @@
 //! `ignore_index` and `reduction`. QNN ops: LogSoftmax, Transpose and those of the NLL loss.
 
 use crate::error::Result;
+use crate::ir::builder::Builder;
 use crate::ir::Node;
-use crate::passes::expand::Builder;
 
 use super::nll_loss::nll_into;
 

@@ -6,12 +6,11 @@
 //! `ElementWiseMultiply` by alpha and `ElementWiseAdd` of `beta*C`.
 
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::LowerCx;
-use crate::passes::const_fold::transpose;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
 
 pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let alpha = node.attr_f("alpha", 1.0)? as f64;
@@ -34,7 +33,7 @@ pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
         let w = if trans_b {
             b.clone()
         } else {
-            transpose(b, &[1, 0])
+            b.transpose(&[1, 0])
         };
         let w = if alpha != 1.0 {
             Tensor::from_f64_as(
@@ -134,8 +133,8 @@ pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{rand_f32, ModelBuilder, A};
 
     #[test]

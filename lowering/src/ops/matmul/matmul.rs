@@ -9,7 +9,6 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::LowerCx;
-use crate::passes::const_fold::transpose;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -27,7 +26,7 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
             }
             let (k, n) = (b.shape[0], b.shape[1]);
             let rows: usize = a_shape[..a_shape.len() - 1].iter().product();
-            let w = transpose(b, &[1, 0]);
+            let w = b.transpose(&[1, 0]);
             let wt = cx.static_tensor(node, &format!("{}_w", node.name), &w)?;
             let mut a = cx.input(node, 0)?;
             if a_shape.len() != 2 {
@@ -91,7 +90,7 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
         (param::TRANSPOSE_IN1, Param::bool(false)),
     ];
     let y = cx.output(node, 0)?;
-    let mut full = crate::passes::infer::broadcast(node, &[&a2[..rank - 2], &b2[..rank - 2]])?;
+    let mut full = crate::ir::shape::broadcast(node, &[&a2[..rank - 2], &b2[..rank - 2]])?;
     full.push(a2[rank - 2]);
     full.push(b2[rank - 1]);
     if full == out_shape {
@@ -107,8 +106,8 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::{rand_f32, ModelBuilder};
 
     #[test]

@@ -60,8 +60,8 @@ pub fn group_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     fn model(groups: i64, n: usize) -> ModelBuilder {

@@ -34,8 +34,8 @@ pub fn instance_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     fn model(shape: &[i64]) -> ModelBuilder {

@@ -14,15 +14,15 @@
 //! SoC 60: errors of 4.1 for outputs up to 3.7 on every batch but the first; a per-channel
 //! bias `[D]` or a scalar is handled correctly, and so is anything between the two ops).
 
-use crate::attr::norm_axis;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
+use crate::ir::builder::Builder;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node};
 use crate::ops::LowerCx;
-use crate::passes::expand::Builder;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
 
 /// The expansion used when the Mean or InvStdDev output is read.
 pub fn layer_norm_with_stats(b: &mut Builder, node: &Node) -> Result<bool> {
@@ -151,8 +151,8 @@ pub fn layer_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     #[test]

@@ -34,6 +34,6 @@ pub(crate) fn const_vec(cx: &LowerCx, node: &Node, i: usize, what: &str) -> Resu
 /// Static tensor `[n]` in the node's float type.
 pub(crate) fn vec_tensor(cx: &mut LowerCx, node: &Node, hint: &str, v: &[f64]) -> Result<TensorId> {
     let dt = cx.dtype(node, 0);
-    let t = crate::tensor::Tensor::from_f64_as(dt, vec![v.len()], v);
+    let t = crate::ir::tensor::Tensor::from_f64_as(dt, vec![v.len()], v);
     cx.static_tensor(node, &format!("{}_{hint}", node.name), &t)
 }

@@ -17,13 +17,13 @@
 //! windows, whose divisor depends on `count_include_pad`.
 
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::conv::conv::{require_2d_nhwc, spatial_params};
 use crate::ops::{u32s, LowerCx};
 use crate::passes::infer::Spatial;
 use crate::plan::Param;
 use crate::qnn_names::{op, param, rounding};
-use crate::tensor::Tensor;
 
 pub fn pool(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let xs = cx.shape(node, 0);

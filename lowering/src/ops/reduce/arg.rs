@@ -2,8 +2,8 @@
 //! QNN `Argmax` / `Argmin`: `axis` UINT_32 scalar, `keep_dims` BOOL_8 scalar; output int32
 //! (ONNX int64, narrowed). Constraint: `select_last_index = 0`.
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::LowerCx;
 use crate::plan::Param;

@@ -4,8 +4,8 @@
 //! QNN_CumulativeSum"). An exclusive sum is the inclusive one minus the input; reverse is
 //! rejected.
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::LowerCx;
 use crate::plan::Param;
@@ -52,8 +52,8 @@ pub fn cumsum(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     #[test]

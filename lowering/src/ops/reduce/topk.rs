@@ -2,8 +2,8 @@
 //! QNN `TopK`: `k` UINT_32 scalar, `largest` BOOL_8 scalar; outputs values and int32 indices;
 //! works on the last dimension. Constraints: `axis` is the last axis, `sorted = 1`.
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::LowerCx;
 use crate::plan::{DType, Param};
@@ -46,8 +46,8 @@ pub fn topk(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     fn model(attrs: &[(&str, A)]) -> ModelBuilder {

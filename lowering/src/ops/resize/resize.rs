@@ -89,8 +89,8 @@ pub fn resize(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     fn model(attrs: &[(&str, A)]) -> ModelBuilder {

@@ -1,8 +1,8 @@
 //! Concat — <https://onnx.ai/onnx/operators/onnx__Concat.html>, opset 4+. QNN `Concat`:
 //! `axis` UINT_32 scalar. Empty inputs (a zero-sized concat dim) are dropped.
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::LowerCx;
 use crate::plan::Param;

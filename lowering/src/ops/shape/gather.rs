@@ -10,14 +10,14 @@
 //! data (a padding mask gathered per position, say) go through i32 with Casts, which are exact;
 //! i8 cannot (the HTP has no unquantized i8 Cast) and is refused by the op table.
 
-use crate::attr::norm_axis;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::{plan_shape, LowerCx};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
 
 fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<crate::plan::TensorId> {
     match cx.konst(node, 1) {
@@ -151,8 +151,8 @@ pub fn gather_elements(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     #[test]

@@ -53,8 +53,8 @@ pub fn slice(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     fn model(starts: &[i64], ends: &[i64], steps: &[i64]) -> ModelBuilder {

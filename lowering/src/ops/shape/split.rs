@@ -51,8 +51,8 @@ pub fn split(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     #[test]

@@ -154,12 +154,9 @@ fn lower_graph(
             // Downstream of a node already reported.
             continue;
         }
-        let Some(rule) = ops::rule(&node.op_type, backend) else {
-            errors.push(node.err_op(format!(
-                "no lowering rule for {} on {}",
-                node.op_type,
-                backend.name()
-            )));
+        let def = ops::def(&node.op_type);
+        let Some(rule) = def.and_then(|d| ops::rule(d, backend)) else {
+            errors.push(no_rule(node, def, backend));
             continue;
         };
         if let Err(e) = rule(&mut cx, node) {
@@ -178,6 +175,22 @@ fn lower_graph(
         }
     }
     (cx.finish(&p.output_host_dtypes), vec![])
+}
+
+/// Why `node` reached lowering without a rule for `backend`.
+fn no_rule(node: &ir::Node, def: Option<&ops::OpDef>, backend: Backend) -> LowerError {
+    match def {
+        // The expansion did not run: `passes::expand` reports why when it refused the node.
+        Some(d) if d.expand.is_some() => node.err_op(format!(
+            "{} is lowered by expanding it, which did not happen here",
+            node.op_type
+        )),
+        _ => node.err_op(format!(
+            "no lowering rule for {} on {}",
+            node.op_type,
+            backend.name()
+        )),
+    }
 }
 
 fn clone_err(e: &LowerError) -> LowerError {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use lowering::ops::{rule, rule_ops};
+use lowering::ops::{def, defs, registry, rule};
 use lowering::table::{OpTable, Status, GPU_TOML, HTP_TOML};
 use lowering::Backend;
 
@@ -18,9 +18,15 @@ fn every_runnable_entry_has_a_rule() {
     for (b, t) in tables() {
         for (op, e) in &t.ops {
             if matches!(e.status, Status::Supported | Status::Decomposed) {
+                let d = def(op).unwrap_or_else(|| {
+                    panic!(
+                        "{b:?}: ops.{op} is {:?} but has no registry entry",
+                        e.status
+                    )
+                });
                 assert!(
-                    rule(op, b).is_some(),
-                    "{b:?}: ops.{op} is {:?} but has no lowering rule",
+                    rule(d, b).is_some() || d.expand.is_some(),
+                    "{b:?}: ops.{op} is {:?} but has no lowering rule or expansion",
                     e.status
                 );
             }
@@ -31,10 +37,21 @@ fn every_runnable_entry_has_a_rule() {
 #[test]
 fn every_rule_has_an_entry() {
     for (b, t) in tables() {
-        for op in rule_ops() {
+        for d in defs().filter(|d| d.lower.is_some() || d.expand.is_some()) {
             assert!(
-                t.ops.contains_key(op),
-                "{b:?}: rule for {op} has no table entry"
+                t.ops.contains_key(d.op_type),
+                "{b:?}: rule for {} has no table entry",
+                d.op_type
+            );
+        }
+        for (op, _) in registry::variants(b) {
+            assert!(
+                def(op).is_some(),
+                "{b:?}: variant rule for {op} has no registry entry"
+            );
+            assert!(
+                t.ops.contains_key(*op),
+                "{b:?}: variant rule for {op} has no table entry"
             );
         }
     }

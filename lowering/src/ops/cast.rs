@@ -4,10 +4,22 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::{LowerCx, Rule};
+use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
 
-pub const RULES: &[(&str, Rule)] = &[("Cast", cast), ("CastLike", cast)];
+pub const CAST: OpDef = OpDef {
+    op_type: "Cast",
+    expand: None,
+    lower: Some(cast),
+};
+
+pub const CAST_LIKE: OpDef = OpDef {
+    op_type: "CastLike",
+    expand: None,
+    lower: Some(cast),
+};
+
+pub const OPS: &[OpDef] = &[CAST, CAST_LIKE];
 
 pub fn cast(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let x = cx.input(node, 0)?;

@@ -5,15 +5,51 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::{LowerCx, Rule};
+use crate::ops::{LowerCx, OpDef};
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("Shape", not_folded),
-    ("Size", not_folded),
-    ("ConstantOfShape", not_folded),
-    ("Range", not_folded),
-    ("QuantizeLinear", quantized),
-    ("DequantizeLinear", quantized),
+pub const SHAPE: OpDef = OpDef {
+    op_type: "Shape",
+    expand: None,
+    lower: Some(not_folded),
+};
+
+pub const SIZE: OpDef = OpDef {
+    op_type: "Size",
+    expand: None,
+    lower: Some(not_folded),
+};
+
+pub const CONSTANT_OF_SHAPE: OpDef = OpDef {
+    op_type: "ConstantOfShape",
+    expand: None,
+    lower: Some(not_folded),
+};
+
+pub const RANGE: OpDef = OpDef {
+    op_type: "Range",
+    expand: None,
+    lower: Some(not_folded),
+};
+
+pub const QUANTIZE_LINEAR: OpDef = OpDef {
+    op_type: "QuantizeLinear",
+    expand: None,
+    lower: Some(quantized),
+};
+
+pub const DEQUANTIZE_LINEAR: OpDef = OpDef {
+    op_type: "DequantizeLinear",
+    expand: None,
+    lower: Some(quantized),
+};
+
+pub const OPS: &[OpDef] = &[
+    SHAPE,
+    SIZE,
+    CONSTANT_OF_SHAPE,
+    RANGE,
+    QUANTIZE_LINEAR,
+    DEQUANTIZE_LINEAR,
 ];
 
 fn not_folded(_: &mut LowerCx, node: &Node) -> Result<()> {

@@ -1,15 +1,15 @@
 //! Expands ONNX function ops (Attention, the losses, ...) into the primitive ONNX ops that the
-//! rules lower, as ONNX function inlining does. Each expansion lives in its op's file in `ops/`
-//! and is registered in [`crate::ops::expander`]; this pass only splices the nodes it builds in
-//! place of the original node.
+//! rules lower, as ONNX function inlining does. Each expansion is the `expand` of its op's
+//! registry entry ([`crate::ops::OpDef`]); this pass only splices the nodes it builds in place
+//! of the original node.
 //!
 //! A node is expanded only when the op table accepts it (status, opset, input dtypes) and its
 //! inputs' shapes are known. When an expansion refuses a node (an attribute variant it does not
 //! cover), the node stays and the error is returned for lowering to report.
 
-use crate::error::{LowerError, Result};
+use crate::error::LowerError;
 use crate::ir::builder::Builder;
-use crate::ir::{Graph, Node};
+use crate::ir::Graph;
 use crate::table::OpTable;
 use crate::Backend;
 
@@ -21,7 +21,7 @@ pub fn run(g: &mut Graph, backend: Backend, table: &OpTable) -> (usize, Vec<Lowe
     let mut i = 0;
     while i < g.nodes.len() {
         let node = g.nodes[i].clone();
-        let Some(expand) = crate::ops::expander(&node.op_type) else {
+        let Some(expand) = crate::ops::def(&node.op_type).and_then(|d| d.expand) else {
             i += 1;
             continue;
         };
@@ -47,13 +47,4 @@ pub fn run(g: &mut Graph, backend: Backend, table: &OpTable) -> (usize, Vec<Lowe
         }
     }
     (expanded, errors)
-}
-
-/// The rule registered for expanded ops: reached only when [`run`] left the node alone, which
-/// it reports itself, so this names the node as a fallback.
-pub fn not_expanded(_cx: &mut crate::ops::LowerCx, node: &Node) -> Result<()> {
-    Err(node.err_op(format!(
-        "{} is lowered by expanding it, which did not happen here",
-        node.op_type
-    )))
 }

@@ -4,9 +4,15 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const CLIP: OpDef = OpDef {
+    op_type: "Clip",
+    expand: None,
+    lower: Some(clip),
+};
 
 pub fn clip(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let bound = |cx: &LowerCx, i: usize, attr: &str, default: f32| -> Result<f32> {

@@ -4,8 +4,14 @@
 use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
+
+pub const LEAKY_RELU: OpDef = OpDef {
+    op_type: "LeakyRelu",
+    expand: None,
+    lower: Some(leaky_relu),
+};
 
 pub fn leaky_relu(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let alpha = node.attr_f("alpha", 0.01)?;

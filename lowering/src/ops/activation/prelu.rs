@@ -3,8 +3,14 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
+
+pub const PRELU: OpDef = OpDef {
+    op_type: "PRelu",
+    expand: None,
+    lower: Some(prelu),
+};
 
 pub fn prelu(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let rank = cx.shape(node, 0).len();

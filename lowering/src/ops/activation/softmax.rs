@@ -9,9 +9,21 @@
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const SOFTMAX: OpDef = OpDef {
+    op_type: "Softmax",
+    expand: None,
+    lower: Some(softmax),
+};
+
+pub const LOG_SOFTMAX: OpDef = OpDef {
+    op_type: "LogSoftmax",
+    expand: None,
+    lower: Some(softmax),
+};
 
 pub fn softmax(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let q = if node.op_type == "LogSoftmax" {

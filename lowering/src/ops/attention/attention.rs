@@ -17,6 +17,13 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node, ValueId};
+use crate::ops::OpDef;
+
+pub const ATTENTION: OpDef = OpDef {
+    op_type: "Attention",
+    expand: Some(attention),
+    lower: None,
+};
 
 fn required(node: &Node, i: usize, what: &str) -> Result<ValueId> {
     node.input(i)

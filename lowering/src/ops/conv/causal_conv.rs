@@ -10,6 +10,13 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
+use crate::ops::OpDef;
+
+pub const CAUSAL_CONV_WITH_STATE: OpDef = OpDef {
+    op_type: "CausalConvWithState",
+    expand: Some(causal_conv_with_state),
+    lower: None,
+};
 
 pub fn causal_conv_with_state(b: &mut Builder, node: &Node) -> Result<bool> {
     let x = node

@@ -11,10 +11,16 @@
 use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::{u32s, LowerCx};
+use crate::ops::{u32s, LowerCx, OpDef};
 use crate::passes::infer::Spatial;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const CONV: OpDef = OpDef {
+    op_type: "Conv",
+    expand: Some(super::conv1d::as_2d),
+    lower: Some(conv),
+};
 
 /// The spatial params shared by Conv2d, DepthWiseConv2d, TransposeConv2d and the pools.
 pub fn spatial_params(

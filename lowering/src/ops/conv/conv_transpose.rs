@@ -10,10 +10,16 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::conv::conv::{require_2d_nhwc, spatial_params};
-use crate::ops::{u32s, LowerCx};
+use crate::ops::{u32s, LowerCx, OpDef};
 use crate::passes::infer::Spatial;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const CONV_TRANSPOSE: OpDef = OpDef {
+    op_type: "ConvTranspose",
+    expand: Some(crate::ops::conv::conv1d::as_2d),
+    lower: Some(conv_transpose),
+};
 
 pub fn conv_transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let xs = cx.shape(node, 0);

@@ -11,6 +11,13 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Node, ValueId};
+use crate::ops::OpDef;
+
+pub const NEGATIVE_LOG_LIKELIHOOD_LOSS: OpDef = OpDef {
+    op_type: "NegativeLogLikelihoodLoss",
+    expand: Some(nll_loss),
+    lower: None,
+};
 
 /// Reduction of a loss, from the `reduction` attribute.
 #[derive(Clone, Copy, Debug, PartialEq)]

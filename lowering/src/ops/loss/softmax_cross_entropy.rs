@@ -7,8 +7,15 @@
 use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
+use crate::ops::OpDef;
 
 use super::nll_loss::nll_into;
+
+pub const SOFTMAX_CROSS_ENTROPY_LOSS: OpDef = OpDef {
+    op_type: "SoftmaxCrossEntropyLoss",
+    expand: Some(softmax_cross_entropy),
+    lower: None,
+};
 
 pub fn softmax_cross_entropy(b: &mut Builder, node: &Node) -> Result<bool> {
     let x = node

@@ -9,10 +9,16 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::passes::infer::einsum_parse;
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
+
+pub const EINSUM: OpDef = OpDef {
+    op_type: "Einsum",
+    expand: None,
+    lower: Some(einsum),
+};
 
 fn permute(cx: &mut LowerCx, node: &Node, x: TensorId, from: &[char], to: &[char]) -> TensorId {
     let perm: Vec<u32> = to

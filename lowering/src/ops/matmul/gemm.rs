@@ -8,9 +8,15 @@
 use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const GEMM: OpDef = OpDef {
+    op_type: "Gemm",
+    expand: None,
+    lower: Some(gemm),
+};
 
 pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let alpha = node.attr_f("alpha", 1.0)? as f64;

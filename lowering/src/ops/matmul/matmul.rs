@@ -8,9 +8,15 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const MATMUL: OpDef = OpDef {
+    op_type: "MatMul",
+    expand: None,
+    lower: Some(matmul),
+};
 
 pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let a_shape = cx.shape(node, 0);

@@ -9,9 +9,15 @@
 use super::{const_vec, vec_tensor};
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const BATCH_NORMALIZATION: OpDef = OpDef {
+    op_type: "BatchNormalization",
+    expand: None,
+    lower: Some(batch_norm),
+};
 
 pub fn batch_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     if node.outputs.iter().skip(1).any(Option::is_some) || node.attr_i("training_mode", 0)? != 0 {

@@ -6,9 +6,15 @@
 use super::{const_vec, vec_tensor};
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const GROUP_NORMALIZATION: OpDef = OpDef {
+    op_type: "GroupNormalization",
+    expand: None,
+    lower: Some(group_norm),
+};
 
 pub fn group_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let shape = cx.shape(node, 0);

@@ -5,9 +5,15 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const INSTANCE_NORMALIZATION: OpDef = OpDef {
+    op_type: "InstanceNormalization",
+    expand: None,
+    lower: Some(instance_norm),
+};
 
 pub fn instance_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let r = cx.shape(node, 0).len();

@@ -20,9 +20,15 @@ use crate::ir::attr::norm_axis;
 use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node};
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const LAYER_NORMALIZATION: OpDef = OpDef {
+    op_type: "LayerNormalization",
+    expand: Some(layer_norm_with_stats),
+    lower: Some(layer_norm),
+};
 
 /// The expansion used when the Mean or InvStdDev output is read.
 pub fn layer_norm_with_stats(b: &mut Builder, node: &Node) -> Result<bool> {

@@ -1,6 +1,6 @@
 //! Normalisations.
 
-use crate::ops::{Expander, Rule};
+use crate::ops::OpDef;
 
 pub mod batch_norm;
 pub mod group_norm;
@@ -8,16 +8,13 @@ pub mod instance_norm;
 pub mod layer_norm;
 pub mod rms_norm;
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("BatchNormalization", batch_norm::batch_norm),
-    ("GroupNormalization", group_norm::group_norm),
-    ("InstanceNormalization", instance_norm::instance_norm),
-    ("LayerNormalization", layer_norm::layer_norm),
-    ("RMSNormalization", rms_norm::rms_norm),
+pub const OPS: &[OpDef] = &[
+    batch_norm::BATCH_NORMALIZATION,
+    group_norm::GROUP_NORMALIZATION,
+    instance_norm::INSTANCE_NORMALIZATION,
+    layer_norm::LAYER_NORMALIZATION,
+    rms_norm::RMS_NORMALIZATION,
 ];
-
-pub const EXPANSIONS: &[(&str, Expander)] =
-    &[("LayerNormalization", layer_norm::layer_norm_with_stats)];
 
 use crate::error::Result;
 use crate::ir::Node;

@@ -9,9 +9,15 @@ use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const RMS_NORMALIZATION: OpDef = OpDef {
+    op_type: "RMSNormalization",
+    expand: None,
+    lower: Some(rms_norm),
+};
 
 pub fn rms_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let shape = cx.shape(node, 0);

@@ -5,9 +5,21 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::conv::conv::require_2d_nhwc;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const GLOBAL_AVERAGE_POOL: OpDef = OpDef {
+    op_type: "GlobalAveragePool",
+    expand: None,
+    lower: Some(global_pool),
+};
+
+pub const GLOBAL_MAX_POOL: OpDef = OpDef {
+    op_type: "GlobalMaxPool",
+    expand: None,
+    lower: Some(global_pool),
+};
 
 pub fn global_pool(cx: &mut LowerCx, node: &Node) -> Result<()> {
     require_2d_nhwc(node, cx.shape(node, 0).len())?;

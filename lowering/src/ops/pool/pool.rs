@@ -20,10 +20,22 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::conv::conv::{require_2d_nhwc, spatial_params};
-use crate::ops::{u32s, LowerCx};
+use crate::ops::{u32s, LowerCx, OpDef};
 use crate::passes::infer::Spatial;
 use crate::plan::Param;
 use crate::qnn_names::{op, param, rounding};
+
+pub const MAX_POOL: OpDef = OpDef {
+    op_type: "MaxPool",
+    expand: Some(crate::ops::conv::conv1d::as_2d),
+    lower: Some(pool),
+};
+
+pub const AVERAGE_POOL: OpDef = OpDef {
+    op_type: "AveragePool",
+    expand: Some(crate::ops::conv::conv1d::as_2d),
+    lower: Some(pool),
+};
 
 pub fn pool(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let xs = cx.shape(node, 0);

@@ -5,9 +5,21 @@
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const ARG_MAX: OpDef = OpDef {
+    op_type: "ArgMax",
+    expand: None,
+    lower: Some(arg),
+};
+
+pub const ARG_MIN: OpDef = OpDef {
+    op_type: "ArgMin",
+    expand: None,
+    lower: Some(arg),
+};
 
 pub fn arg(cx: &mut LowerCx, node: &Node) -> Result<()> {
     if node.attr_i("select_last_index", 0)? != 0 {

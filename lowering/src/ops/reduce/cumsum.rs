@@ -7,9 +7,15 @@
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const CUM_SUM: OpDef = OpDef {
+    op_type: "CumSum",
+    expand: None,
+    lower: Some(cumsum),
+};
 
 pub fn cumsum(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let r = cx.shape(node, 0).len();

@@ -5,10 +5,34 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::passes::infer::reduce_params;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const REDUCE_MEAN: OpDef = OpDef {
+    op_type: "ReduceMean",
+    expand: None,
+    lower: Some(reduce),
+};
+
+pub const REDUCE_SUM: OpDef = OpDef {
+    op_type: "ReduceSum",
+    expand: None,
+    lower: Some(reduce),
+};
+
+pub const REDUCE_MAX: OpDef = OpDef {
+    op_type: "ReduceMax",
+    expand: None,
+    lower: Some(reduce),
+};
+
+pub const REDUCE_MIN: OpDef = OpDef {
+    op_type: "ReduceMin",
+    expand: None,
+    lower: Some(reduce),
+};
 
 pub fn reduce(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let q = match node.op_type.as_str() {

@@ -5,9 +5,15 @@
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::{DType, Param};
 use crate::qnn_names::{op, param};
+
+pub const TOP_K: OpDef = OpDef {
+    op_type: "TopK",
+    expand: None,
+    lower: Some(topk),
+};
 
 pub fn topk(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let shape = cx.shape(node, 0);

@@ -5,9 +5,21 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::conv::conv::require_2d_nhwc;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{d2s_mode, op, param};
+
+pub const DEPTH_TO_SPACE: OpDef = OpDef {
+    op_type: "DepthToSpace",
+    expand: None,
+    lower: Some(depth_space),
+};
+
+pub const SPACE_TO_DEPTH: OpDef = OpDef {
+    op_type: "SpaceToDepth",
+    expand: None,
+    lower: Some(depth_space),
+};
 
 pub fn depth_space(cx: &mut LowerCx, node: &Node) -> Result<()> {
     require_2d_nhwc(node, cx.shape(node, 0).len())?;

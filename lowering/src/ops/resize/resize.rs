@@ -10,9 +10,21 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::conv::conv::require_2d_nhwc;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param, resize as rv};
+
+pub const RESIZE: OpDef = OpDef {
+    op_type: "Resize",
+    expand: None,
+    lower: Some(resize),
+};
+
+pub const UPSAMPLE: OpDef = OpDef {
+    op_type: "Upsample",
+    expand: None,
+    lower: Some(resize),
+};
 
 pub fn resize(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let xs = cx.shape(node, 0);

@@ -4,9 +4,15 @@
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const CONCAT: OpDef = OpDef {
+    op_type: "Concat",
+    expand: None,
+    lower: Some(concat),
+};
 
 pub fn concat(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let r = cx.out_shape(node, 0).len();

@@ -15,9 +15,21 @@ use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::{plan_shape, LowerCx};
+use crate::ops::{plan_shape, LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
+
+pub const GATHER: OpDef = OpDef {
+    op_type: "Gather",
+    expand: None,
+    lower: Some(gather),
+};
+
+pub const GATHER_ELEMENTS: OpDef = OpDef {
+    op_type: "GatherElements",
+    expand: None,
+    lower: Some(gather_elements),
+};
 
 fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<crate::plan::TensorId> {
     match cx.konst(node, 1) {

@@ -5,10 +5,16 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::passes::infer::pad_amounts;
 use crate::plan::Param;
 use crate::qnn_names::{op, pad_scheme, param};
+
+pub const PAD: OpDef = OpDef {
+    op_type: "Pad",
+    expand: None,
+    lower: Some(pad),
+};
 
 pub fn pad(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let pads = pad_amounts(cx.g, node)?;

@@ -6,8 +6,44 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
+
+pub const RESHAPE: OpDef = OpDef {
+    op_type: "Reshape",
+    expand: None,
+    lower: Some(reshape),
+};
+
+pub const FLATTEN: OpDef = OpDef {
+    op_type: "Flatten",
+    expand: None,
+    lower: Some(reshape),
+};
+
+pub const SQUEEZE: OpDef = OpDef {
+    op_type: "Squeeze",
+    expand: None,
+    lower: Some(reshape),
+};
+
+pub const UNSQUEEZE: OpDef = OpDef {
+    op_type: "Unsqueeze",
+    expand: None,
+    lower: Some(reshape),
+};
+
+pub const IDENTITY: OpDef = OpDef {
+    op_type: "Identity",
+    expand: None,
+    lower: Some(reshape),
+};
+
+pub const DROPOUT: OpDef = OpDef {
+    op_type: "Dropout",
+    expand: None,
+    lower: Some(reshape),
+};
 
 pub fn reshape(cx: &mut LowerCx, node: &Node) -> Result<()> {
     if node.op_type == "Dropout" && node.output(1).is_some() {

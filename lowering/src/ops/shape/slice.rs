@@ -6,10 +6,16 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::passes::infer::slice_params;
 use crate::plan::{DType, Param};
 use crate::qnn_names::{op, param};
+
+pub const SLICE: OpDef = OpDef {
+    op_type: "Slice",
+    expand: None,
+    lower: Some(slice),
+};
 
 pub fn slice(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let shape = cx.shape(node, 0);

@@ -4,10 +4,16 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::passes::infer::split_sizes;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const SPLIT: OpDef = OpDef {
+    op_type: "Split",
+    expand: None,
+    lower: Some(split),
+};
 
 pub fn split(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let (axis, sizes) = split_sizes(cx.g, node)?;

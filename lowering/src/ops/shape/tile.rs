@@ -5,9 +5,21 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const TILE: OpDef = OpDef {
+    op_type: "Tile",
+    expand: None,
+    lower: Some(tile),
+};
+
+pub const EXPAND: OpDef = OpDef {
+    op_type: "Expand",
+    expand: None,
+    lower: Some(expand),
+};
 
 pub fn tile(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let s = cx.shape(node, 0);

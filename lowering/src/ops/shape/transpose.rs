@@ -3,10 +3,16 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::{LowerCx, OpDef};
 use crate::passes::infer::transpose_perm;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const TRANSPOSE: OpDef = OpDef {
+    op_type: "Transpose",
+    expand: None,
+    lower: Some(transpose),
+};
 
 pub fn transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let r = cx.shape(node, 0).len();

@@ -9,8 +9,10 @@
 use crate::error::Result;
 use crate::ir::shape::broadcast;
 use crate::ir::Node;
-use crate::ops::{LowerCx, Rule};
+use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
+
+pub mod mod_;
 
 /// ONNX unary op → QNN op with the same semantics and no params.
 pub const UNARY: &[(&str, &str)] = &[
@@ -60,44 +62,75 @@ pub const BINARY: &[(&str, &str, bool)] = &[
     ("GreaterOrEqual", op::ELEMENT_WISE_GREATER_EQUAL, false),
 ];
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("Abs", unary),
-    ("Neg", unary),
-    ("Exp", unary),
-    ("Log", unary),
-    ("Sqrt", unary),
-    ("Floor", unary),
-    ("Ceil", unary),
-    ("Round", unary),
-    ("Sign", unary),
-    ("Sin", unary),
-    ("Cos", unary),
-    ("Asin", unary),
-    ("Atan", unary),
-    ("Not", unary),
-    ("Relu", unary),
-    ("Sigmoid", unary),
-    ("Tanh", unary),
-    ("HardSwish", unary),
-    ("Erf", unary),
-    ("Add", binary),
-    ("Sub", binary),
-    ("Mul", binary),
-    ("Div", binary),
-    ("Pow", binary),
-    ("Max", binary),
-    ("Min", binary),
-    ("Sum", binary),
-    ("And", binary),
-    ("Or", binary),
-    ("Xor", binary),
-    ("Equal", binary),
-    ("Less", binary),
-    ("Greater", binary),
-    ("LessOrEqual", binary),
-    ("GreaterOrEqual", binary),
-    ("Where", where_),
-    ("Reciprocal", reciprocal),
+/// The entry of a [`UNARY`] row.
+const fn unary_op(op_type: &'static str) -> OpDef {
+    OpDef {
+        op_type,
+        expand: None,
+        lower: Some(unary),
+    }
+}
+
+/// The entry of a [`BINARY`] row.
+const fn binary_op(op_type: &'static str) -> OpDef {
+    OpDef {
+        op_type,
+        expand: None,
+        lower: Some(binary),
+    }
+}
+
+pub const WHERE: OpDef = OpDef {
+    op_type: "Where",
+    expand: None,
+    lower: Some(where_),
+};
+
+pub const RECIPROCAL: OpDef = OpDef {
+    op_type: "Reciprocal",
+    expand: None,
+    lower: Some(reciprocal),
+};
+
+pub const OPS: &[OpDef] = &[
+    unary_op("Abs"),
+    unary_op("Neg"),
+    unary_op("Exp"),
+    unary_op("Log"),
+    unary_op("Sqrt"),
+    unary_op("Floor"),
+    unary_op("Ceil"),
+    unary_op("Round"),
+    unary_op("Sign"),
+    unary_op("Sin"),
+    unary_op("Cos"),
+    unary_op("Asin"),
+    unary_op("Atan"),
+    unary_op("Not"),
+    unary_op("Relu"),
+    unary_op("Sigmoid"),
+    unary_op("Tanh"),
+    unary_op("HardSwish"),
+    unary_op("Erf"),
+    binary_op("Add"),
+    binary_op("Sub"),
+    binary_op("Mul"),
+    binary_op("Div"),
+    binary_op("Pow"),
+    binary_op("Max"),
+    binary_op("Min"),
+    binary_op("Sum"),
+    binary_op("And"),
+    binary_op("Or"),
+    binary_op("Xor"),
+    binary_op("Equal"),
+    binary_op("Less"),
+    binary_op("Greater"),
+    binary_op("LessOrEqual"),
+    binary_op("GreaterOrEqual"),
+    WHERE,
+    RECIPROCAL,
+    mod_::MOD,
 ];
 
 fn lookup(table: &[(&str, &'static str)], op_type: &str) -> &'static str {
@@ -177,10 +210,25 @@ fn reciprocal(cx: &mut LowerCx, node: &Node) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::{BINARY, OPS, UNARY};
     use crate::dtype::DType;
     use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
     use crate::testing::ModelBuilder;
+
+    #[test]
+    fn every_row_has_an_entry_and_every_entry_a_row() {
+        let rows: Vec<&str> = UNARY
+            .iter()
+            .map(|r| r.0)
+            .chain(BINARY.iter().map(|r| r.0))
+            .collect();
+        for r in &rows {
+            assert!(OPS.iter().any(|d| d.op_type == *r), "row {r} has no entry");
+        }
+        // The entries that are not rows: Where, Reciprocal and Mod.
+        assert_eq!(OPS.len(), rows.len() + 3);
+    }
 
     #[test]
     fn add_broadcasts_constant_to_equal_rank() {

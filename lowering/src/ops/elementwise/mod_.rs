@@ -10,6 +10,13 @@
 use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
+use crate::ops::OpDef;
+
+pub const MOD: OpDef = OpDef {
+    op_type: "Mod",
+    expand: Some(mod_),
+    lower: None,
+};
 
 pub fn mod_(b: &mut Builder, node: &Node) -> Result<bool> {
     let (a, d) = match (node.input(0), node.input(1)) {

@@ -1,0 +1,93 @@
+//! The op registry: one [`OpDef`] per ONNX op type. Each op's file defines its entry and each
+//! family's `mod.rs` lists them; the passes and [`crate::lower`] look ops up here and keep no
+//! op lists of their own.
+
+use crate::error::Result;
+use crate::ir::builder::Builder;
+use crate::ir::Node;
+use crate::ops::{
+    activation, attention, cast, conv, elementwise, folded, loss, matmul, norm, pool, reduce,
+    resize, shape, LowerCx,
+};
+use crate::Backend;
+
+/// A lowering rule: emits zero or more QNN ops for one ONNX node.
+pub type Rule = fn(&mut LowerCx, &Node) -> Result<()>;
+
+/// An expansion: builds the primitive ONNX nodes that replace one node before the rules run
+/// (see [`crate::passes::expand`]). `Ok(false)` leaves the node to its rule (the expansion
+/// covers only some of its variants).
+pub type Expander = fn(&mut Builder, &Node) -> Result<bool>;
+
+/// Everything lowering knows about one ONNX op type. A node is lowered by `lower`, or replaced
+/// by `expand` before lowering.
+#[derive(Clone, Copy, Debug)]
+pub struct OpDef {
+    pub op_type: &'static str,
+    /// Replaces the node with primitive ops, once its inputs are known and the op table accepts
+    /// it.
+    pub expand: Option<Expander>,
+    /// Emits the node's QNN ops.
+    pub lower: Option<Rule>,
+}
+
+const FAMILIES: &[&[OpDef]] = &[
+    elementwise::OPS,
+    activation::OPS,
+    attention::OPS,
+    loss::OPS,
+    cast::OPS,
+    conv::OPS,
+    matmul::OPS,
+    norm::OPS,
+    pool::OPS,
+    reduce::OPS,
+    resize::OPS,
+    shape::OPS,
+    folded::OPS,
+];
+
+/// Backend-specific variants that replace the common rule of the same op type.
+const GPU_RULES: &[(&str, Rule)] = &[];
+
+/// Every registry entry.
+pub fn defs() -> impl Iterator<Item = &'static OpDef> {
+    FAMILIES.iter().flat_map(|f| f.iter())
+}
+
+/// The entry of `op_type`.
+pub fn def(op_type: &str) -> Option<&'static OpDef> {
+    defs().find(|d| d.op_type == op_type)
+}
+
+/// The backend-specific rules of `backend`, by op type.
+pub fn variants(backend: Backend) -> &'static [(&'static str, Rule)] {
+    match backend {
+        Backend::Gpu => GPU_RULES,
+        Backend::Htp => &[],
+    }
+}
+
+/// The rule that lowers `def` on `backend`: its backend variant if there is one, else its own.
+pub fn rule(def: &OpDef, backend: Backend) -> Option<Rule> {
+    variants(backend)
+        .iter()
+        .find(|(n, _)| *n == def.op_type)
+        .map(|(_, r)| *r)
+        .or(def.lower)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn op_types_are_unique() {
+        let mut seen = BTreeSet::new();
+        for d in defs() {
+            assert!(seen.insert(d.op_type), "{} has two entries", d.op_type);
+        }
+    }
+}

@@ -2,22 +2,38 @@
 //! (no params; the output tensor's dtype is the target). Casts to int64 were narrowed to int32
 //! by `narrow_int64`; casts to f32 inside an fp16 graph were turned into f16 by `fp16`.
 
+use crate::dtype::{DType, OnnxCode};
 use crate::error::Result;
 use crate::ir::Node;
+use crate::ops::infer::{In, Out};
 use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub const CAST: OpDef = OpDef {
     op_type: "Cast",
+    infer: infer_cast,
     expand: None,
     lower: Some(cast),
 };
 
 pub const CAST_LIKE: OpDef = OpDef {
     op_type: "CastLike",
+    infer: infer_cast_like,
     expand: None,
     lower: Some(cast),
 };
+
+fn infer_cast(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let to = n.attr_i("to", 0)?;
+    let dt = DType::from_onnx(to as i32)
+        .ok_or_else(|| n.err_attr("to", format!("unsupported target type {to}")))?;
+    Ok(vec![(dt, x.shape(0)?.to_vec())])
+}
+
+fn infer_cast_like(x: &In) -> Result<Vec<Out>> {
+    Ok(vec![(x.dtype(1)?, x.shape(0)?.to_vec())])
+}
 
 pub const OPS: &[OpDef] = &[CAST, CAST_LIKE];
 

@@ -5,25 +5,32 @@
 use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
+use crate::ops::infer::{In, Out};
 use crate::ops::{
-    activation, attention, cast, conv, elementwise, folded, loss, matmul, norm, pool, reduce,
-    resize, shape, LowerCx,
+    activation, attention, cast, conv, elementwise, folded, loss, matmul, norm, pool, quant,
+    reduce, resize, shape, LowerCx,
 };
 use crate::Backend;
+
+/// Shape and dtype inference: the outputs of one node (see [`crate::ops::infer`]).
+pub type InferFn = fn(&In) -> Result<Vec<Out>>;
 
 /// A lowering rule: emits zero or more QNN ops for one ONNX node.
 pub type Rule = fn(&mut LowerCx, &Node) -> Result<()>;
 
 /// An expansion: builds the primitive ONNX nodes that replace one node before the rules run
-/// (see [`crate::passes::expand`]). `Ok(false)` leaves the node to its rule (the expansion
+/// (by the `expand` pass). `Ok(false)` leaves the node to its rule (the expansion
 /// covers only some of its variants).
 pub type Expander = fn(&mut Builder, &Node) -> Result<bool>;
 
-/// Everything lowering knows about one ONNX op type. A node is lowered by `lower`, or replaced
-/// by `expand` before lowering.
+/// Everything lowering knows about one ONNX op type. Every op is inferred; a node is lowered
+/// by `lower`, or replaced by `expand` before lowering. An entry with neither is only inferred,
+/// so that the nodes after an op no table supports are still checked.
 #[derive(Clone, Copy, Debug)]
 pub struct OpDef {
     pub op_type: &'static str,
+    /// Output dtypes and shapes, computed for every node by the `const_fold` pass.
+    pub infer: InferFn,
     /// Replaces the node with primitive ops, once its inputs are known and the op table accepts
     /// it.
     pub expand: Option<Expander>,
@@ -45,6 +52,7 @@ const FAMILIES: &[&[OpDef]] = &[
     resize::OPS,
     shape::OPS,
     folded::OPS,
+    quant::OPS,
 ];
 
 /// Backend-specific variants that replace the common rule of the same op type.

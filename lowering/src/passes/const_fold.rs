@@ -1,4 +1,5 @@
-//! Shape inference plus constant folding, in one topological sweep.
+//! Shape inference plus constant folding, in one topological sweep. Every node is inferred by
+//! its registry entry's `infer` ([`crate::ops::OpDef`]).
 //!
 //! torch exports shape arithmetic (Shape → Gather → Unsqueeze → Concat → Reshape, Range,
 //! ConstantOfShape, ...) that QNN cannot run; with static input shapes all of it folds to
@@ -9,9 +10,14 @@ use crate::dtype::DType;
 use crate::error::{LowerError, Result};
 use crate::ir::attr::norm_axis;
 use crate::ir::shape::broadcast;
+use crate::ir::tensor::checked_numel;
 use crate::ir::tensor::{broadcast_map, map_indices, numel, strides, Tensor};
 use crate::ir::{Graph, Node};
-use crate::passes::infer::{self, infer_node, Out};
+use crate::ops::infer::{In, Out};
+use crate::ops::reduce::reduce::reduce_params;
+use crate::ops::shape::dropout::dropout_may_train;
+use crate::ops::shape::slice::slice_params;
+use crate::ops::shape::transpose::transpose_perm;
 
 /// Outputs larger than this are left to the device rather than evaluated on the host.
 const FOLD_LIMIT: usize = 1 << 24;
@@ -73,6 +79,24 @@ pub fn run(g: &mut Graph) -> Vec<LowerError> {
         !dead[i - 1]
     });
     errors
+}
+
+/// The outputs of `n`, from its registry entry's `infer`.
+pub fn infer_node(g: &Graph, n: &Node) -> Result<Vec<Out>> {
+    if !n.domain.is_empty() {
+        return Err(n.err_op(format!("domain '{}' is not supported", n.domain)));
+    }
+    let def =
+        crate::ops::def(&n.op_type).ok_or_else(|| n.err_op("no shape inference for this op"))?;
+    let outs = (def.infer)(&In { g, n })?;
+    for (dt, s) in &outs {
+        if checked_numel(s, *dt).is_none() {
+            return Err(n.err_invalid(format!(
+                "output shape {s:?} of {dt} exceeds the 4 GiB tensor limit"
+            )));
+        }
+    }
+    Ok(outs)
 }
 
 fn mark_unknown(g: &mut Graph, idx: usize) {
@@ -211,7 +235,7 @@ fn elementwise(
 #[allow(clippy::needless_range_loop)]
 pub fn fold(g: &Graph, node: &Node, outs: &[Out]) -> Result<Option<Vec<Tensor>>> {
     let op = node.op_type.as_str();
-    let x = infer::In { g, n: node };
+    let x = In { g, n: node };
     if outs.iter().any(|(_, s)| numel(s) > FOLD_LIMIT) {
         return Ok(None);
     }
@@ -264,7 +288,7 @@ pub fn fold(g: &Graph, node: &Node, outs: &[Out]) -> Result<Option<Vec<Tensor>>>
     let one = |t: Tensor| Ok(Some(vec![t]));
     match op {
         "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => one(t0.with_shape(shape0)),
-        "Dropout" if !crate::passes::simplify::dropout_may_train(g, node) => {
+        "Dropout" if !dropout_may_train(g, node) => {
             let mut v = vec![t0.clone()];
             if outs.len() > 1 {
                 v.push(Tensor::from_i64_as(
@@ -281,7 +305,7 @@ pub fn fold(g: &Graph, node: &Node, outs: &[Out]) -> Result<Option<Vec<Tensor>>>
             let v: Vec<f64> = (0..shape0[0]).map(|i| s + d * i as f64).collect();
             one(Tensor::from_f64_as(dt0, shape0, &v))
         }
-        "Transpose" => one(t0.transpose(&infer::transpose_perm(node, t0.shape.len())?)),
+        "Transpose" => one(t0.transpose(&transpose_perm(node, t0.shape.len())?)),
         "Expand" => one(t0.broadcast_to(&shape0)),
         "Tile" => {
             let st = strides(&t0.shape);
@@ -357,7 +381,7 @@ pub fn fold(g: &Graph, node: &Node, outs: &[Out]) -> Result<Option<Vec<Tensor>>>
             one(t0.gather_flat(shape0, &map))
         }
         "Slice" => {
-            let params = infer::slice_params(g, node)?;
+            let params = slice_params(g, node)?;
             let mut start = vec![0i64; t0.shape.len()];
             let mut step = vec![1i64; t0.shape.len()];
             for (ax, s, _, st) in params {
@@ -447,7 +471,7 @@ pub fn fold(g: &Graph, node: &Node, outs: &[Out]) -> Result<Option<Vec<Tensor>>>
             .map(|t| vec![t]))
         }
         "ReduceProd" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceMean" => {
-            let (axes, _) = infer::reduce_params(g, node)?;
+            let (axes, _) = reduce_params(g, node)?;
             let axes = axes.unwrap_or_default();
             let r = t0.shape.len();
             let red_shape: Vec<usize> = (0..r)
@@ -629,6 +653,17 @@ mod tests {
             errs[0]
         );
         assert!(!g.values[g.name_map()["z"]].known);
+    }
+
+    #[test]
+    fn unknown_op_is_unsupported() {
+        let mut g = Graph::default();
+        g.opsets.insert(String::new(), 17);
+        g.add_typed("x", DType::F32, vec![1]);
+        let mut n = Node::new("n", "FancyOp");
+        n.inputs = vec![Some(0)];
+        let e = infer_node(&g, &n).unwrap_err().to_string();
+        assert_eq!(e, "Node \"n\" (FancyOp): no shape inference for this op");
     }
 
     #[test]

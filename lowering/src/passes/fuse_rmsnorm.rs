@@ -67,7 +67,7 @@ fn try_fuse(g: &mut Graph, rm: NodeId) -> bool {
         return false;
     }
     let rank = g.shape(x).len();
-    let Ok((Some(axes), true)) = crate::passes::infer::reduce_params(g, n) else {
+    let Ok((Some(axes), true)) = crate::ops::reduce::reduce::reduce_params(g, n) else {
         return false;
     };
     if axes != [rank - 1] {

@@ -15,7 +15,6 @@ pub mod fp16;
 pub mod fuse_gelu;
 pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
-pub mod infer;
 pub mod layout;
 pub mod narrow_int64;
 pub mod simplify;

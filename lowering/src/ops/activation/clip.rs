@@ -4,12 +4,14 @@
 
 use crate::error::Result;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const CLIP: OpDef = OpDef {
     op_type: "Clip",
+    infer: same,
     expand: None,
     lower: Some(clip),
 };

@@ -17,46 +17,55 @@ use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::builder::Builder;
 use crate::ir::{Attr, Node, ValueId};
+use crate::ops::elementwise::{infer_mask, infer_variadic};
+use crate::ops::infer::same;
 use crate::ops::OpDef;
 
 pub const SELU: OpDef = OpDef {
     op_type: "Selu",
+    infer: same,
     expand: Some(selu),
     lower: None,
 };
 
 pub const THRESHOLDED_RELU: OpDef = OpDef {
     op_type: "ThresholdedRelu",
+    infer: same,
     expand: Some(thresholded_relu),
     lower: None,
 };
 
 pub const SWISH: OpDef = OpDef {
     op_type: "Swish",
+    infer: same,
     expand: Some(swish),
     lower: None,
 };
 
 pub const TAN: OpDef = OpDef {
     op_type: "Tan",
+    infer: same,
     expand: Some(tan),
     lower: None,
 };
 
 pub const MEAN: OpDef = OpDef {
     op_type: "Mean",
+    infer: infer_variadic,
     expand: Some(mean),
     lower: None,
 };
 
 pub const IS_NAN: OpDef = OpDef {
     op_type: "IsNaN",
+    infer: infer_mask,
     expand: Some(is_nan),
     lower: None,
 };
 
 pub const LP_NORMALIZATION: OpDef = OpDef {
     op_type: "LpNormalization",
+    infer: same,
     expand: Some(lp_normalization),
     lower: None,
 };
@@ -160,8 +169,17 @@ pub fn lp_normalization(b: &mut Builder, node: &Node) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn tan_is_inferred() {
+        let g = graph_with(&[("x", DType::F16, vec![1, 4, 8])]);
+        assert_eq!(
+            infer(&g, &node("Tan", &[Some(0)], &[])).unwrap(),
+            vec![(DType::F16, vec![1, 4, 8])]
+        );
+    }
 
     fn one(op: &str, attrs: &[(&str, A)]) -> ModelBuilder {
         ModelBuilder::new(24)

@@ -3,12 +3,14 @@
 
 use crate::error::Result;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const ELU: OpDef = OpDef {
     op_type: "Elu",
+    infer: same,
     expand: None,
     lower: Some(elu),
 };

@@ -6,11 +6,13 @@
 use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub const GELU: OpDef = OpDef {
     op_type: "Gelu",
+    infer: same,
     expand: Some(gelu_tanh),
     lower: Some(gelu),
 };

@@ -6,12 +6,14 @@
 
 use crate::error::Result;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{neuron, op, param};
 
 pub const HARD_SIGMOID: OpDef = OpDef {
     op_type: "HardSigmoid",
+    infer: same,
     expand: None,
     lower: Some(hard_sigmoid),
 };

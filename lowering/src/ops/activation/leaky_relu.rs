@@ -4,11 +4,13 @@
 use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub const LEAKY_RELU: OpDef = OpDef {
     op_type: "LeakyRelu",
+    infer: same,
     expand: None,
     lower: Some(leaky_relu),
 };

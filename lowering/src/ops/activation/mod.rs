@@ -1,5 +1,6 @@
 //! Activations with attributes or decompositions (the plain ones are rows in `elementwise`).
 
+use crate::ops::infer::same;
 use crate::ops::OpDef;
 
 pub mod clip;
@@ -11,6 +12,22 @@ pub mod leaky_relu;
 pub mod prelu;
 pub mod softmax;
 pub mod softplus;
+
+/// Inferred only: no op table lists them, so they are reported as unsupported and the nodes
+/// after them are still checked.
+pub const CELU: OpDef = OpDef {
+    op_type: "Celu",
+    infer: same,
+    expand: None,
+    lower: None,
+};
+
+pub const SOFTSIGN: OpDef = OpDef {
+    op_type: "Softsign",
+    infer: same,
+    expand: None,
+    lower: None,
+};
 
 pub const OPS: &[OpDef] = &[
     clip::CLIP,
@@ -30,4 +47,6 @@ pub const OPS: &[OpDef] = &[
     composite::MEAN,
     composite::IS_NAN,
     composite::LP_NORMALIZATION,
+    CELU,
+    SOFTSIGN,
 ];

@@ -3,11 +3,13 @@
 
 use crate::error::Result;
 use crate::ir::Node;
+use crate::ops::elementwise::infer_binary;
 use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub const PRELU: OpDef = OpDef {
     op_type: "PRelu",
+    infer: infer_binary,
     expand: None,
     lower: Some(prelu),
 };

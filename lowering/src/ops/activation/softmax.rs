@@ -9,18 +9,21 @@
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const SOFTMAX: OpDef = OpDef {
     op_type: "Softmax",
+    infer: same,
     expand: None,
     lower: Some(softmax),
 };
 
 pub const LOG_SOFTMAX: OpDef = OpDef {
     op_type: "LogSoftmax",
+    infer: same,
     expand: None,
     lower: Some(softmax),
 };

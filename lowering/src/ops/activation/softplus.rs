@@ -7,18 +7,21 @@
 
 use crate::error::Result;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::TensorId;
 use crate::qnn_names::op;
 
 pub const SOFTPLUS: OpDef = OpDef {
     op_type: "Softplus",
+    infer: same,
     expand: None,
     lower: Some(softplus),
 };
 
 pub const MISH: OpDef = OpDef {
     op_type: "Mish",
+    infer: same,
     expand: None,
     lower: Some(mish),
 };

@@ -17,10 +17,12 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node, ValueId};
+use crate::ops::infer::{In, Out};
 use crate::ops::OpDef;
 
 pub const ATTENTION: OpDef = OpDef {
     op_type: "Attention",
+    infer,
     expand: Some(attention),
     lower: None,
 };
@@ -43,6 +45,24 @@ fn repeat_heads(b: &mut Builder, x: ValueId, s: &[usize], rep: usize) -> ValueId
     let shape = b.ints(&[bs as i64, kvh as i64, rep as i64, t as i64, d as i64]);
     let e = b.op("Expand", &[r, shape], vec![]);
     b.reshape(e, &[bs, kvh * rep, t, d])
+}
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let dm = dims(n, x.shape(0)?, x.shape(1)?, x.shape(2)?)?;
+    let past = if x.has(4) {
+        x.shape(4)?.get(2).copied().unwrap_or(0)
+    } else {
+        0
+    };
+    let (kdt, vdt) = if x.has(4) && x.has(5) {
+        (x.dtype(4)?, x.dtype(5)?)
+    } else {
+        (x.dtype(1)?, x.dtype(2)?)
+    };
+    let [y, pk, pv, qk] = output_shapes(&dm, past);
+    let dt = x.dtype(0)?;
+    Ok(vec![(dt, y), (kdt, pk), (vdt, pv), (dt, qk)])
 }
 
 /// The geometry of Q, K and V, read from their shapes (and, for 3-D inputs, the head-count
@@ -281,8 +301,39 @@ pub fn attention(b: &mut Builder, node: &Node) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ir::Attr;
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn attention_3d_with_past_is_inferred() {
+        let g = graph_with(&[
+            ("q", DType::F32, vec![2, 3, 16]),
+            ("k", DType::F32, vec![2, 5, 8]),
+            ("v", DType::F32, vec![2, 5, 12]),
+            ("pk", DType::F32, vec![2, 2, 4, 4]),
+            ("pv", DType::F32, vec![2, 2, 4, 6]),
+        ]);
+        let heads = [
+            ("q_num_heads", Attr::Int(4)),
+            ("kv_num_heads", Attr::Int(2)),
+        ];
+        let ins = [Some(0), Some(1), Some(2), None, Some(3), Some(4)];
+        let shapes: Vec<Vec<usize>> = infer(&g, &node("Attention", &ins, &heads))
+            .unwrap()
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(
+            shapes,
+            vec![
+                vec![2, 3, 24],
+                vec![2, 2, 9, 4],
+                vec![2, 2, 9, 6],
+                vec![2, 4, 3, 9]
+            ]
+        );
+    }
 
     fn model(q: &[i64], k: &[i64], v: &[i64], attrs: &[(&str, A)]) -> ModelBuilder {
         ModelBuilder::new(23)

@@ -6,9 +6,11 @@
 //! A commutative op with one constant operand takes the other operand first ([`BINARY`]).
 //! Reciprocal is `ElementWiseDivide(1, x)`.
 
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::shape::broadcast;
 use crate::ir::Node;
+use crate::ops::infer::{same, In, Out};
 use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
 
@@ -66,15 +68,37 @@ pub const BINARY: &[(&str, &str, bool)] = &[
 const fn unary_op(op_type: &'static str) -> OpDef {
     OpDef {
         op_type,
+        infer: same,
         expand: None,
         lower: Some(unary),
     }
 }
 
-/// The entry of a [`BINARY`] row.
+/// The entry of a two-input arithmetic [`BINARY`] row.
 const fn binary_op(op_type: &'static str) -> OpDef {
     OpDef {
         op_type,
+        infer: infer_binary,
+        expand: None,
+        lower: Some(binary),
+    }
+}
+
+/// The entry of a variadic [`BINARY`] row (a chain of the binary op).
+const fn variadic_op(op_type: &'static str) -> OpDef {
+    OpDef {
+        op_type,
+        infer: infer_variadic,
+        expand: None,
+        lower: Some(binary),
+    }
+}
+
+/// The entry of a comparison or logical [`BINARY`] row.
+const fn compare_op(op_type: &'static str) -> OpDef {
+    OpDef {
+        op_type,
+        infer: infer_compare,
         expand: None,
         lower: Some(binary),
     }
@@ -82,15 +106,73 @@ const fn binary_op(op_type: &'static str) -> OpDef {
 
 pub const WHERE: OpDef = OpDef {
     op_type: "Where",
+    infer: infer_where,
     expand: None,
     lower: Some(where_),
 };
 
 pub const RECIPROCAL: OpDef = OpDef {
     op_type: "Reciprocal",
+    infer: same,
     expand: None,
     lower: Some(reciprocal),
 };
+
+/// Inferred only: no op table lists them.
+pub const BIT_SHIFT: OpDef = OpDef {
+    op_type: "BitShift",
+    infer: infer_binary,
+    expand: None,
+    lower: None,
+};
+
+pub const IS_INF: OpDef = OpDef {
+    op_type: "IsInf",
+    infer: infer_mask,
+    expand: None,
+    lower: None,
+};
+
+/// Two inputs broadcast, in the dtype of the first.
+pub fn infer_binary(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    Ok(vec![(
+        x.dtype(0)?,
+        broadcast(n, &[x.shape(0)?, x.shape(1)?])?,
+    )])
+}
+
+/// Every input broadcast, in the dtype of the first.
+pub fn infer_variadic(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let shapes = (0..n.inputs.len())
+        .map(|i| x.shape(i))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(vec![(x.dtype(0)?, broadcast(n, &shapes)?)])
+}
+
+/// Two inputs broadcast, as bool.
+fn infer_compare(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    Ok(vec![(
+        DType::Bool,
+        broadcast(n, &[x.shape(0)?, x.shape(1)?])?,
+    )])
+}
+
+/// The three inputs broadcast, in the dtype of the values.
+fn infer_where(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    Ok(vec![(
+        x.dtype(1)?,
+        broadcast(n, &[x.shape(0)?, x.shape(1)?, x.shape(2)?])?,
+    )])
+}
+
+/// A bool per element of input 0 (IsNaN, IsInf).
+pub fn infer_mask(x: &In) -> Result<Vec<Out>> {
+    Ok(vec![(DType::Bool, x.shape(0)?.to_vec())])
+}
 
 pub const OPS: &[OpDef] = &[
     unary_op("Abs"),
@@ -117,20 +199,22 @@ pub const OPS: &[OpDef] = &[
     binary_op("Mul"),
     binary_op("Div"),
     binary_op("Pow"),
-    binary_op("Max"),
-    binary_op("Min"),
-    binary_op("Sum"),
-    binary_op("And"),
-    binary_op("Or"),
-    binary_op("Xor"),
-    binary_op("Equal"),
-    binary_op("Less"),
-    binary_op("Greater"),
-    binary_op("LessOrEqual"),
-    binary_op("GreaterOrEqual"),
+    variadic_op("Max"),
+    variadic_op("Min"),
+    variadic_op("Sum"),
+    compare_op("And"),
+    compare_op("Or"),
+    compare_op("Xor"),
+    compare_op("Equal"),
+    compare_op("Less"),
+    compare_op("Greater"),
+    compare_op("LessOrEqual"),
+    compare_op("GreaterOrEqual"),
     WHERE,
     RECIPROCAL,
     mod_::MOD,
+    BIT_SHIFT,
+    IS_INF,
 ];
 
 fn lookup(table: &[(&str, &'static str)], op_type: &str) -> &'static str {
@@ -226,8 +310,8 @@ mod tests {
         for r in &rows {
             assert!(OPS.iter().any(|d| d.op_type == *r), "row {r} has no entry");
         }
-        // The entries that are not rows: Where, Reciprocal and Mod.
-        assert_eq!(OPS.len(), rows.len() + 3);
+        // The entries that are not rows: Where, Reciprocal, Mod, BitShift and IsInf.
+        assert_eq!(OPS.len(), rows.len() + 5);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::ops::OpDef;
 
 pub const MOD: OpDef = OpDef {
     op_type: "Mod",
+    infer: super::infer_binary,
     expand: Some(mod_),
     lower: None,
 };

@@ -11,13 +11,20 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Node, ValueId};
+use crate::ops::infer::{In, Out};
 use crate::ops::OpDef;
 
 pub const NEGATIVE_LOG_LIKELIHOOD_LOSS: OpDef = OpDef {
     op_type: "NegativeLogLikelihoodLoss",
+    infer,
     expand: Some(nll_loss),
     lower: None,
 };
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let loss = loss_shape(x.n, x.shape(0)?, x.shape(1)?)?;
+    Ok(vec![(x.dtype(0)?, loss)])
+}
 
 /// Reduction of a loss, from the `reduction` attribute.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -148,8 +155,28 @@ pub fn nll_loss(b: &mut Builder, node: &Node) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ir::Attr;
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn loss_shape_follows_reduction() {
+        let g = graph_with(&[
+            ("x", DType::F32, vec![3, 5, 2]),
+            ("t", DType::I64, vec![3, 2]),
+        ]);
+        let ins = [Some(0), Some(1)];
+        let none = [("reduction", Attr::String("none".into()))];
+        let nll = "NegativeLogLikelihoodLoss";
+        assert_eq!(
+            infer(&g, &node(nll, &ins, &none)).unwrap(),
+            vec![(DType::F32, vec![3, 2])]
+        );
+        assert_eq!(
+            infer(&g, &node(nll, &ins, &[])).unwrap(),
+            vec![(DType::F32, vec![])]
+        );
+    }
 
     fn model(attrs: &[(&str, A)], weight: bool) -> ModelBuilder {
         let mut b =

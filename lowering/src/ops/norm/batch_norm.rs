@@ -9,12 +9,14 @@
 use super::{const_vec, vec_tensor};
 use crate::error::Result;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const BATCH_NORMALIZATION: OpDef = OpDef {
     op_type: "BatchNormalization",
+    infer: same,
     expand: None,
     lower: Some(batch_norm),
 };

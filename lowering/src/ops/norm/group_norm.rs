@@ -6,12 +6,14 @@
 use super::{const_vec, vec_tensor};
 use crate::error::Result;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const GROUP_NORMALIZATION: OpDef = OpDef {
     op_type: "GroupNormalization",
+    infer: same,
     expand: None,
     lower: Some(group_norm),
 };

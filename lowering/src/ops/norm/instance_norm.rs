@@ -5,12 +5,14 @@
 
 use crate::error::Result;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const INSTANCE_NORMALIZATION: OpDef = OpDef {
     op_type: "InstanceNormalization",
+    infer: same,
     expand: None,
     lower: Some(instance_norm),
 };

@@ -9,12 +9,14 @@ use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const RMS_NORMALIZATION: OpDef = OpDef {
     op_type: "RMSNormalization",
+    infer: same,
     expand: None,
     lower: Some(rms_norm),
 };

@@ -10,6 +10,7 @@ pub mod pool;
 pub const OPS: &[OpDef] = &[
     pool::MAX_POOL,
     pool::AVERAGE_POOL,
+    pool::LP_POOL,
     global_pool::GLOBAL_AVERAGE_POOL,
     global_pool::GLOBAL_MAX_POOL,
 ];

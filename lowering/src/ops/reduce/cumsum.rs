@@ -7,12 +7,14 @@
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
+use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const CUM_SUM: OpDef = OpDef {
     op_type: "CumSum",
+    infer: same,
     expand: None,
     lower: Some(cumsum),
 };

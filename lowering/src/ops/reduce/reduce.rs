@@ -1,38 +1,134 @@
-//! ReduceMean / ReduceSum / ReduceMax / ReduceMin — <https://onnx.ai/onnx/operators/onnx__ReduceMean.html>.
+//! ReduceMean / ReduceSum / ReduceMax / ReduceMin — <https://onnx.ai/onnx/operators/onnx__ReduceMean.html>
+//! (and the inference of ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp).
 //! `axes` is an attribute before opset 18 (13 for ReduceSum) and a constant input after;
 //! `noop_with_empty_axes` is honoured. QNN `ReduceMean`/`ReduceSum`/`ReduceMax`/`ReduceMin`:
 //! `axes` UINT_32 `[k]` (tensor param), `keep_dims` BOOL_8 scalar.
 
 use crate::error::Result;
-use crate::ir::Node;
+use crate::ir::attr::norm_axes;
+use crate::ir::{Graph, Node};
+use crate::ops::infer::{In, Out};
 use crate::ops::{LowerCx, OpDef};
-use crate::passes::infer::reduce_params;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const REDUCE_MEAN: OpDef = OpDef {
     op_type: "ReduceMean",
+    infer,
     expand: None,
     lower: Some(reduce),
 };
 
 pub const REDUCE_SUM: OpDef = OpDef {
     op_type: "ReduceSum",
+    infer,
     expand: None,
     lower: Some(reduce),
 };
 
 pub const REDUCE_MAX: OpDef = OpDef {
     op_type: "ReduceMax",
+    infer,
     expand: None,
     lower: Some(reduce),
 };
 
 pub const REDUCE_MIN: OpDef = OpDef {
     op_type: "ReduceMin",
+    infer,
     expand: None,
     lower: Some(reduce),
 };
+
+/// Inferred only: no QNN reduction matches them (the op tables list ReduceProd as fallback and
+/// not the others).
+pub const REDUCE_PROD: OpDef = OpDef {
+    op_type: "ReduceProd",
+    infer,
+    expand: None,
+    lower: None,
+};
+
+pub const REDUCE_L1: OpDef = OpDef {
+    op_type: "ReduceL1",
+    infer,
+    expand: None,
+    lower: None,
+};
+
+pub const REDUCE_L2: OpDef = OpDef {
+    op_type: "ReduceL2",
+    infer,
+    expand: None,
+    lower: None,
+};
+
+pub const REDUCE_SUM_SQUARE: OpDef = OpDef {
+    op_type: "ReduceSumSquare",
+    infer,
+    expand: None,
+    lower: None,
+};
+
+pub const REDUCE_LOG_SUM_EXP: OpDef = OpDef {
+    op_type: "ReduceLogSumExp",
+    infer,
+    expand: None,
+    lower: None,
+};
+
+fn reduce_axes(x: &In, n: &Node, rank: usize) -> Result<Option<Vec<usize>>> {
+    // ReduceSum moved axes to an input in opset 13, the other reductions in opset 18.
+    let axes_from_input = if n.op_type == "ReduceSum" {
+        x.g.opset() >= 13
+    } else {
+        x.g.opset() >= 18
+    };
+    let axes = if axes_from_input {
+        x.opt_const_ints(1, "axes")?
+    } else {
+        n.attr_ints_opt("axes")?
+    };
+    match axes {
+        Some(a) if !a.is_empty() => Ok(Some(norm_axes(n, "axes", &a, rank)?)),
+        _ => {
+            if n.attr_i("noop_with_empty_axes", 0)? != 0 {
+                Ok(None)
+            } else {
+                Ok(Some((0..rank).collect()))
+            }
+        }
+    }
+}
+
+/// The reduced axes (`None`: none, with `noop_with_empty_axes`) and `keepdims`.
+pub fn reduce_params(g: &Graph, n: &Node) -> Result<(Option<Vec<usize>>, bool)> {
+    let x = In { g, n };
+    let rank = x.rank(0)?;
+    Ok((reduce_axes(&x, n, rank)?, n.attr_i("keepdims", 1)? != 0))
+}
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let g = x.g;
+    let (axes, keep) = reduce_params(g, n)?;
+    let s = x.shape(0)?;
+    let o = match axes {
+        None => s.to_vec(),
+        Some(axes) => s
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &d)| {
+                if axes.contains(&i) {
+                    keep.then_some(1)
+                } else {
+                    Some(d)
+                }
+            })
+            .collect(),
+    };
+    Ok(vec![(x.dtype(0)?, o)])
+}
 
 pub fn reduce(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let q = match node.op_type.as_str() {

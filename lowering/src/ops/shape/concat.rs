@@ -4,15 +4,40 @@
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
+use crate::ops::infer::{In, Out};
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const CONCAT: OpDef = OpDef {
     op_type: "Concat",
+    infer,
     expand: None,
     lower: Some(concat),
 };
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let s0 = x.shape(0)?;
+    let axis = norm_axis(n, "axis", n.attr_i("axis", 0)?, s0.len())?;
+    let mut out = s0.to_vec();
+    out[axis] = 0;
+    for i in 0..n.inputs.len() {
+        let s = x.shape(i)?;
+        if s.len() != s0.len()
+            || s.iter()
+                .zip(s0)
+                .enumerate()
+                .any(|(k, (a, b))| k != axis && a != b)
+        {
+            return Err(n.err_invalid(format!(
+                "input shapes {s0:?} and {s:?} cannot be concatenated on axis {axis}"
+            )));
+        }
+        out[axis] += s[axis];
+    }
+    Ok(vec![(x.dtype(0)?, out)])
+}
 
 pub fn concat(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let r = cx.out_shape(node, 0).len();

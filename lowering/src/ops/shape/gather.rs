@@ -15,21 +15,38 @@ use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
+use crate::ops::infer::{In, Out};
 use crate::ops::{plan_shape, LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
 pub const GATHER: OpDef = OpDef {
     op_type: "Gather",
+    infer: infer_gather,
     expand: None,
     lower: Some(gather),
 };
 
 pub const GATHER_ELEMENTS: OpDef = OpDef {
     op_type: "GatherElements",
+    infer: infer_gather_elements,
     expand: None,
     lower: Some(gather_elements),
 };
+
+fn infer_gather(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let s = x.shape(0)?;
+    let axis = norm_axis(n, "axis", n.attr_i("axis", 0)?, s.len())?;
+    let mut o = s[..axis].to_vec();
+    o.extend_from_slice(x.shape(1)?);
+    o.extend_from_slice(&s[axis + 1..]);
+    Ok(vec![(x.dtype(0)?, o)])
+}
+
+fn infer_gather_elements(x: &In) -> Result<Vec<Out>> {
+    Ok(vec![(x.dtype(0)?, x.shape(1)?.to_vec())])
+}
 
 fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<crate::plan::TensorId> {
     match cx.konst(node, 1) {

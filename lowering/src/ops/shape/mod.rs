@@ -1,23 +1,27 @@
-//! Data movement: reshapes, transposes, concatenation, slicing, gathering, tiling, padding.
+//! Data movement: reshapes, transposes, concatenation, slicing, gathering and scattering,
+//! tiling, padding.
 
 use crate::ops::OpDef;
 
 pub mod concat;
+pub mod dropout;
 pub mod gather;
 pub mod pad;
 pub mod reshape;
+pub mod scatter;
 pub mod slice;
 pub mod split;
+pub mod squeeze;
 pub mod tile;
 pub mod transpose;
 
 pub const OPS: &[OpDef] = &[
     reshape::RESHAPE,
     reshape::FLATTEN,
-    reshape::SQUEEZE,
-    reshape::UNSQUEEZE,
+    squeeze::SQUEEZE,
+    squeeze::UNSQUEEZE,
     reshape::IDENTITY,
-    reshape::DROPOUT,
+    dropout::DROPOUT,
     transpose::TRANSPOSE,
     concat::CONCAT,
     split::SPLIT,
@@ -27,4 +31,6 @@ pub const OPS: &[OpDef] = &[
     tile::TILE,
     tile::EXPAND,
     pad::PAD,
+    scatter::SCATTER_ELEMENTS,
+    scatter::SCATTER_ND,
 ];

@@ -4,22 +4,50 @@
 //! (QNN has no broadcast-to op). `repeats`/`shape` must be constant (checked by inference).
 
 use crate::error::Result;
+use crate::ir::attr::to_usizes;
+use crate::ir::shape::broadcast;
 use crate::ir::Node;
+use crate::ops::infer::{In, Out};
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const TILE: OpDef = OpDef {
     op_type: "Tile",
+    infer: infer_tile,
     expand: None,
     lower: Some(tile),
 };
 
 pub const EXPAND: OpDef = OpDef {
     op_type: "Expand",
+    infer: infer_expand,
     expand: None,
     lower: Some(expand),
 };
+
+fn infer_tile(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let reps = to_usizes(n, "repeats", &x.const_ints(1, "repeats")?)?;
+    let s = x.shape(0)?;
+    if reps.len() != s.len() {
+        return Err(n.err_invalid("'repeats' must have one value per dim"));
+    }
+    Ok(vec![(
+        x.dtype(0)?,
+        s.iter()
+            .zip(&reps)
+            .map(|(a, b)| a.saturating_mul(*b))
+            .collect(),
+    )])
+}
+
+fn infer_expand(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let spec = x.const_ints(1, "shape")?;
+    let spec = to_usizes(n, "shape", &spec)?;
+    Ok(vec![(x.dtype(0)?, broadcast(n, &[x.shape(0)?, &spec])?)])
+}
 
 pub fn tile(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let s = cx.shape(node, 0);

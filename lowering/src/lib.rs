@@ -185,6 +185,8 @@ fn no_rule(node: &ir::Node, def: Option<&ops::OpDef>, backend: Backend) -> Lower
             "{} is lowered by expanding it, which did not happen here",
             node.op_type
         )),
+        Some(d) if d.fold.is_some() => node
+            .err_op("its inputs must be constant after folding (dynamic shapes are not supported)"),
         _ => node.err_op(format!(
             "no lowering rule for {} on {}",
             node.op_type,

@@ -4,14 +4,16 @@
 
 use crate::dtype::{DType, OnnxCode};
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub const CAST: OpDef = OpDef {
     op_type: "Cast",
     infer: infer_cast,
+    fold: Some(Fold::Values(fold_cast)),
     expand: None,
     lower: Some(cast),
 };
@@ -19,6 +21,7 @@ pub const CAST: OpDef = OpDef {
 pub const CAST_LIKE: OpDef = OpDef {
     op_type: "CastLike",
     infer: infer_cast_like,
+    fold: Some(Fold::Values(fold_cast)),
     expand: None,
     lower: Some(cast),
 };
@@ -36,6 +39,12 @@ fn infer_cast_like(x: &In) -> Result<Vec<Out>> {
 }
 
 pub const OPS: &[OpDef] = &[CAST, CAST_LIKE];
+
+fn fold_cast(_x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let dt0 = outs[0].0;
+    let t0 = ins[0];
+    Ok(Some(vec![t0.cast(dt0)]))
+}
 
 pub fn cast(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let x = cx.input(node, 0)?;

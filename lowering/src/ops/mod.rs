@@ -22,7 +22,7 @@ pub mod shape;
 pub mod spatial;
 
 pub use lower_cx::{plan_shape, u32s, LowerCx};
-pub use registry::{def, defs, rule, Expander, InferFn, OpDef, Rule};
+pub use registry::{def, defs, rule, Expander, Fold, InferFn, OpDef, Rule};
 
 #[cfg(test)]
 pub(crate) mod test_util {

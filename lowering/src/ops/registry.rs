@@ -4,6 +4,7 @@
 
 use crate::error::Result;
 use crate::ir::builder::Builder;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::{
@@ -18,19 +19,38 @@ pub type InferFn = fn(&In) -> Result<Vec<Out>>;
 /// A lowering rule: emits zero or more QNN ops for one ONNX node.
 pub type Rule = fn(&mut LowerCx, &Node) -> Result<()>;
 
+/// Evaluates a node from its inputs' shapes and its attributes; `outs` are its inferred outputs.
+pub type ShapesFoldFn = fn(&In, outs: &[Out]) -> Result<Vec<Tensor>>;
+
+/// Evaluates a node from the values of its given inputs, all constant; `Ok(None)` leaves the node
+/// to the device.
+pub type ValuesFoldFn = fn(&In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>>;
+
+/// Constant folding: how the `const_fold` pass evaluates a node on the host at compile time.
+#[derive(Clone, Copy, Debug)]
+pub enum Fold {
+    /// From shapes alone (Shape, Size, ConstantOfShape), whether or not the inputs are constant.
+    Shapes(ShapesFoldFn),
+    /// When every given input is a constant.
+    Values(ValuesFoldFn),
+}
+
 /// An expansion: builds the primitive ONNX nodes that replace one node before the rules run
 /// (by the `expand` pass). `Ok(false)` leaves the node to its rule (the expansion
 /// covers only some of its variants).
 pub type Expander = fn(&mut Builder, &Node) -> Result<bool>;
 
 /// Everything lowering knows about one ONNX op type. Every op is inferred; a node is lowered
-/// by `lower`, or replaced by `expand` before lowering. An entry with neither is only inferred,
-/// so that the nodes after an op no table supports are still checked.
+/// by `lower`, replaced by `expand` before lowering, or only folded (Shape, Size, ...). An
+/// entry with none of the three is only inferred, so that the nodes after an op no table
+/// supports are still checked.
 #[derive(Clone, Copy, Debug)]
 pub struct OpDef {
     pub op_type: &'static str,
     /// Output dtypes and shapes, computed for every node by the `const_fold` pass.
     pub infer: InferFn,
+    /// Evaluates the node at compile time when it can.
+    pub fold: Option<Fold>,
     /// Replaces the node with primitive ops, once its inputs are known and the op table accepts
     /// it.
     pub expand: Option<Expander>,

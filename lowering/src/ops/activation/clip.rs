@@ -12,6 +12,7 @@ use crate::qnn_names::{op, param};
 pub const CLIP: OpDef = OpDef {
     op_type: "Clip",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(clip),
 };

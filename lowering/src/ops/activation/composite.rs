@@ -24,6 +24,7 @@ use crate::ops::OpDef;
 pub const SELU: OpDef = OpDef {
     op_type: "Selu",
     infer: same,
+    fold: None,
     expand: Some(selu),
     lower: None,
 };
@@ -31,6 +32,7 @@ pub const SELU: OpDef = OpDef {
 pub const THRESHOLDED_RELU: OpDef = OpDef {
     op_type: "ThresholdedRelu",
     infer: same,
+    fold: None,
     expand: Some(thresholded_relu),
     lower: None,
 };
@@ -38,6 +40,7 @@ pub const THRESHOLDED_RELU: OpDef = OpDef {
 pub const SWISH: OpDef = OpDef {
     op_type: "Swish",
     infer: same,
+    fold: None,
     expand: Some(swish),
     lower: None,
 };
@@ -45,6 +48,7 @@ pub const SWISH: OpDef = OpDef {
 pub const TAN: OpDef = OpDef {
     op_type: "Tan",
     infer: same,
+    fold: None,
     expand: Some(tan),
     lower: None,
 };
@@ -52,6 +56,7 @@ pub const TAN: OpDef = OpDef {
 pub const MEAN: OpDef = OpDef {
     op_type: "Mean",
     infer: infer_variadic,
+    fold: None,
     expand: Some(mean),
     lower: None,
 };
@@ -59,6 +64,7 @@ pub const MEAN: OpDef = OpDef {
 pub const IS_NAN: OpDef = OpDef {
     op_type: "IsNaN",
     infer: infer_mask,
+    fold: None,
     expand: Some(is_nan),
     lower: None,
 };
@@ -66,6 +72,7 @@ pub const IS_NAN: OpDef = OpDef {
 pub const LP_NORMALIZATION: OpDef = OpDef {
     op_type: "LpNormalization",
     infer: same,
+    fold: None,
     expand: Some(lp_normalization),
     lower: None,
 };

@@ -11,6 +11,7 @@ use crate::qnn_names::{op, param};
 pub const ELU: OpDef = OpDef {
     op_type: "Elu",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(elu),
 };

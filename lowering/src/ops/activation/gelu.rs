@@ -13,6 +13,7 @@ use crate::qnn_names::op;
 pub const GELU: OpDef = OpDef {
     op_type: "Gelu",
     infer: same,
+    fold: None,
     expand: Some(gelu_tanh),
     lower: Some(gelu),
 };

@@ -14,6 +14,7 @@ use crate::qnn_names::{neuron, op, param};
 pub const HARD_SIGMOID: OpDef = OpDef {
     op_type: "HardSigmoid",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(hard_sigmoid),
 };

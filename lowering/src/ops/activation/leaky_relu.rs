@@ -11,6 +11,7 @@ use crate::qnn_names::op;
 pub const LEAKY_RELU: OpDef = OpDef {
     op_type: "LeakyRelu",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(leaky_relu),
 };

@@ -18,6 +18,7 @@ pub mod softplus;
 pub const CELU: OpDef = OpDef {
     op_type: "Celu",
     infer: same,
+    fold: None,
     expand: None,
     lower: None,
 };
@@ -25,6 +26,7 @@ pub const CELU: OpDef = OpDef {
 pub const SOFTSIGN: OpDef = OpDef {
     op_type: "Softsign",
     infer: same,
+    fold: None,
     expand: None,
     lower: None,
 };

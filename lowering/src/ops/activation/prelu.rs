@@ -10,6 +10,7 @@ use crate::qnn_names::op;
 pub const PRELU: OpDef = OpDef {
     op_type: "PRelu",
     infer: infer_binary,
+    fold: None,
     expand: None,
     lower: Some(prelu),
 };

@@ -17,6 +17,7 @@ use crate::qnn_names::{op, param};
 pub const SOFTMAX: OpDef = OpDef {
     op_type: "Softmax",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(softmax),
 };
@@ -24,6 +25,7 @@ pub const SOFTMAX: OpDef = OpDef {
 pub const LOG_SOFTMAX: OpDef = OpDef {
     op_type: "LogSoftmax",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(softmax),
 };

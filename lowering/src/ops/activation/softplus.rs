@@ -15,6 +15,7 @@ use crate::qnn_names::op;
 pub const SOFTPLUS: OpDef = OpDef {
     op_type: "Softplus",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(softplus),
 };
@@ -22,6 +23,7 @@ pub const SOFTPLUS: OpDef = OpDef {
 pub const MISH: OpDef = OpDef {
     op_type: "Mish",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(mish),
 };

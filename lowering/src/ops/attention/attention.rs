@@ -23,6 +23,7 @@ use crate::ops::OpDef;
 pub const ATTENTION: OpDef = OpDef {
     op_type: "Attention",
     infer,
+    fold: None,
     expand: Some(attention),
     lower: None,
 };

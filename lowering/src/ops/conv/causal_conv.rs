@@ -16,6 +16,7 @@ use crate::ops::OpDef;
 pub const CAUSAL_CONV_WITH_STATE: OpDef = OpDef {
     op_type: "CausalConvWithState",
     infer,
+    fold: None,
     expand: Some(causal_conv_with_state),
     lower: None,
 };

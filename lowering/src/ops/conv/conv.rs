@@ -20,6 +20,7 @@ use crate::qnn_names::{op, param};
 pub const CONV: OpDef = OpDef {
     op_type: "Conv",
     infer,
+    fold: None,
     expand: Some(super::conv1d::as_2d),
     lower: Some(conv),
 };

@@ -19,6 +19,7 @@ use crate::qnn_names::{op, param};
 pub const CONV_TRANSPOSE: OpDef = OpDef {
     op_type: "ConvTranspose",
     infer,
+    fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),
     lower: Some(conv_transpose),
 };

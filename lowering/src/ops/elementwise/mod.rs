@@ -4,14 +4,17 @@
 //! numpy; QNN's element-wise ops broadcast too, and operands are first brought to equal rank
 //! (static reshape for constants, a Reshape op otherwise). Variadic Max/Min/Sum become a chain.
 //! A commutative op with one constant operand takes the other operand first ([`BINARY`]).
-//! Reciprocal is `ElementWiseDivide(1, x)`.
+//! Reciprocal is `ElementWiseDivide(1, x)`. Constant operands are evaluated on the host: in f64
+//! for floats, and with the op's integer semantics for integers where it has them (Div
+//! truncates, Mod takes the divisor's sign); an integer op without them is left to the device.
 
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::shape::broadcast;
+use crate::ir::tensor::{broadcast_map, numel, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub mod mod_;
@@ -64,11 +67,23 @@ pub const BINARY: &[(&str, &str, bool)] = &[
     ("GreaterOrEqual", op::ELEMENT_WISE_GREATER_EQUAL, false),
 ];
 
-/// The entry of a [`UNARY`] row.
+/// The entry of a [`UNARY`] row that is evaluated on the host when its input is constant.
 const fn unary_op(op_type: &'static str) -> OpDef {
     OpDef {
         op_type,
         infer: same,
+        fold: Some(Fold::Values(fold_unary)),
+        expand: None,
+        lower: Some(unary),
+    }
+}
+
+/// The entry of a [`UNARY`] row with no host evaluation.
+const fn device_unary_op(op_type: &'static str) -> OpDef {
+    OpDef {
+        op_type,
+        infer: same,
+        fold: None,
         expand: None,
         lower: Some(unary),
     }
@@ -79,6 +94,7 @@ const fn binary_op(op_type: &'static str) -> OpDef {
     OpDef {
         op_type,
         infer: infer_binary,
+        fold: Some(Fold::Values(fold_arith)),
         expand: None,
         lower: Some(binary),
     }
@@ -89,6 +105,7 @@ const fn variadic_op(op_type: &'static str) -> OpDef {
     OpDef {
         op_type,
         infer: infer_variadic,
+        fold: Some(Fold::Values(fold_arith)),
         expand: None,
         lower: Some(binary),
     }
@@ -99,6 +116,7 @@ const fn compare_op(op_type: &'static str) -> OpDef {
     OpDef {
         op_type,
         infer: infer_compare,
+        fold: Some(Fold::Values(fold_compare)),
         expand: None,
         lower: Some(binary),
     }
@@ -107,6 +125,7 @@ const fn compare_op(op_type: &'static str) -> OpDef {
 pub const WHERE: OpDef = OpDef {
     op_type: "Where",
     infer: infer_where,
+    fold: Some(Fold::Values(fold_where)),
     expand: None,
     lower: Some(where_),
 };
@@ -114,6 +133,7 @@ pub const WHERE: OpDef = OpDef {
 pub const RECIPROCAL: OpDef = OpDef {
     op_type: "Reciprocal",
     infer: same,
+    fold: Some(Fold::Values(fold_unary)),
     expand: None,
     lower: Some(reciprocal),
 };
@@ -122,6 +142,7 @@ pub const RECIPROCAL: OpDef = OpDef {
 pub const BIT_SHIFT: OpDef = OpDef {
     op_type: "BitShift",
     infer: infer_binary,
+    fold: None,
     expand: None,
     lower: None,
 };
@@ -129,6 +150,7 @@ pub const BIT_SHIFT: OpDef = OpDef {
 pub const IS_INF: OpDef = OpDef {
     op_type: "IsInf",
     infer: infer_mask,
+    fold: None,
     expand: None,
     lower: None,
 };
@@ -186,14 +208,14 @@ pub const OPS: &[OpDef] = &[
     unary_op("Sign"),
     unary_op("Sin"),
     unary_op("Cos"),
-    unary_op("Asin"),
-    unary_op("Atan"),
+    device_unary_op("Asin"),
+    device_unary_op("Atan"),
     unary_op("Not"),
     unary_op("Relu"),
     unary_op("Sigmoid"),
     unary_op("Tanh"),
-    unary_op("HardSwish"),
-    unary_op("Erf"),
+    device_unary_op("HardSwish"),
+    device_unary_op("Erf"),
     binary_op("Add"),
     binary_op("Sub"),
     binary_op("Mul"),
@@ -216,6 +238,222 @@ pub const OPS: &[OpDef] = &[
     BIT_SHIFT,
     IS_INF,
 ];
+
+fn binary_f(op: &str, a: f64, b: f64, fmod: bool) -> Option<f64> {
+    Some(match op {
+        "Add" | "Sum" => a + b,
+        "Sub" => a - b,
+        "Mul" => a * b,
+        "Div" => a / b,
+        "Pow" => a.powf(b),
+        "Max" => a.max(b),
+        "Min" => a.min(b),
+        "Mod" => {
+            if fmod {
+                a % b
+            } else {
+                a - b * (a / b).floor()
+            }
+        }
+        _ => return None,
+    })
+}
+
+fn binary_i(op: &str, a: i64, b: i64) -> Option<i64> {
+    Some(match op {
+        "Add" | "Sum" => a.wrapping_add(b),
+        "Sub" => a.wrapping_sub(b),
+        "Mul" => a.wrapping_mul(b),
+        "Div" => a.checked_div(b)?,
+        "Pow" => (a as f64).powf(b as f64) as i64,
+        "Max" => a.max(b),
+        "Min" => a.min(b),
+        // Integer Mod with fmod=0 takes the divisor's sign, like Python.
+        "Mod" => a
+            .checked_rem_euclid(b)
+            .map(|r| if b < 0 && r != 0 { r + b } else { r })?,
+        _ => return None,
+    })
+}
+
+fn compare(op: &str, a: f64, b: f64) -> Option<bool> {
+    Some(match op {
+        "Equal" => a == b,
+        "Less" => a < b,
+        "Greater" => a > b,
+        "LessOrEqual" => a <= b,
+        "GreaterOrEqual" => a >= b,
+        "And" => a != 0.0 && b != 0.0,
+        "Or" => a != 0.0 || b != 0.0,
+        "Xor" => (a != 0.0) != (b != 0.0),
+        _ => return None,
+    })
+}
+
+fn unary_f(op: &str, x: f64) -> Option<f64> {
+    Some(match op {
+        "Neg" => -x,
+        "Abs" => x.abs(),
+        "Sqrt" => x.sqrt(),
+        "Exp" => x.exp(),
+        "Log" => x.ln(),
+        "Reciprocal" => 1.0 / x,
+        "Floor" => x.floor(),
+        "Ceil" => x.ceil(),
+        "Round" => {
+            let r = x.round();
+            // Round half to even.
+            if (x - x.trunc()).abs() == 0.5 {
+                2.0 * (x / 2.0).round()
+            } else {
+                r
+            }
+        }
+        "Sign" => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        "Relu" => x.max(0.0),
+        "Sigmoid" => 1.0 / (1.0 + (-x).exp()),
+        "Tanh" => x.tanh(),
+        "Sin" => x.sin(),
+        "Cos" => x.cos(),
+        "Not" => (x == 0.0) as i64 as f64,
+        _ => return None,
+    })
+}
+
+/// Integer variant of an element-wise function; `None` aborts folding (e.g. division by 0).
+type IntFn<'a> = &'a dyn Fn(&[i64]) -> Option<i64>;
+
+// Indexes several parallel arrays (operands and their broadcast maps) by the same position.
+#[allow(clippy::needless_range_loop)]
+fn elementwise(
+    dt: DType,
+    shape: &[usize],
+    ins: &[&Tensor],
+    f: impl Fn(&[f64]) -> f64,
+    fi: Option<IntFn>,
+) -> Option<Tensor> {
+    let maps: Vec<Vec<usize>> = ins.iter().map(|t| broadcast_map(shape, &t.shape)).collect();
+    let n = numel(shape);
+    if let (false, Some(fi)) = (dt.is_float(), fi) {
+        let mut out = Vec::with_capacity(n);
+        let mut buf = vec![0i64; ins.len()];
+        for k in 0..n {
+            for (j, t) in ins.iter().enumerate() {
+                buf[j] = t.get_i64(maps[j][k]);
+            }
+            out.push(fi(&buf)?);
+        }
+        return Some(Tensor::from_i64_as(dt, shape.to_vec(), &out));
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut buf = vec![0f64; ins.len()];
+    for k in 0..n {
+        for (j, t) in ins.iter().enumerate() {
+            buf[j] = t.get_f64(maps[j][k]);
+        }
+        out.push(f(&buf));
+    }
+    Some(Tensor::from_f64_as(dt, shape.to_vec(), &out))
+}
+
+/// Add, Sub, Mul, Div, Pow, Mod, and the variadic Max, Min, Sum (left to right).
+fn fold_arith(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let op = node.op_type.as_str();
+    let dt0 = outs[0].0;
+    let fmod = node.attr_i("fmod", 0)? != 0;
+    let mut acc = ins[0].clone();
+    for b in &ins[1..] {
+        let shape = broadcast(node, &[&acc.shape, &b.shape])?;
+        let fi = |v: &[i64]| binary_i(op, v[0], v[1]);
+        let r = elementwise(
+            dt0,
+            &shape,
+            &[&acc, b],
+            |v| binary_f(op, v[0], v[1], fmod).unwrap_or(f64::NAN),
+            Some(&fi),
+        );
+        match r {
+            Some(t) => acc = t,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(vec![acc]))
+}
+
+fn fold_compare(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let op = node.op_type.as_str();
+    let shape0 = outs[0].1.clone();
+    let opn = op.to_string();
+    Ok(elementwise(
+        DType::Bool,
+        &shape0,
+        &ins[..2],
+        |v| compare(&opn, v[0], v[1]).unwrap_or(false) as i64 as f64,
+        None,
+    )
+    .map(|t| vec![t]))
+}
+
+fn fold_unary(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let op = node.op_type.as_str();
+    let (dt0, shape0) = outs[0].clone();
+    let t0 = ins[0];
+    if unary_f(op, 0.0).is_none() {
+        return Ok(None);
+    }
+    let fi = |v: &[i64]| match op {
+        "Neg" => Some(v[0].wrapping_neg()),
+        "Abs" => Some(v[0].wrapping_abs()),
+        "Relu" => Some(v[0].max(0)),
+        "Sign" => Some(v[0].signum()),
+        "Not" => Some((v[0] == 0) as i64),
+        _ => None,
+    };
+    Ok(elementwise(
+        dt0,
+        &shape0,
+        &[t0],
+        |v| unary_f(op, v[0]).unwrap_or(f64::NAN),
+        Some(&fi),
+    )
+    .map(|t| vec![t]))
+}
+
+// Indexes the three operands' broadcast maps by the same position.
+#[allow(clippy::needless_range_loop)]
+fn fold_where(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let (dt0, shape0) = outs[0].clone();
+    let maps: Vec<Vec<usize>> = ins
+        .iter()
+        .map(|t| broadcast_map(&shape0, &t.shape))
+        .collect();
+    let mut parts = Vec::with_capacity(numel(&shape0) * dt0.size());
+    let es = dt0.size();
+    for k in 0..numel(&shape0) {
+        let src = if ins[0].get_i64(maps[0][k]) != 0 {
+            1
+        } else {
+            2
+        };
+        let f = maps[src][k];
+        parts.extend_from_slice(&ins[src].bytes()[f * es..(f + 1) * es]);
+    }
+    Tensor::from_bytes(dt0, shape0, parts)
+        .map(|t| Some(vec![t]))
+        .map_err(|e| node.err_invalid(e))
+}
 
 fn lookup(table: &[(&str, &'static str)], op_type: &str) -> &'static str {
     table
@@ -294,11 +532,20 @@ fn reciprocal(cx: &mut LowerCx, node: &Node) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::binary_i;
     use super::{BINARY, OPS, UNARY};
     use crate::dtype::DType;
     use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
     use crate::testing::ModelBuilder;
+
+    #[test]
+    fn integer_div_and_mod_semantics() {
+        assert_eq!(binary_i("Div", -7, 2), Some(-3));
+        assert_eq!(binary_i("Mod", -7, 3), Some(2));
+        assert_eq!(binary_i("Mod", 7, -3), Some(-2));
+        assert_eq!(binary_i("Div", 1, 0), None);
+    }
 
     #[test]
     fn every_row_has_an_entry_and_every_entry_a_row() {

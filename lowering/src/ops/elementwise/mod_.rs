@@ -10,11 +10,12 @@
 use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
-use crate::ops::OpDef;
+use crate::ops::{Fold, OpDef};
 
 pub const MOD: OpDef = OpDef {
     op_type: "Mod",
     infer: super::infer_binary,
+    fold: Some(Fold::Values(super::fold_arith)),
     expand: Some(mod_),
     lower: None,
 };

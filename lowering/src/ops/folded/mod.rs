@@ -1,10 +1,8 @@
 //! Ops that only exist on the host: Shape, Size, ConstantOfShape and Range. With static input
-//! shapes they fold to constants (`passes::const_fold`); what reaches lowering did not fold and
-//! cannot run on QNN.
+//! shapes they fold to constants; their entries have no rule, and one that reaches lowering
+//! (a dynamic input, an output too large to evaluate) is reported as not folded.
 
-use crate::error::Result;
-use crate::ir::Node;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::OpDef;
 
 pub mod constant_of_shape;
 pub mod range;
@@ -17,7 +15,3 @@ pub const OPS: &[OpDef] = &[
     constant_of_shape::CONSTANT_OF_SHAPE,
     range::RANGE,
 ];
-
-pub fn not_folded(_: &mut LowerCx, node: &Node) -> Result<()> {
-    Err(node.err_op("its inputs must be constant after folding (dynamic shapes are not supported)"))
-}

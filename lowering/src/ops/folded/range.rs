@@ -3,15 +3,16 @@
 //! `start + i · delta` in their dtype. Folded to a constant; no QNN op.
 
 use crate::error::Result;
-use crate::ops::folded::not_folded;
+use crate::ir::tensor::Tensor;
 use crate::ops::infer::{In, Out};
-use crate::ops::OpDef;
+use crate::ops::{Fold, OpDef};
 
 pub const RANGE: OpDef = OpDef {
     op_type: "Range",
     infer,
+    fold: Some(Fold::Values(fold)),
     expand: None,
-    lower: Some(not_folded),
+    lower: None,
 };
 
 fn infer(x: &In) -> Result<Vec<Out>> {
@@ -32,6 +33,14 @@ fn infer(x: &In) -> Result<Vec<Out>> {
         return Err(n.err_invalid("Range is too long"));
     }
     Ok(vec![(dt, vec![len as usize])])
+}
+
+fn fold(_x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let (dt0, shape0) = outs[0].clone();
+    let t0 = ins[0];
+    let (s, d) = (t0.get_f64(0), ins[2].get_f64(0));
+    let v: Vec<f64> = (0..shape0[0]).map(|i| s + d * i as f64).collect();
+    Ok(Some(vec![Tensor::from_f64_as(dt0, shape0, &v)]))
 }
 
 #[cfg(test)]

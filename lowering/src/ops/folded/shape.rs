@@ -4,15 +4,16 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::folded::not_folded;
+use crate::ir::tensor::Tensor;
 use crate::ops::infer::{In, Out};
-use crate::ops::OpDef;
+use crate::ops::{Fold, OpDef};
 
 pub const SHAPE: OpDef = OpDef {
     op_type: "Shape",
     infer,
+    fold: Some(Fold::Shapes(fold)),
     expand: None,
-    lower: Some(not_folded),
+    lower: None,
 };
 
 fn infer(x: &In) -> Result<Vec<Out>> {
@@ -22,4 +23,18 @@ fn infer(x: &In) -> Result<Vec<Out>> {
     let s = clamp(n.attr_i("start", 0)?);
     let e = clamp(n.attr_i("end", r)?);
     Ok(vec![(DType::I64, vec![(e - s).max(0) as usize])])
+}
+
+/// The dims `start..end` of the input's shape.
+fn fold(x: &In, _outs: &[Out]) -> Result<Vec<Tensor>> {
+    let node = x.n;
+    let s = x.shape(0)?;
+    let r = s.len() as i64;
+    let clamp = |v: i64| if v < 0 { (v + r).max(0) } else { v.min(r) } as usize;
+    let (a, b) = (
+        clamp(node.attr_i("start", 0)?),
+        clamp(node.attr_i("end", r)?),
+    );
+    let v: Vec<i64> = s[a..b.max(a)].iter().map(|&d| d as i64).collect();
+    Ok(vec![Tensor::from_i64(vec![v.len()], &v)])
 }

@@ -3,17 +3,22 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::folded::not_folded;
+use crate::ir::tensor::{numel, Tensor};
 use crate::ops::infer::{In, Out};
-use crate::ops::OpDef;
+use crate::ops::{Fold, OpDef};
 
 pub const SIZE: OpDef = OpDef {
     op_type: "Size",
     infer,
+    fold: Some(Fold::Shapes(fold)),
     expand: None,
-    lower: Some(not_folded),
+    lower: None,
 };
 
 fn infer(_: &In) -> Result<Vec<Out>> {
     Ok(vec![(DType::I64, vec![])])
+}
+
+fn fold(x: &In, _outs: &[Out]) -> Result<Vec<Tensor>> {
+    Ok(vec![Tensor::from_i64(vec![], &[numel(x.shape(0)?) as i64])])
 }

@@ -17,6 +17,7 @@ use crate::ops::OpDef;
 pub const NEGATIVE_LOG_LIKELIHOOD_LOSS: OpDef = OpDef {
     op_type: "NegativeLogLikelihoodLoss",
     infer,
+    fold: None,
     expand: Some(nll_loss),
     lower: None,
 };

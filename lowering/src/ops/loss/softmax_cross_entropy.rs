@@ -15,6 +15,7 @@ use crate::ops::infer::{In, Out};
 pub const SOFTMAX_CROSS_ENTROPY_LOSS: OpDef = OpDef {
     op_type: "SoftmaxCrossEntropyLoss",
     infer,
+    fold: None,
     expand: Some(softmax_cross_entropy),
     lower: None,
 };

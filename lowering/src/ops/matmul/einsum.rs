@@ -17,6 +17,7 @@ use crate::qnn_names::{op, param};
 pub const EINSUM: OpDef = OpDef {
     op_type: "Einsum",
     infer,
+    fold: None,
     expand: None,
     lower: Some(einsum),
 };

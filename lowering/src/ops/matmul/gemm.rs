@@ -16,6 +16,7 @@ use crate::qnn_names::{op, param};
 pub const GEMM: OpDef = OpDef {
     op_type: "Gemm",
     infer,
+    fold: None,
     expand: None,
     lower: Some(gemm),
 };

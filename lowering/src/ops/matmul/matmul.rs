@@ -17,6 +17,7 @@ use crate::qnn_names::{op, param};
 pub const MATMUL: OpDef = OpDef {
     op_type: "MatMul",
     infer,
+    fold: None,
     expand: None,
     lower: Some(matmul),
 };

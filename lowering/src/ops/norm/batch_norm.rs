@@ -17,6 +17,7 @@ use crate::qnn_names::{op, param};
 pub const BATCH_NORMALIZATION: OpDef = OpDef {
     op_type: "BatchNormalization",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(batch_norm),
 };

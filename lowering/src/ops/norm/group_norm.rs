@@ -14,6 +14,7 @@ use crate::qnn_names::{op, param};
 pub const GROUP_NORMALIZATION: OpDef = OpDef {
     op_type: "GroupNormalization",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(group_norm),
 };

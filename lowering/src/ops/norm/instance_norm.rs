@@ -13,6 +13,7 @@ use crate::qnn_names::{op, param};
 pub const INSTANCE_NORMALIZATION: OpDef = OpDef {
     op_type: "InstanceNormalization",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(instance_norm),
 };

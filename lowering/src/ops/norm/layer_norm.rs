@@ -28,6 +28,7 @@ use crate::qnn_names::{op, param};
 pub const LAYER_NORMALIZATION: OpDef = OpDef {
     op_type: "LayerNormalization",
     infer,
+    fold: None,
     expand: Some(layer_norm_with_stats),
     lower: Some(layer_norm),
 };

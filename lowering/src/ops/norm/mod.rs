@@ -17,6 +17,7 @@ pub mod rms_norm;
 pub const LRN: OpDef = OpDef {
     op_type: "LRN",
     infer: same,
+    fold: None,
     expand: None,
     lower: None,
 };

@@ -17,6 +17,7 @@ use crate::qnn_names::{op, param};
 pub const RMS_NORMALIZATION: OpDef = OpDef {
     op_type: "RMSNormalization",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(rms_norm),
 };

@@ -13,6 +13,7 @@ use crate::qnn_names::{op, param};
 pub const GLOBAL_AVERAGE_POOL: OpDef = OpDef {
     op_type: "GlobalAveragePool",
     infer,
+    fold: None,
     expand: None,
     lower: Some(global_pool),
 };
@@ -20,6 +21,7 @@ pub const GLOBAL_AVERAGE_POOL: OpDef = OpDef {
 pub const GLOBAL_MAX_POOL: OpDef = OpDef {
     op_type: "GlobalMaxPool",
     infer,
+    fold: None,
     expand: None,
     lower: Some(global_pool),
 };

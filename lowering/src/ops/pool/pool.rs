@@ -29,6 +29,7 @@ use crate::qnn_names::{op, param, rounding};
 pub const MAX_POOL: OpDef = OpDef {
     op_type: "MaxPool",
     infer: infer_max_pool,
+    fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),
     lower: Some(pool),
 };
@@ -36,6 +37,7 @@ pub const MAX_POOL: OpDef = OpDef {
 pub const AVERAGE_POOL: OpDef = OpDef {
     op_type: "AveragePool",
     infer: infer_pool,
+    fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),
     lower: Some(pool),
 };
@@ -44,6 +46,7 @@ pub const AVERAGE_POOL: OpDef = OpDef {
 pub const LP_POOL: OpDef = OpDef {
     op_type: "LpPool",
     infer: infer_pool,
+    fold: None,
     expand: None,
     lower: None,
 };

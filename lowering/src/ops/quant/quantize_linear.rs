@@ -10,6 +10,7 @@ use crate::ops::OpDef;
 pub const QUANTIZE_LINEAR: OpDef = OpDef {
     op_type: "QuantizeLinear",
     infer,
+    fold: None,
     expand: None,
     lower: Some(quantized),
 };

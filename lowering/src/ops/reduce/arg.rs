@@ -14,6 +14,7 @@ use crate::qnn_names::{op, param};
 pub const ARG_MAX: OpDef = OpDef {
     op_type: "ArgMax",
     infer,
+    fold: None,
     expand: None,
     lower: Some(arg),
 };
@@ -21,6 +22,7 @@ pub const ARG_MAX: OpDef = OpDef {
 pub const ARG_MIN: OpDef = OpDef {
     op_type: "ArgMin",
     infer,
+    fold: None,
     expand: None,
     lower: Some(arg),
 };

@@ -15,6 +15,7 @@ use crate::qnn_names::{op, param};
 pub const CUM_SUM: OpDef = OpDef {
     op_type: "CumSum",
     infer: same,
+    fold: None,
     expand: None,
     lower: Some(cumsum),
 };

@@ -6,15 +6,17 @@
 
 use crate::error::Result;
 use crate::ir::attr::norm_axes;
+use crate::ir::tensor::{map_indices, numel, strides, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const REDUCE_MEAN: OpDef = OpDef {
     op_type: "ReduceMean",
     infer,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(reduce),
 };
@@ -22,6 +24,7 @@ pub const REDUCE_MEAN: OpDef = OpDef {
 pub const REDUCE_SUM: OpDef = OpDef {
     op_type: "ReduceSum",
     infer,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(reduce),
 };
@@ -29,6 +32,7 @@ pub const REDUCE_SUM: OpDef = OpDef {
 pub const REDUCE_MAX: OpDef = OpDef {
     op_type: "ReduceMax",
     infer,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(reduce),
 };
@@ -36,6 +40,7 @@ pub const REDUCE_MAX: OpDef = OpDef {
 pub const REDUCE_MIN: OpDef = OpDef {
     op_type: "ReduceMin",
     infer,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(reduce),
 };
@@ -45,6 +50,7 @@ pub const REDUCE_MIN: OpDef = OpDef {
 pub const REDUCE_PROD: OpDef = OpDef {
     op_type: "ReduceProd",
     infer,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: None,
 };
@@ -52,6 +58,7 @@ pub const REDUCE_PROD: OpDef = OpDef {
 pub const REDUCE_L1: OpDef = OpDef {
     op_type: "ReduceL1",
     infer,
+    fold: None,
     expand: None,
     lower: None,
 };
@@ -59,6 +66,7 @@ pub const REDUCE_L1: OpDef = OpDef {
 pub const REDUCE_L2: OpDef = OpDef {
     op_type: "ReduceL2",
     infer,
+    fold: None,
     expand: None,
     lower: None,
 };
@@ -66,6 +74,7 @@ pub const REDUCE_L2: OpDef = OpDef {
 pub const REDUCE_SUM_SQUARE: OpDef = OpDef {
     op_type: "ReduceSumSquare",
     infer,
+    fold: None,
     expand: None,
     lower: None,
 };
@@ -73,6 +82,7 @@ pub const REDUCE_SUM_SQUARE: OpDef = OpDef {
 pub const REDUCE_LOG_SUM_EXP: OpDef = OpDef {
     op_type: "ReduceLogSumExp",
     infer,
+    fold: None,
     expand: None,
     lower: None,
 };
@@ -128,6 +138,54 @@ fn infer(x: &In) -> Result<Vec<Out>> {
             .collect(),
     };
     Ok(vec![(x.dtype(0)?, o)])
+}
+
+/// ReduceProd, ReduceSum, ReduceMax, ReduceMin and ReduceMean of a constant input.
+fn fold(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let g = x.g;
+    let op = node.op_type.as_str();
+    let (dt0, shape0) = outs[0].clone();
+    let t0 = ins[0];
+    let (axes, _) = reduce_params(g, node)?;
+    let axes = axes.unwrap_or_default();
+    let r = t0.shape.len();
+    let red_shape: Vec<usize> = (0..r)
+        .map(|i| if axes.contains(&i) { 1 } else { t0.shape[i] })
+        .collect();
+    let out_st = strides(&red_shape);
+    let n_out = numel(&red_shape);
+    let init = match op {
+        "ReduceProd" => 1.0,
+        "ReduceMax" => f64::NEG_INFINITY,
+        "ReduceMin" => f64::INFINITY,
+        _ => 0.0,
+    };
+    let mut acc = vec![init; n_out];
+    let mut cnt = vec![0usize; n_out];
+    let vals = t0.to_f64();
+    let map = map_indices(&t0.shape, |idx| {
+        idx.iter()
+            .enumerate()
+            .map(|(k, &i)| if axes.contains(&k) { 0 } else { i * out_st[k] })
+            .sum()
+    });
+    for (k, &o) in map.iter().enumerate() {
+        let v = vals[k];
+        acc[o] = match op {
+            "ReduceProd" => acc[o] * v,
+            "ReduceMax" => acc[o].max(v),
+            "ReduceMin" => acc[o].min(v),
+            _ => acc[o] + v,
+        };
+        cnt[o] += 1;
+    }
+    if op == "ReduceMean" {
+        for (a, c) in acc.iter_mut().zip(&cnt) {
+            *a /= (*c).max(1) as f64;
+        }
+    }
+    Ok(Some(vec![Tensor::from_f64_as(dt0, shape0, &acc)]))
 }
 
 pub fn reduce(cx: &mut LowerCx, node: &Node) -> Result<()> {

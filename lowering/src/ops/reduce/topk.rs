@@ -13,6 +13,7 @@ use crate::qnn_names::{op, param};
 pub const TOP_K: OpDef = OpDef {
     op_type: "TopK",
     infer,
+    fold: None,
     expand: None,
     lower: Some(topk),
 };

@@ -13,6 +13,7 @@ use crate::qnn_names::{d2s_mode, op, param};
 pub const DEPTH_TO_SPACE: OpDef = OpDef {
     op_type: "DepthToSpace",
     infer,
+    fold: None,
     expand: None,
     lower: Some(depth_space),
 };
@@ -20,6 +21,7 @@ pub const DEPTH_TO_SPACE: OpDef = OpDef {
 pub const SPACE_TO_DEPTH: OpDef = OpDef {
     op_type: "SpaceToDepth",
     infer,
+    fold: None,
     expand: None,
     lower: Some(depth_space),
 };

@@ -19,6 +19,7 @@ use crate::qnn_names::{op, param, resize as rv};
 pub const RESIZE: OpDef = OpDef {
     op_type: "Resize",
     infer,
+    fold: None,
     expand: None,
     lower: Some(resize),
 };
@@ -26,6 +27,7 @@ pub const RESIZE: OpDef = OpDef {
 pub const UPSAMPLE: OpDef = OpDef {
     op_type: "Upsample",
     infer,
+    fold: None,
     expand: None,
     lower: Some(resize),
 };

@@ -3,15 +3,17 @@
 
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
+use crate::ir::tensor::{map_indices, numel, strides, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const CONCAT: OpDef = OpDef {
     op_type: "Concat",
     infer,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(concat),
 };
@@ -37,6 +39,38 @@ fn infer(x: &In) -> Result<Vec<Out>> {
         out[axis] += s[axis];
     }
     Ok(vec![(x.dtype(0)?, out)])
+}
+
+fn fold(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let (dt0, shape0) = outs[0].clone();
+    let axis = norm_axis(node, "axis", node.attr_i("axis", 0)?, shape0.len())?;
+    let mut srcs = Vec::new();
+    for (ti, t) in ins.iter().enumerate() {
+        for k in 0..t.shape[axis] {
+            srcs.push((ti, k));
+        }
+    }
+    let sts: Vec<Vec<usize>> = ins.iter().map(|t| strides(&t.shape)).collect();
+    let mut parts: Vec<(usize, usize)> = Vec::new();
+    let map = map_indices(&shape0, |idx| {
+        let (ti, k) = srcs[idx[axis]];
+        let mut f = 0;
+        for (d, &i) in idx.iter().enumerate() {
+            f += if d == axis { k } else { i } * sts[ti][d];
+        }
+        parts.push((ti, f));
+        0
+    });
+    drop(map);
+    let mut bytes = Vec::with_capacity(numel(&shape0) * dt0.size());
+    let es = dt0.size();
+    for (ti, f) in parts {
+        bytes.extend_from_slice(&ins[ti].bytes()[f * es..(f + 1) * es]);
+    }
+    Tensor::from_bytes(dt0, shape0, bytes)
+        .map(|t| Some(vec![t]))
+        .map_err(|e| node.err_invalid(e))
 }
 
 pub fn concat(cx: &mut LowerCx, node: &Node) -> Result<()> {

@@ -5,14 +5,17 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::tensor::numel;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{same, In, Out};
 use crate::ops::shape::reshape::reshape;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 
 pub const DROPOUT: OpDef = OpDef {
     op_type: "Dropout",
     infer,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(dropout),
 };
@@ -37,6 +40,27 @@ fn infer(x: &In) -> Result<Vec<Out>> {
         v.push((DType::Bool, v[0].1.clone()));
     }
     Ok(v)
+}
+
+/// The input, and an all-true mask when it is asked for; a Dropout that may train is not
+/// folded.
+fn fold(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let g = x.g;
+    let shape0 = outs[0].1.clone();
+    let t0 = ins[0];
+    if dropout_may_train(g, node) {
+        return Ok(None);
+    }
+    let mut v = vec![t0.clone()];
+    if outs.len() > 1 {
+        v.push(Tensor::from_i64_as(
+            DType::Bool,
+            shape0.clone(),
+            &vec![1; numel(&shape0)],
+        ));
+    }
+    Ok(Some(v))
 }
 
 pub fn dropout(cx: &mut LowerCx, node: &Node) -> Result<()> {

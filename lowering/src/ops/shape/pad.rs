@@ -14,6 +14,7 @@ use crate::qnn_names::{op, pad_scheme, param};
 pub const PAD: OpDef = OpDef {
     op_type: "Pad",
     infer,
+    fold: None,
     expand: None,
     lower: Some(pad),
 };

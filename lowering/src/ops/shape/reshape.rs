@@ -7,14 +7,16 @@
 
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub const RESHAPE: OpDef = OpDef {
     op_type: "Reshape",
     infer: infer_reshape,
+    fold: Some(Fold::Values(fold_reshape)),
     expand: None,
     lower: Some(reshape),
 };
@@ -22,6 +24,7 @@ pub const RESHAPE: OpDef = OpDef {
 pub const FLATTEN: OpDef = OpDef {
     op_type: "Flatten",
     infer: infer_flatten,
+    fold: Some(Fold::Values(fold_reshape)),
     expand: None,
     lower: Some(reshape),
 };
@@ -29,6 +32,7 @@ pub const FLATTEN: OpDef = OpDef {
 pub const IDENTITY: OpDef = OpDef {
     op_type: "Identity",
     infer: same,
+    fold: Some(Fold::Values(fold_reshape)),
     expand: None,
     lower: Some(reshape),
 };
@@ -99,6 +103,13 @@ fn infer_flatten(x: &In) -> Result<Vec<Out>> {
         x.dtype(0)?,
         vec![s[..axis].iter().product(), s[axis..].iter().product()],
     )])
+}
+
+/// The constant input with the inferred output shape (the shape-only ops share it).
+pub fn fold_reshape(_x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let shape0 = outs[0].1.clone();
+    let t0 = ins[0];
+    Ok(Some(vec![t0.with_shape(shape0)]))
 }
 
 /// The rule of every op that only changes the shape (Squeeze, Unsqueeze and the inference-mode

@@ -9,6 +9,7 @@ use crate::ops::OpDef;
 pub const SCATTER_ELEMENTS: OpDef = OpDef {
     op_type: "ScatterElements",
     infer: same,
+    fold: None,
     expand: None,
     lower: None,
 };
@@ -16,6 +17,7 @@ pub const SCATTER_ELEMENTS: OpDef = OpDef {
 pub const SCATTER_ND: OpDef = OpDef {
     op_type: "ScatterND",
     infer: same,
+    fold: None,
     expand: None,
     lower: None,
 };

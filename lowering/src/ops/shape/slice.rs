@@ -6,15 +6,17 @@
 
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
+use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::{DType, Param};
 use crate::qnn_names::{op, param};
 
 pub const SLICE: OpDef = OpDef {
     op_type: "Slice",
     infer,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(slice),
 };
@@ -88,6 +90,28 @@ fn infer(x: &In) -> Result<Vec<Out>> {
         s[ax] = slice_len(st, e, step);
     }
     Ok(vec![(x.dtype(0)?, s)])
+}
+
+fn fold(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let g = x.g;
+    let shape0 = outs[0].1.clone();
+    let t0 = ins[0];
+    let params = slice_params(g, node)?;
+    let mut start = vec![0i64; t0.shape.len()];
+    let mut step = vec![1i64; t0.shape.len()];
+    for (ax, s, _, st) in params {
+        start[ax] = s;
+        step[ax] = st;
+    }
+    let st = strides(&t0.shape);
+    let map = map_indices(&shape0, |o| {
+        o.iter()
+            .enumerate()
+            .map(|(k, &i)| ((start[k] + i as i64 * step[k]) as usize) * st[k])
+            .sum()
+    });
+    Ok(Some(vec![t0.gather_flat(shape0, &map)]))
 }
 
 pub fn slice(cx: &mut LowerCx, node: &Node) -> Result<()> {

@@ -13,6 +13,7 @@ use crate::qnn_names::{op, param};
 pub const SPLIT: OpDef = OpDef {
     op_type: "Split",
     infer,
+    fold: None,
     expand: None,
     lower: Some(split),
 };

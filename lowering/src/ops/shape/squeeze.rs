@@ -7,12 +7,13 @@ use crate::error::Result;
 use crate::ir::attr::norm_axes;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
-use crate::ops::shape::reshape::reshape;
-use crate::ops::OpDef;
+use crate::ops::shape::reshape::{fold_reshape, reshape};
+use crate::ops::{Fold, OpDef};
 
 pub const SQUEEZE: OpDef = OpDef {
     op_type: "Squeeze",
     infer: infer_squeeze,
+    fold: Some(Fold::Values(fold_reshape)),
     expand: None,
     lower: Some(reshape),
 };
@@ -20,6 +21,7 @@ pub const SQUEEZE: OpDef = OpDef {
 pub const UNSQUEEZE: OpDef = OpDef {
     op_type: "Unsqueeze",
     infer: infer_unsqueeze,
+    fold: Some(Fold::Values(fold_reshape)),
     expand: None,
     lower: Some(reshape),
 };

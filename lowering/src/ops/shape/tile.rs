@@ -6,15 +6,18 @@
 use crate::error::Result;
 use crate::ir::attr::to_usizes;
 use crate::ir::shape::broadcast;
+use crate::ir::tensor::Tensor;
+use crate::ir::tensor::{map_indices, strides};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const TILE: OpDef = OpDef {
     op_type: "Tile",
     infer: infer_tile,
+    fold: Some(Fold::Values(fold_tile)),
     expand: None,
     lower: Some(tile),
 };
@@ -22,6 +25,7 @@ pub const TILE: OpDef = OpDef {
 pub const EXPAND: OpDef = OpDef {
     op_type: "Expand",
     infer: infer_expand,
+    fold: Some(Fold::Values(fold_expand)),
     expand: None,
     lower: Some(expand),
 };
@@ -47,6 +51,25 @@ fn infer_expand(x: &In) -> Result<Vec<Out>> {
     let spec = x.const_ints(1, "shape")?;
     let spec = to_usizes(n, "shape", &spec)?;
     Ok(vec![(x.dtype(0)?, broadcast(n, &[x.shape(0)?, &spec])?)])
+}
+
+fn fold_tile(_x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let shape0 = outs[0].1.clone();
+    let t0 = ins[0];
+    let st = strides(&t0.shape);
+    let map = map_indices(&shape0, |idx| {
+        idx.iter()
+            .enumerate()
+            .map(|(k, &i)| (i % t0.shape[k]) * st[k])
+            .sum()
+    });
+    Ok(Some(vec![t0.gather_flat(shape0, &map)]))
+}
+
+fn fold_expand(_x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let shape0 = outs[0].1.clone();
+    let t0 = ins[0];
+    Ok(Some(vec![t0.broadcast_to(&shape0)]))
 }
 
 pub fn tile(cx: &mut LowerCx, node: &Node) -> Result<()> {

@@ -3,15 +3,17 @@
 
 use crate::error::Result;
 use crate::ir::attr::to_usizes;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const TRANSPOSE: OpDef = OpDef {
     op_type: "Transpose",
     infer,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(transpose),
 };
@@ -38,6 +40,14 @@ fn infer(x: &In) -> Result<Vec<Out>> {
     let s = x.shape(0)?;
     let p = transpose_perm(n, s.len())?;
     Ok(vec![(x.dtype(0)?, p.iter().map(|&i| s[i]).collect())])
+}
+
+fn fold(x: &In, _outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let t0 = ins[0];
+    Ok(Some(vec![
+        t0.transpose(&transpose_perm(node, t0.shape.len())?)
+    ]))
 }
 
 pub fn transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {

@@ -1,8 +1,10 @@
 #![forbid(unsafe_code)]
 //! ONNX graphs lowered to QNN op lists, in pipeline order: [`frontend`] decodes the ONNX
-//! protobuf and loads it into the [`ir`] graph; [`lower`] runs the [`passes`] over it and
-//! applies the rules in [`ops`] to produce a [`plan::Plan`] that `emit.rs` turns into QNN API
-//! calls. [`check`] reports every node that cannot run on a backend without touching QNN.
+//! protobuf and loads it into the [`ir`] graph; [`lower`] runs the [`passes`] over it (shape
+//! inference, constant folding and expansion through each op's registry entry in [`ops`], then
+//! fusions, layout and dtype passes) and lowers every node with its entry's rule into a
+//! [`plan::Plan`], which `emit.rs` turns into QNN API calls. [`check`] reports every node that
+//! cannot run on a backend without touching QNN.
 
 pub mod dtype;
 pub mod emit;

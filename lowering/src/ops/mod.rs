@@ -1,6 +1,8 @@
-//! Lowering rules and everything else lowering knows per op: one module per op family, each op's
-//! registry entry ([`OpDef`]) in its file, and the [`registry`] that looks entries up by ONNX
-//! op type.
+//! Everything lowering knows per ONNX op, one module per op family. Each op's file defines its
+//! registry entry ([`OpDef`]) and all it refers to: attribute parsing, shape inference,
+//! constant folding, expansion and the lowering rule. Each family's `mod.rs` lists its entries,
+//! and the [`registry`] looks them up by op type for the passes and for lowering. Rules emit QNN
+//! ops through [`LowerCx`]; [`infer`] and [`spatial`] hold what several families share.
 
 pub mod activation;
 pub mod attention;

@@ -5,7 +5,8 @@
 //! UINT_32 `[2, 2]` = `{{top, bottom}, {left, right}}`, `dilation` UINT_32 `[2]` (all tensor
 //! params) and `group` UINT_32 scalar. `group == Cin == Cout` becomes `DepthWiseConv2d`
 //! (filter `[KH, KW, 1, Cout]`, no `group`).
-//! Weights that are not constant are transposed to HWIO by a `Transpose` op.
+//! Weights that are not constant are transposed to HWIO by a `Transpose` op. A 1-D Conv is
+//! expanded into a 2-D one first ([`super::conv1d`]).
 //! Constraints: 2-D spatial, weights/bias in the activation's float type.
 
 use crate::error::Result;

@@ -3,7 +3,8 @@
 //! QNN `TransposeConv2d`: in[0] NHWC, in[1] filter `[KH, KW, Cin, Cout]` (ONNX weights are
 //! `[Cin, Cout, KH, KW]`), in[2] bias `[Cout]`; params `stride` UINT_32 `[2]`, `pad_amount`
 //! UINT_32 `[2, 2]`, `output_padding` UINT_32 `[2]` (tensor params), `group` UINT_32 scalar.
-//! Weights that are not constant are transposed by a `Transpose` op.
+//! Weights that are not constant are transposed by a `Transpose` op. A 1-D ConvTranspose is
+//! expanded into a 2-D one first ([`super::conv1d`]).
 //! Constraints: 2-D, group 1, dilation 1, no explicit `output_shape`.
 
 use crate::error::Result;

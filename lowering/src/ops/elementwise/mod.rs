@@ -155,47 +155,6 @@ pub const IS_INF: OpDef = OpDef {
     lower: None,
 };
 
-/// Two inputs broadcast, in the dtype of the first.
-pub fn infer_binary(x: &In) -> Result<Vec<Out>> {
-    let n = x.n;
-    Ok(vec![(
-        x.dtype(0)?,
-        broadcast(n, &[x.shape(0)?, x.shape(1)?])?,
-    )])
-}
-
-/// Every input broadcast, in the dtype of the first.
-pub fn infer_variadic(x: &In) -> Result<Vec<Out>> {
-    let n = x.n;
-    let shapes = (0..n.inputs.len())
-        .map(|i| x.shape(i))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(vec![(x.dtype(0)?, broadcast(n, &shapes)?)])
-}
-
-/// Two inputs broadcast, as bool.
-fn infer_compare(x: &In) -> Result<Vec<Out>> {
-    let n = x.n;
-    Ok(vec![(
-        DType::Bool,
-        broadcast(n, &[x.shape(0)?, x.shape(1)?])?,
-    )])
-}
-
-/// The three inputs broadcast, in the dtype of the values.
-fn infer_where(x: &In) -> Result<Vec<Out>> {
-    let n = x.n;
-    Ok(vec![(
-        x.dtype(1)?,
-        broadcast(n, &[x.shape(0)?, x.shape(1)?, x.shape(2)?])?,
-    )])
-}
-
-/// A bool per element of input 0 (IsNaN, IsInf).
-pub fn infer_mask(x: &In) -> Result<Vec<Out>> {
-    Ok(vec![(DType::Bool, x.shape(0)?.to_vec())])
-}
-
 pub const OPS: &[OpDef] = &[
     unary_op("Abs"),
     unary_op("Neg"),
@@ -238,6 +197,138 @@ pub const OPS: &[OpDef] = &[
     BIT_SHIFT,
     IS_INF,
 ];
+
+/// Two inputs broadcast, in the dtype of the first.
+pub fn infer_binary(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    Ok(vec![(
+        x.dtype(0)?,
+        broadcast(n, &[x.shape(0)?, x.shape(1)?])?,
+    )])
+}
+
+/// Every input broadcast, in the dtype of the first.
+pub fn infer_variadic(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let shapes = (0..n.inputs.len())
+        .map(|i| x.shape(i))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(vec![(x.dtype(0)?, broadcast(n, &shapes)?)])
+}
+
+/// Two inputs broadcast, as bool.
+fn infer_compare(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    Ok(vec![(
+        DType::Bool,
+        broadcast(n, &[x.shape(0)?, x.shape(1)?])?,
+    )])
+}
+
+/// The three inputs broadcast, in the dtype of the values.
+fn infer_where(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    Ok(vec![(
+        x.dtype(1)?,
+        broadcast(n, &[x.shape(0)?, x.shape(1)?, x.shape(2)?])?,
+    )])
+}
+
+/// A bool per element of input 0 (IsNaN, IsInf).
+pub fn infer_mask(x: &In) -> Result<Vec<Out>> {
+    Ok(vec![(DType::Bool, x.shape(0)?.to_vec())])
+}
+
+/// Add, Sub, Mul, Div, Pow, Mod, and the variadic Max, Min, Sum (left to right).
+fn fold_arith(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let op = node.op_type.as_str();
+    let dt0 = outs[0].0;
+    let fmod = node.attr_i("fmod", 0)? != 0;
+    let mut acc = ins[0].clone();
+    for b in &ins[1..] {
+        let shape = broadcast(node, &[&acc.shape, &b.shape])?;
+        let fi = |v: &[i64]| binary_i(op, v[0], v[1]);
+        let r = elementwise(
+            dt0,
+            &shape,
+            &[&acc, b],
+            |v| binary_f(op, v[0], v[1], fmod).unwrap_or(f64::NAN),
+            Some(&fi),
+        );
+        match r {
+            Some(t) => acc = t,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(vec![acc]))
+}
+
+fn fold_compare(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let op = node.op_type.as_str();
+    let shape0 = outs[0].1.clone();
+    let opn = op.to_string();
+    Ok(elementwise(
+        DType::Bool,
+        &shape0,
+        &ins[..2],
+        |v| compare(&opn, v[0], v[1]).unwrap_or(false) as i64 as f64,
+        None,
+    )
+    .map(|t| vec![t]))
+}
+
+fn fold_unary(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let op = node.op_type.as_str();
+    let (dt0, shape0) = outs[0].clone();
+    let t0 = ins[0];
+    if unary_f(op, 0.0).is_none() {
+        return Ok(None);
+    }
+    let fi = |v: &[i64]| match op {
+        "Neg" => Some(v[0].wrapping_neg()),
+        "Abs" => Some(v[0].wrapping_abs()),
+        "Relu" => Some(v[0].max(0)),
+        "Sign" => Some(v[0].signum()),
+        "Not" => Some((v[0] == 0) as i64),
+        _ => None,
+    };
+    Ok(elementwise(
+        dt0,
+        &shape0,
+        &[t0],
+        |v| unary_f(op, v[0]).unwrap_or(f64::NAN),
+        Some(&fi),
+    )
+    .map(|t| vec![t]))
+}
+
+// Indexes the three operands' broadcast maps by the same position.
+#[allow(clippy::needless_range_loop)]
+fn fold_where(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let (dt0, shape0) = outs[0].clone();
+    let maps: Vec<Vec<usize>> = ins
+        .iter()
+        .map(|t| broadcast_map(&shape0, &t.shape))
+        .collect();
+    let mut parts = Vec::with_capacity(numel(&shape0) * dt0.size());
+    let es = dt0.size();
+    for k in 0..numel(&shape0) {
+        let src = if ins[0].get_i64(maps[0][k]) != 0 {
+            1
+        } else {
+            2
+        };
+        let f = maps[src][k];
+        parts.extend_from_slice(&ins[src].bytes()[f * es..(f + 1) * es]);
+    }
+    Tensor::from_bytes(dt0, shape0, parts)
+        .map(|t| Some(vec![t]))
+        .map_err(|e| node.err_invalid(e))
+}
 
 fn binary_f(op: &str, a: f64, b: f64, fmod: bool) -> Option<f64> {
     Some(match op {
@@ -362,97 +453,6 @@ fn elementwise(
         out.push(f(&buf));
     }
     Some(Tensor::from_f64_as(dt, shape.to_vec(), &out))
-}
-
-/// Add, Sub, Mul, Div, Pow, Mod, and the variadic Max, Min, Sum (left to right).
-fn fold_arith(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
-    let node = x.n;
-    let op = node.op_type.as_str();
-    let dt0 = outs[0].0;
-    let fmod = node.attr_i("fmod", 0)? != 0;
-    let mut acc = ins[0].clone();
-    for b in &ins[1..] {
-        let shape = broadcast(node, &[&acc.shape, &b.shape])?;
-        let fi = |v: &[i64]| binary_i(op, v[0], v[1]);
-        let r = elementwise(
-            dt0,
-            &shape,
-            &[&acc, b],
-            |v| binary_f(op, v[0], v[1], fmod).unwrap_or(f64::NAN),
-            Some(&fi),
-        );
-        match r {
-            Some(t) => acc = t,
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(vec![acc]))
-}
-
-fn fold_compare(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
-    let node = x.n;
-    let op = node.op_type.as_str();
-    let shape0 = outs[0].1.clone();
-    let opn = op.to_string();
-    Ok(elementwise(
-        DType::Bool,
-        &shape0,
-        &ins[..2],
-        |v| compare(&opn, v[0], v[1]).unwrap_or(false) as i64 as f64,
-        None,
-    )
-    .map(|t| vec![t]))
-}
-
-fn fold_unary(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
-    let node = x.n;
-    let op = node.op_type.as_str();
-    let (dt0, shape0) = outs[0].clone();
-    let t0 = ins[0];
-    if unary_f(op, 0.0).is_none() {
-        return Ok(None);
-    }
-    let fi = |v: &[i64]| match op {
-        "Neg" => Some(v[0].wrapping_neg()),
-        "Abs" => Some(v[0].wrapping_abs()),
-        "Relu" => Some(v[0].max(0)),
-        "Sign" => Some(v[0].signum()),
-        "Not" => Some((v[0] == 0) as i64),
-        _ => None,
-    };
-    Ok(elementwise(
-        dt0,
-        &shape0,
-        &[t0],
-        |v| unary_f(op, v[0]).unwrap_or(f64::NAN),
-        Some(&fi),
-    )
-    .map(|t| vec![t]))
-}
-
-// Indexes the three operands' broadcast maps by the same position.
-#[allow(clippy::needless_range_loop)]
-fn fold_where(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
-    let node = x.n;
-    let (dt0, shape0) = outs[0].clone();
-    let maps: Vec<Vec<usize>> = ins
-        .iter()
-        .map(|t| broadcast_map(&shape0, &t.shape))
-        .collect();
-    let mut parts = Vec::with_capacity(numel(&shape0) * dt0.size());
-    let es = dt0.size();
-    for k in 0..numel(&shape0) {
-        let src = if ins[0].get_i64(maps[0][k]) != 0 {
-            1
-        } else {
-            2
-        };
-        let f = maps[src][k];
-        parts.extend_from_slice(&ins[src].bytes()[f * es..(f + 1) * es]);
-    }
-    Tensor::from_bytes(dt0, shape0, parts)
-        .map(|t| Some(vec![t]))
-        .map_err(|e| node.err_invalid(e))
 }
 
 fn lookup(table: &[(&str, &'static str)], op_type: &str) -> &'static str {

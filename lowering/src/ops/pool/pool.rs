@@ -3,7 +3,8 @@
 //! QNN `PoolMax2d` / `PoolAvg2d` on NHWC: params `filter_size`, `stride` UINT_32 `[2]`,
 //! `pad_amount` UINT_32 `[2, 2]` (tensor params), `rounding_mode` UINT_32 scalar (from
 //! `ceil_mode`), and for average pooling `count_pad_for_edges` BOOL_8 (`count_include_pad`).
-//! Constraints: no dilation, no Indices output, `storage_order = 0`.
+//! Constraints: no dilation, no Indices output, `storage_order = 0`. 1-D pools are expanded
+//! into 2-D ones first (`conv/conv1d.rs`). LpPool is only inferred (no op table lists it).
 //!
 //! AveragePool never hands padding or ceil rounding to `PoolAvg2d`: on the HTP library 2.51
 //! (SoC 60) a padded `PoolAvg2d` can crash the process (SIGSEGV in graphExecute, e.g. 2x2 kernel,

@@ -5,8 +5,7 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ir::tensor::numel;
-use crate::ir::tensor::Tensor;
+use crate::ir::tensor::{numel, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{same, In, Out};
 use crate::ops::shape::reshape::reshape;

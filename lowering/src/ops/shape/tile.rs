@@ -6,8 +6,7 @@
 use crate::error::Result;
 use crate::ir::attr::to_usizes;
 use crate::ir::shape::broadcast;
-use crate::ir::tensor::Tensor;
-use crate::ir::tensor::{map_indices, strides};
+use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::{Fold, LowerCx, OpDef};

@@ -1,29 +1,31 @@
 #![forbid(unsafe_code)]
-//! ONNX graphs lowered to QNN op lists.
-//!
-//! [`lower`] loads a model, runs the passes in [`passes`], and applies the rules in [`ops`]
-//! to produce a [`plan::Plan`], which the engine crate turns into QNN API calls. [`check`] reports
-//! every node that cannot run on a backend. Nothing here touches QNN: ONNX in, `Plan` out.
+//! ONNX graphs lowered to QNN op lists, in pipeline order: [`frontend`] decodes the ONNX
+//! protobuf and loads it into the [`ir`] graph; [`lower`] runs the [`passes`] over it (shape
+//! inference, constant folding and expansion through each op's registry entry in [`ops`], then
+//! fusions, layout and dtype passes) and lowers every node with its entry's rule into a
+//! [`plan::Plan`], which the engine crate (`qnnx-engine`) turns into QNN API calls. [`check`]
+//! reports every node that cannot run on a backend. Nothing here touches QNN: ONNX in, `Plan`
+//! out.
 
-pub mod attr;
 pub mod dtype;
 pub mod error;
+pub mod frontend;
 pub mod ir;
-pub mod load;
-pub mod onnx;
 pub mod ops;
 pub mod passes;
 pub mod plan;
 pub mod qnn_names;
 pub mod table;
-pub mod tensor;
 pub mod testing;
+
+pub use frontend::{load, onnx};
+pub use ir::tensor;
 
 use std::collections::{BTreeMap, HashMap};
 
 pub use dtype::DType;
 pub use error::{LowerError, Unsupported};
-pub use load::{Model, ModelSource};
+pub use frontend::load::{Model, ModelSource};
 pub use plan::Plan;
 
 /// QNN backend a plan is lowered for.
@@ -154,12 +156,9 @@ fn lower_graph(
             // Downstream of a node already reported.
             continue;
         }
-        let Some(rule) = ops::rule(&node.op_type, backend) else {
-            errors.push(node.err_op(format!(
-                "no lowering rule for {} on {}",
-                node.op_type,
-                backend.name()
-            )));
+        let def = ops::def(&node.op_type);
+        let Some(rule) = def.and_then(|d| ops::rule(d, backend)) else {
+            errors.push(no_rule(node, def, backend));
             continue;
         };
         if let Err(e) = rule(&mut cx, node) {
@@ -178,6 +177,24 @@ fn lower_graph(
         }
     }
     (cx.finish(&p.output_host_dtypes), vec![])
+}
+
+/// Why `node` reached lowering without a rule for `backend`.
+fn no_rule(node: &ir::Node, def: Option<&ops::OpDef>, backend: Backend) -> LowerError {
+    match def {
+        // The expansion did not run: `passes::expand` reports why when it refused the node.
+        Some(d) if d.expand.is_some() => node.err_op(format!(
+            "{} is lowered by expanding it, which did not happen here",
+            node.op_type
+        )),
+        Some(d) if d.fold.is_some() => node
+            .err_op("its inputs must be constant after folding (dynamic shapes are not supported)"),
+        _ => node.err_op(format!(
+            "no lowering rule for {} on {}",
+            node.op_type,
+            backend.name()
+        )),
+    }
 }
 
 fn clone_err(e: &LowerError) -> LowerError {

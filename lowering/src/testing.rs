@@ -5,8 +5,8 @@
 use prost::Message;
 
 use crate::dtype::{DType, OnnxCode};
-use crate::onnx::{self, attribute_type as at};
-use crate::tensor::Tensor;
+use crate::frontend::onnx::{self, attribute_type as at};
+use crate::ir::tensor::Tensor;
 
 pub fn tensor_proto(name: &str, t: &Tensor) -> onnx::TensorProto {
     onnx::TensorProto {

@@ -1,8 +1,8 @@
-//! The op tables against the lowering rules, the HTP op list, and the generated doc.
+//! The op tables against the op registry, the HTP op list, and the generated doc.
 
 use std::collections::BTreeSet;
 
-use lowering::ops::{rule, rule_ops};
+use lowering::ops::{def, defs, registry, rule};
 use lowering::table::{OpTable, Status, GPU_TOML, HTP_TOML};
 use lowering::Backend;
 
@@ -13,28 +13,53 @@ fn tables() -> [(Backend, OpTable); 2] {
     ]
 }
 
+/// An op a table lets run has a registry entry, so it is inferred (`infer` is not optional), and
+/// the entry lowers it: by a rule, by an expansion, or (family `folded`) by folding it to a
+/// constant. A new op cannot pass these tests and fail at run time with "no shape inference"
+/// or "no lowering rule".
 #[test]
-fn every_runnable_entry_has_a_rule() {
+fn every_runnable_entry_has_a_registry_entry() {
     for (b, t) in tables() {
         for (op, e) in &t.ops {
-            if matches!(e.status, Status::Supported | Status::Decomposed) {
-                assert!(
-                    rule(op, b).is_some(),
-                    "{b:?}: ops.{op} is {:?} but has no lowering rule",
-                    e.status
-                );
+            if !matches!(e.status, Status::Supported | Status::Decomposed) {
+                continue;
             }
+            let d = def(op).unwrap_or_else(|| {
+                panic!(
+                    "{b:?}: ops.{op} is {:?} but has no registry entry (no shape inference)",
+                    e.status
+                )
+            });
+            let folded = e.family == "folded" && d.fold.is_some();
+            assert!(
+                rule(d, b).is_some() || d.expand.is_some() || folded,
+                "{b:?}: ops.{op} is {:?} but its entry has no lowering rule or expansion",
+                e.status
+            );
         }
     }
 }
 
+/// Every entry with a rule or an expansion is named by each table, and so is every backend
+/// variant.
 #[test]
 fn every_rule_has_an_entry() {
     for (b, t) in tables() {
-        for op in rule_ops() {
+        for d in defs().filter(|d| d.lower.is_some() || d.expand.is_some()) {
             assert!(
-                t.ops.contains_key(op),
-                "{b:?}: rule for {op} has no table entry"
+                t.ops.contains_key(d.op_type),
+                "{b:?}: rule for {} has no table entry",
+                d.op_type
+            );
+        }
+        for (op, _) in registry::variants(b) {
+            assert!(
+                def(op).is_some(),
+                "{b:?}: variant rule for {op} has no registry entry"
+            );
+            assert!(
+                t.ops.contains_key(*op),
+                "{b:?}: variant rule for {op} has no table entry"
             );
         }
     }

@@ -2,12 +2,49 @@
 //! (no params; the output tensor's dtype is the target). Casts to int64 were narrowed to int32
 //! by `narrow_int64`; casts to f32 inside an fp16 graph were turned into f16 by `fp16`.
 
+use crate::dtype::{DType, OnnxCode};
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::{LowerCx, Rule};
+use crate::ops::infer::{In, Out};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::qnn_names::op;
 
-pub const RULES: &[(&str, Rule)] = &[("Cast", cast), ("CastLike", cast)];
+pub const CAST: OpDef = OpDef {
+    op_type: "Cast",
+    infer: infer_cast,
+    fold: Some(Fold::Values(fold_cast)),
+    expand: None,
+    lower: Some(cast),
+};
+
+pub const CAST_LIKE: OpDef = OpDef {
+    op_type: "CastLike",
+    infer: infer_cast_like,
+    fold: Some(Fold::Values(fold_cast)),
+    expand: None,
+    lower: Some(cast),
+};
+
+fn infer_cast(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let to = n.attr_i("to", 0)?;
+    let dt = DType::from_onnx(to as i32)
+        .ok_or_else(|| n.err_attr("to", format!("unsupported target type {to}")))?;
+    Ok(vec![(dt, x.shape(0)?.to_vec())])
+}
+
+fn infer_cast_like(x: &In) -> Result<Vec<Out>> {
+    Ok(vec![(x.dtype(1)?, x.shape(0)?.to_vec())])
+}
+
+pub const OPS: &[OpDef] = &[CAST, CAST_LIKE];
+
+fn fold_cast(_x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let dt0 = outs[0].0;
+    let t0 = ins[0];
+    Ok(Some(vec![t0.cast(dt0)]))
+}
 
 pub fn cast(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let x = cx.input(node, 0)?;

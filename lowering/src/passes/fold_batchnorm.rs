@@ -4,8 +4,8 @@
 //! `conv(x, W * s) + (B - mean) * s + beta`, with `s` applied per output channel.
 
 use crate::dtype::DType;
+use crate::ir::tensor::Tensor;
 use crate::ir::Graph;
-use crate::tensor::Tensor;
 
 pub fn run(g: &mut Graph) {
     let mut i = 0;
@@ -80,7 +80,7 @@ fn try_fold(g: &mut Graph, bn_idx: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::tensor::Tensor;
+    use crate::ir::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     #[test]

@@ -167,7 +167,7 @@ pub fn run(g: &mut Graph, table: &OpTable) {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::tensor::Tensor;
+    use crate::ir::tensor::Tensor;
     use crate::testing::ModelBuilder;
     use crate::{passes, Backend, LowerOptions};
 

@@ -137,7 +137,7 @@ fn try_fuse(g: &mut Graph, erf: NodeId) -> bool {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::tensor::Tensor;
+    use crate::ir::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     #[test]

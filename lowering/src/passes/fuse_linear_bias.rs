@@ -15,9 +15,9 @@
 use std::collections::HashMap;
 
 use crate::dtype::DType;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Graph, Node, NodeId};
 use crate::table::OpTable;
-use crate::tensor::Tensor;
 
 /// A product whose bias Add can be folded.
 struct Fold {
@@ -173,9 +173,9 @@ pub fn run(g: &mut Graph, table: &OpTable) {
 mod tests {
     use super::run;
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
     use crate::table::OpTable;
-    use crate::tensor::Tensor;
     use crate::testing::{rand_f32, ModelBuilder, A};
     use crate::Backend;
 

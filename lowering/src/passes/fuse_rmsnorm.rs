@@ -6,8 +6,8 @@
 //! `Mul(·, w)` with a constant `w` of shape `[D]`. Intermediates used elsewhere block the fusion.
 
 use crate::dtype::DType;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Graph, Node, NodeId, ValueId};
-use crate::tensor::Tensor;
 
 struct Ctx {
     producers: Vec<Option<NodeId>>,
@@ -67,7 +67,7 @@ fn try_fuse(g: &mut Graph, rm: NodeId) -> bool {
         return false;
     }
     let rank = g.shape(x).len();
-    let Ok((Some(axes), true)) = crate::passes::infer::reduce_params(g, n) else {
+    let Ok((Some(axes), true)) = crate::ops::reduce::reduce::reduce_params(g, n) else {
         return false;
     };
     if axes != [rank - 1] {
@@ -165,7 +165,7 @@ fn try_fuse(g: &mut Graph, rm: NodeId) -> bool {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::tensor::Tensor;
+    use crate::ir::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     #[test]

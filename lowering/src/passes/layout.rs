@@ -8,7 +8,6 @@
 //! the model's layout because only internal values are rewritten.
 
 use crate::ir::{Attr, Graph, Node, NodeId, ValueId};
-use crate::passes::const_fold::transpose;
 use crate::table::{Layout, OpTable};
 
 pub const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
@@ -242,7 +241,7 @@ fn sink_step(g: &mut Graph, table: &OpTable) -> bool {
                 }
                 let mut s = vec![1; r - t.shape.len()];
                 s.extend_from_slice(&t.shape);
-                let tt = transpose(&t.with_shape(s), &inv);
+                let tt = t.with_shape(s).transpose(&inv);
                 let name = format!("{}_t", g.value(v).name);
                 new_inputs.push(Some(g.add_const(&name, tt)));
                 continue;
@@ -302,7 +301,7 @@ fn transposes_to_reshapes(g: &mut Graph) {
             let shape: Vec<i64> = g.shape(out).iter().map(|&d| d as i64).collect();
             let c = g.add_const(
                 &format!("{}_shape", g.value(out).name),
-                crate::tensor::Tensor::from_i64(vec![shape.len()], &shape),
+                crate::ir::tensor::Tensor::from_i64(vec![shape.len()], &shape),
             );
             let n = &mut g.nodes[i];
             n.op_type = "Reshape".into();
@@ -319,7 +318,7 @@ pub fn node_index(g: &Graph, name: &str) -> Option<NodeId> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::tensor::Tensor;
+    use crate::ir::tensor::Tensor;
     use crate::testing::{rand_f32, ModelBuilder, A};
     use crate::{passes, Backend, LowerOptions};
 

@@ -2,8 +2,8 @@
 
 use crate::dtype::DType;
 use crate::error::{invalid, LowerError, Result};
+use crate::frontend::load::Model;
 use crate::ir::Graph;
-use crate::load::Model;
 use crate::table::OpTable;
 use crate::LowerOptions;
 
@@ -15,7 +15,6 @@ pub mod fp16;
 pub mod fuse_gelu;
 pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
-pub mod infer;
 pub mod layout;
 pub mod narrow_int64;
 pub mod simplify;
@@ -62,7 +61,7 @@ fn set_input_shapes(g: &mut Graph, model: &Model, opts: &LowerOptions) -> Result
                 }
             },
         };
-        if crate::tensor::checked_numel(&shape, g.values[v].dtype).is_none() {
+        if crate::ir::tensor::checked_numel(&shape, g.values[v].dtype).is_none() {
             return Err(invalid(format!(
                 "input '{name}' shape {shape:?} exceeds the 4 GiB tensor limit"
             )));

@@ -52,7 +52,7 @@ pub fn run(g: &mut Graph) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::Tensor;
+    use crate::ir::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     #[test]

@@ -4,6 +4,7 @@
 //! whose output is a graph output fed directly by a graph input is kept (lowered as a copy).
 
 use crate::ir::Graph;
+use crate::ops::shape::dropout::dropout_may_train;
 
 pub fn run(g: &mut Graph) {
     let mut i = 0;
@@ -31,18 +32,6 @@ pub fn run(g: &mut Graph) {
             continue;
         }
         i += 1;
-    }
-}
-
-/// Whether a Dropout node may run in training mode: its `training_mode` input (opset 12+) is
-/// present and not a constant false. Such a node drops values at random and is not lowered.
-pub fn dropout_may_train(g: &Graph, n: &crate::ir::Node) -> bool {
-    match n.input(2) {
-        None => false,
-        Some(v) => match g.konst(v) {
-            Some(t) => t.numel() != 1 || t.get_f64(0) != 0.0,
-            None => true,
-        },
     }
 }
 
@@ -82,10 +71,10 @@ mod tests {
     fn dropout_in_training_mode_is_kept() {
         let mut g = ModelBuilder::new(17)
             .input("x", DType::F32, &[2])
-            .init("r", crate::tensor::Tensor::scalar_f32(0.5))
+            .init("r", crate::ir::tensor::Tensor::scalar_f32(0.5))
             .init(
                 "t",
-                crate::tensor::Tensor::from_i64_as(DType::Bool, vec![], &[1]),
+                crate::ir::tensor::Tensor::from_i64_as(DType::Bool, vec![], &[1]),
             )
             .node("Dropout", &["x", "r", "t"], &["y"], &[])
             .output("y")

@@ -9,8 +9,8 @@
 //! `MAX_ELEMENTS` once repeated (the LayerNorm expansion in ops/norm/layer_norm.rs still covers
 //! the direct case).
 
+use crate::ir::tensor::numel;
 use crate::ir::Graph;
-use crate::tensor::numel;
 
 /// Largest repeated constant, in elements (16 MiB of f32).
 const MAX_ELEMENTS: usize = 1 << 22;

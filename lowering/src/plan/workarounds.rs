@@ -149,8 +149,8 @@ fn fresh(names: &mut HashSet<String>, hint: &str) -> String {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_with};
-    use crate::tensor::Tensor;
     use crate::testing::{rand_f32, ModelBuilder};
     use crate::LowerOptions;
 

@@ -4,9 +4,18 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const CLIP: OpDef = OpDef {
+    op_type: "Clip",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(clip),
+};
 
 pub fn clip(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let bound = |cx: &LowerCx, i: usize, attr: &str, default: f32| -> Result<f32> {
@@ -45,8 +54,8 @@ pub fn clip(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     #[test]

@@ -10,15 +10,72 @@
 //! - IsNaN — <https://onnx.ai/onnx/operators/onnx__IsNaN.html>: `Not(x == x)`.
 //! - LpNormalization — <https://onnx.ai/onnx/operators/onnx__LpNormalization.html>:
 //!   `x / ReduceSum(|x|)` (p = 1) or `x / Sqrt(ReduceSum(x · x))` (p = 2) over `axis`.
-//! - Gelu with `approximate = 'tanh'` — <https://onnx.ai/onnx/operators/onnx__Gelu.html>:
-//!   `0.5 · x · (1 + Tanh(√(2/π) · (x + 0.044715 · x³)))` (the erf form has its own rule).
 //!
 //! All of them run on HTP in f16/f32 through the rules of the ops they expand into.
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
+use crate::ir::builder::Builder;
 use crate::ir::{Attr, Node, ValueId};
-use crate::passes::expand::Builder;
+use crate::ops::elementwise::{infer_mask, infer_variadic};
+use crate::ops::infer::same;
+use crate::ops::OpDef;
+
+pub const SELU: OpDef = OpDef {
+    op_type: "Selu",
+    infer: same,
+    fold: None,
+    expand: Some(selu),
+    lower: None,
+};
+
+pub const THRESHOLDED_RELU: OpDef = OpDef {
+    op_type: "ThresholdedRelu",
+    infer: same,
+    fold: None,
+    expand: Some(thresholded_relu),
+    lower: None,
+};
+
+pub const SWISH: OpDef = OpDef {
+    op_type: "Swish",
+    infer: same,
+    fold: None,
+    expand: Some(swish),
+    lower: None,
+};
+
+pub const TAN: OpDef = OpDef {
+    op_type: "Tan",
+    infer: same,
+    fold: None,
+    expand: Some(tan),
+    lower: None,
+};
+
+pub const MEAN: OpDef = OpDef {
+    op_type: "Mean",
+    infer: infer_variadic,
+    fold: None,
+    expand: Some(mean),
+    lower: None,
+};
+
+pub const IS_NAN: OpDef = OpDef {
+    op_type: "IsNaN",
+    infer: infer_mask,
+    fold: None,
+    expand: Some(is_nan),
+    lower: None,
+};
+
+pub const LP_NORMALIZATION: OpDef = OpDef {
+    op_type: "LpNormalization",
+    infer: same,
+    fold: None,
+    expand: Some(lp_normalization),
+    lower: None,
+};
 
 fn io(node: &Node) -> Result<(ValueId, ValueId)> {
     let x = node
@@ -116,33 +173,20 @@ pub fn lp_normalization(b: &mut Builder, node: &Node) -> Result<bool> {
     Ok(true)
 }
 
-pub fn gelu_tanh(b: &mut Builder, node: &Node) -> Result<bool> {
-    if node.attr_s("approximate", "none")? != "tanh" {
-        return Ok(false);
-    }
-    let (x, y) = io(node)?;
-    let dt = b.g.dtype(x);
-    let x2 = b.op("Mul", &[x, x], vec![]);
-    let x3 = b.op("Mul", &[x2, x], vec![]);
-    let c = b.scalar(dt, 0.044715);
-    let cx3 = b.op("Mul", &[x3, c], vec![]);
-    let inner = b.op("Add", &[x, cx3], vec![]);
-    let k = b.scalar(dt, (2.0 / std::f64::consts::PI).sqrt());
-    let scaled = b.op("Mul", &[inner, k], vec![]);
-    let t = b.op("Tanh", &[scaled], vec![]);
-    let one = b.scalar(dt, 1.0);
-    let t1 = b.op("Add", &[t, one], vec![]);
-    let half = b.scalar(dt, 0.5);
-    let hx = b.op("Mul", &[x, half], vec![]);
-    b.op_to("Mul", &[hx, t1], vec![], &[y]);
-    Ok(true)
-}
-
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn tan_is_inferred() {
+        let g = graph_with(&[("x", DType::F16, vec![1, 4, 8])]);
+        assert_eq!(
+            infer(&g, &node("Tan", &[Some(0)], &[])).unwrap(),
+            vec![(DType::F16, vec![1, 4, 8])]
+        );
+    }
 
     fn one(op: &str, attrs: &[(&str, A)]) -> ModelBuilder {
         ModelBuilder::new(24)
@@ -175,11 +219,6 @@ mod tests {
             types("LpNormalization", &[("p", A::I(1))]),
             vec!["ElementWiseAbs", "ReduceSum", "ElementWiseDivide"]
         );
-        assert_eq!(
-            types("Gelu", &[("approximate", A::S("tanh"))]).last(),
-            Some(&"ElementWiseMultiply")
-        );
-        assert_eq!(types("Gelu", &[]), vec!["Gelu"]);
         let d = lower(
             &ModelBuilder::new(13)
                 .input("a", DType::F32, &[2])

@@ -3,9 +3,18 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const ELU: OpDef = OpDef {
+    op_type: "Elu",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(elu),
+};
 
 pub fn elu(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let alpha = node.attr_f("alpha", 1.0)?;

@@ -1,12 +1,49 @@
 //! Gelu — <https://onnx.ai/onnx/operators/onnx__Gelu.html>, opset 20 (also produced by the
-//! `fuse_gelu` pass from torch's erf pattern). QNN `Gelu` (erf form, no params).
-//! Constraint: `approximate = "none"` here; the tanh form is expanded before lowering
-//! (`activation/composite.rs`).
+//! `fuse_gelu` pass from torch's erf pattern). QNN `Gelu` (erf form, no params) for
+//! `approximate = "none"`. The tanh form is expanded before lowering into the ops of its
+//! definition, `0.5 · x · (1 + Tanh(√(2/π) · (x + 0.044715 · x³)))`.
 
 use crate::error::Result;
+use crate::ir::builder::Builder;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
+
+pub const GELU: OpDef = OpDef {
+    op_type: "Gelu",
+    infer: same,
+    fold: None,
+    expand: Some(gelu_tanh),
+    lower: Some(gelu),
+};
+
+pub fn gelu_tanh(b: &mut Builder, node: &Node) -> Result<bool> {
+    if node.attr_s("approximate", "none")? != "tanh" {
+        return Ok(false);
+    }
+    let x = node
+        .input(0)
+        .ok_or_else(|| node.err_invalid("input 0 is missing"))?;
+    let y = node
+        .output(0)
+        .ok_or_else(|| node.err_invalid("output 0 is missing"))?;
+    let dt = b.g.dtype(x);
+    let x2 = b.op("Mul", &[x, x], vec![]);
+    let x3 = b.op("Mul", &[x2, x], vec![]);
+    let c = b.scalar(dt, 0.044715);
+    let cx3 = b.op("Mul", &[x3, c], vec![]);
+    let inner = b.op("Add", &[x, cx3], vec![]);
+    let k = b.scalar(dt, (2.0 / std::f64::consts::PI).sqrt());
+    let scaled = b.op("Mul", &[inner, k], vec![]);
+    let t = b.op("Tanh", &[scaled], vec![]);
+    let one = b.scalar(dt, 1.0);
+    let t1 = b.op("Add", &[t, one], vec![]);
+    let half = b.scalar(dt, 0.5);
+    let hx = b.op("Mul", &[x, half], vec![]);
+    b.op_to("Mul", &[hx, t1], vec![], &[y]);
+    Ok(true)
+}
 
 pub fn gelu(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let approx = node.attr_s("approximate", "none")?;
@@ -35,6 +72,17 @@ mod tests {
             .node("Gelu", &["x"], &["y"], &[])
             .output("y");
         assert_eq!(lower(&b).op_types(), vec!["Gelu"]);
+    }
+
+    #[test]
+    fn tanh_gelu_is_expanded() {
+        let b = ModelBuilder::new(24)
+            .input("x", DType::F32, &[2, 3])
+            .node("Gelu", &["x"], &["y"], &[("approximate", A::S("tanh"))])
+            .output("y");
+        let t = lower(&b).op_types();
+        assert_eq!(t.last(), Some(&"ElementWiseMultiply"), "{t:?}");
+        assert!(t.contains(&"Tanh"), "{t:?}");
     }
 
     #[test]

@@ -6,9 +6,18 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{neuron, op, param};
+
+pub const HARD_SIGMOID: OpDef = OpDef {
+    op_type: "HardSigmoid",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(hard_sigmoid),
+};
 
 pub fn hard_sigmoid(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let alpha = node.attr_f("alpha", 0.2)?;

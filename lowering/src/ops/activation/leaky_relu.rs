@@ -2,10 +2,19 @@
 //! with a constant one-element slope `alpha` in the input's dtype.
 
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
-use crate::tensor::Tensor;
+
+pub const LEAKY_RELU: OpDef = OpDef {
+    op_type: "LeakyRelu",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(leaky_relu),
+};
 
 pub fn leaky_relu(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let alpha = node.attr_f("alpha", 0.01)?;

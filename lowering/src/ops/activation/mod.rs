@@ -1,7 +1,7 @@
 //! Activations with attributes or decompositions (the plain ones are rows in `elementwise`).
 
-use crate::ops::{Expander, Rule};
-use crate::passes::expand::not_expanded;
+use crate::ops::infer::same;
+use crate::ops::OpDef;
 
 pub mod clip;
 pub mod composite;
@@ -13,33 +13,42 @@ pub mod prelu;
 pub mod softmax;
 pub mod softplus;
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("Clip", clip::clip),
-    ("Elu", elu::elu),
-    ("Gelu", gelu::gelu),
-    ("HardSigmoid", hard_sigmoid::hard_sigmoid),
-    ("LeakyRelu", leaky_relu::leaky_relu),
-    ("PRelu", prelu::prelu),
-    ("Softmax", softmax::softmax),
-    ("LogSoftmax", softmax::softmax),
-    ("Softplus", softplus::softplus),
-    ("Mish", softplus::mish),
-    ("Selu", not_expanded),
-    ("ThresholdedRelu", not_expanded),
-    ("Swish", not_expanded),
-    ("Tan", not_expanded),
-    ("Mean", not_expanded),
-    ("IsNaN", not_expanded),
-    ("LpNormalization", not_expanded),
-];
+/// Inferred only: no op table lists them, so they are reported as unsupported and the nodes
+/// after them are still checked.
+pub const CELU: OpDef = OpDef {
+    op_type: "Celu",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: None,
+};
 
-pub const EXPANSIONS: &[(&str, Expander)] = &[
-    ("Selu", composite::selu),
-    ("ThresholdedRelu", composite::thresholded_relu),
-    ("Swish", composite::swish),
-    ("Tan", composite::tan),
-    ("Mean", composite::mean),
-    ("IsNaN", composite::is_nan),
-    ("LpNormalization", composite::lp_normalization),
-    ("Gelu", composite::gelu_tanh),
+pub const SOFTSIGN: OpDef = OpDef {
+    op_type: "Softsign",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: None,
+};
+
+pub const OPS: &[OpDef] = &[
+    clip::CLIP,
+    elu::ELU,
+    gelu::GELU,
+    hard_sigmoid::HARD_SIGMOID,
+    leaky_relu::LEAKY_RELU,
+    prelu::PRELU,
+    softmax::SOFTMAX,
+    softmax::LOG_SOFTMAX,
+    softplus::SOFTPLUS,
+    softplus::MISH,
+    composite::SELU,
+    composite::THRESHOLDED_RELU,
+    composite::SWISH,
+    composite::TAN,
+    composite::MEAN,
+    composite::IS_NAN,
+    composite::LP_NORMALIZATION,
+    CELU,
+    SOFTSIGN,
 ];

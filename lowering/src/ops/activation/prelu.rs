@@ -3,8 +3,17 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::elementwise::infer_binary;
+use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
+
+pub const PRELU: OpDef = OpDef {
+    op_type: "PRelu",
+    infer: infer_binary,
+    fold: None,
+    expand: None,
+    lower: Some(prelu),
+};
 
 pub fn prelu(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let rank = cx.shape(node, 0).len();
@@ -18,8 +27,8 @@ pub fn prelu(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     #[test]

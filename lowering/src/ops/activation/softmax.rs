@@ -6,12 +6,29 @@
 //! and fails validation without it. QNN normalises the last axis only, so a softmax over another
 //! axis (opset 13+) is wrapped in two `Transpose`s that move that axis last and back.
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const SOFTMAX: OpDef = OpDef {
+    op_type: "Softmax",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(softmax),
+};
+
+pub const LOG_SOFTMAX: OpDef = OpDef {
+    op_type: "LogSoftmax",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(softmax),
+};
 
 pub fn softmax(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let q = if node.op_type == "LogSoftmax" {

@@ -7,9 +7,26 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::TensorId;
 use crate::qnn_names::op;
+
+pub const SOFTPLUS: OpDef = OpDef {
+    op_type: "Softplus",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(softplus),
+};
+
+pub const MISH: OpDef = OpDef {
+    op_type: "Mish",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(mish),
+};
 
 fn softplus_of(cx: &mut LowerCx, node: &Node, x: TensorId) -> Result<TensorId> {
     let shape = cx.tshape(x);

@@ -14,9 +14,19 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::builder::Builder;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node, ValueId};
-use crate::passes::expand::Builder;
-use crate::tensor::Tensor;
+use crate::ops::infer::{In, Out};
+use crate::ops::OpDef;
+
+pub const ATTENTION: OpDef = OpDef {
+    op_type: "Attention",
+    infer,
+    fold: None,
+    expand: Some(attention),
+    lower: None,
+};
 
 fn required(node: &Node, i: usize, what: &str) -> Result<ValueId> {
     node.input(i)
@@ -38,28 +48,49 @@ fn repeat_heads(b: &mut Builder, x: ValueId, s: &[usize], rep: usize) -> ValueId
     b.reshape(e, &[bs, kvh * rep, t, d])
 }
 
-pub fn attention(b: &mut Builder, node: &Node) -> Result<bool> {
-    let (q, k, v) = (
-        required(node, 0, "Q")?,
-        required(node, 1, "K")?,
-        required(node, 2, "V")?,
-    );
-    if node.input(6).is_some() {
-        return Err(node.err_op("input 'nonpad_kv_seqlen' is not supported"));
-    }
-    let (qs, ks, vs) = (
-        b.g.shape(q).to_vec(),
-        b.g.shape(k).to_vec(),
-        b.g.shape(v).to_vec(),
-    );
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let dm = dims(n, x.shape(0)?, x.shape(1)?, x.shape(2)?)?;
+    let past = if x.has(4) {
+        x.shape(4)?.get(2).copied().unwrap_or(0)
+    } else {
+        0
+    };
+    let (kdt, vdt) = if x.has(4) && x.has(5) {
+        (x.dtype(4)?, x.dtype(5)?)
+    } else {
+        (x.dtype(1)?, x.dtype(2)?)
+    };
+    let [y, pk, pv, qk] = output_shapes(&dm, past);
+    let dt = x.dtype(0)?;
+    Ok(vec![(dt, y), (kdt, pk), (vdt, pv), (dt, qk)])
+}
+
+/// The geometry of Q, K and V, read from their shapes (and, for 3-D inputs, the head-count
+/// attributes).
+pub struct Dims {
+    pub rank: usize,
+    pub batch: usize,
+    /// Query and key/value sequence lengths (without the past).
+    pub sq: usize,
+    pub skv: usize,
+    /// Query and key/value head counts.
+    pub qh: usize,
+    pub kvh: usize,
+    /// Head sizes of Q and K (equal) and of V.
+    pub d: usize,
+    pub dv: usize,
+}
+
+/// Reads and checks the geometry of Q, K and V (shapes `qs`, `ks`, `vs`).
+pub fn dims(node: &Node, qs: &[usize], ks: &[usize], vs: &[usize]) -> Result<Dims> {
     let rank = qs.len();
     if !(rank == 3 || rank == 4) || ks.len() != rank || vs.len() != rank {
         return Err(node.err_invalid(format!(
             "Q, K and V must all be 3-D or all 4-D, got {qs:?}, {ks:?}, {vs:?}"
         )));
     }
-    let dt = b.g.dtype(q);
-    let (q4, k4, v4, qh, kvh) = if rank == 3 {
+    let (qh, kvh) = if rank == 3 {
         let attr = |name: &str| -> Result<usize> {
             let h = node
                 .attr_i_opt(name)?
@@ -76,17 +107,10 @@ pub fn attention(b: &mut Builder, node: &Node) -> Result<bool> {
                 qs[2], ks[2], vs[2]
             )));
         }
-        (
-            heads(b, q, &qs, qh),
-            heads(b, k, &ks, kvh),
-            heads(b, v, &vs, kvh),
-            qh,
-            kvh,
-        )
+        (qh, kvh)
     } else {
-        (q, k, v, qs[1], ks[1])
+        (qs[1], ks[1])
     };
-    let batch = qs[0];
     let (sq, skv) = if rank == 3 {
         (qs[1], ks[1])
     } else {
@@ -101,6 +125,70 @@ pub fn attention(b: &mut Builder, node: &Node) -> Result<bool> {
              heads divide Q heads"
         )));
     }
+    Ok(Dims {
+        rank,
+        batch: qs[0],
+        sq,
+        skv,
+        qh,
+        kvh,
+        d,
+        dv,
+    })
+}
+
+/// Output shapes: `Y`, `present_key`, `present_value` and `qk_matmul_output`. `past` is the
+/// sequence length of `past_key` (0 without one).
+pub fn output_shapes(dm: &Dims, past: usize) -> [Vec<usize>; 4] {
+    let total = dm.skv + past;
+    let y = if dm.rank == 3 {
+        vec![dm.batch, dm.sq, dm.qh * dm.dv]
+    } else {
+        vec![dm.batch, dm.qh, dm.sq, dm.dv]
+    };
+    [
+        y,
+        vec![dm.batch, dm.kvh, total, dm.d],
+        vec![dm.batch, dm.kvh, total, dm.dv],
+        vec![dm.batch, dm.qh, dm.sq, total],
+    ]
+}
+
+pub fn attention(b: &mut Builder, node: &Node) -> Result<bool> {
+    let (q, k, v) = (
+        required(node, 0, "Q")?,
+        required(node, 1, "K")?,
+        required(node, 2, "V")?,
+    );
+    if node.input(6).is_some() {
+        return Err(node.err_op("input 'nonpad_kv_seqlen' is not supported"));
+    }
+    let (qs, ks, vs) = (
+        b.g.shape(q).to_vec(),
+        b.g.shape(k).to_vec(),
+        b.g.shape(v).to_vec(),
+    );
+    let dm = dims(node, &qs, &ks, &vs)?;
+    let dt = b.g.dtype(q);
+    let (q4, k4, v4) = if dm.rank == 3 {
+        (
+            heads(b, q, &qs, dm.qh),
+            heads(b, k, &ks, dm.kvh),
+            heads(b, v, &vs, dm.kvh),
+        )
+    } else {
+        (q, k, v)
+    };
+    let Dims {
+        rank,
+        batch,
+        sq,
+        skv,
+        qh,
+        kvh,
+        d,
+        dv,
+    } = dm;
     let (kc, vc, past) = match (node.input(4), node.input(5)) {
         (Some(pk), Some(pv)) => {
             let past = b.g.shape(pk).get(2).copied().unwrap_or(0);
@@ -214,8 +302,39 @@ pub fn attention(b: &mut Builder, node: &Node) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ir::Attr;
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn attention_3d_with_past_is_inferred() {
+        let g = graph_with(&[
+            ("q", DType::F32, vec![2, 3, 16]),
+            ("k", DType::F32, vec![2, 5, 8]),
+            ("v", DType::F32, vec![2, 5, 12]),
+            ("pk", DType::F32, vec![2, 2, 4, 4]),
+            ("pv", DType::F32, vec![2, 2, 4, 6]),
+        ]);
+        let heads = [
+            ("q_num_heads", Attr::Int(4)),
+            ("kv_num_heads", Attr::Int(2)),
+        ];
+        let ins = [Some(0), Some(1), Some(2), None, Some(3), Some(4)];
+        let shapes: Vec<Vec<usize>> = infer(&g, &node("Attention", &ins, &heads))
+            .unwrap()
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(
+            shapes,
+            vec![
+                vec![2, 3, 24],
+                vec![2, 2, 9, 4],
+                vec![2, 2, 9, 6],
+                vec![2, 4, 3, 9]
+            ]
+        );
+    }
 
     fn model(q: &[i64], k: &[i64], v: &[i64], attrs: &[(&str, A)]) -> ModelBuilder {
         ModelBuilder::new(23)

@@ -7,9 +7,34 @@
 //! tensor).
 
 use crate::error::Result;
+use crate::ir::builder::Builder;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
-use crate::passes::expand::Builder;
-use crate::tensor::Tensor;
+use crate::ops::infer::{In, Out};
+use crate::ops::OpDef;
+
+pub const CAUSAL_CONV_WITH_STATE: OpDef = OpDef {
+    op_type: "CausalConvWithState",
+    infer,
+    fold: None,
+    expand: Some(causal_conv_with_state),
+    lower: None,
+};
+
+/// `output` has the input's shape (the past state pads the length), `present_state` the
+/// last `k - 1` positions.
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let (xs, ws) = (x.shape(0)?, x.shape(1)?);
+    if xs.len() != 3 || ws.len() != 3 || ws[0] != xs[1] || ws[1] != 1 {
+        return Err(n.err_invalid(format!(
+            "input {xs:?} and weight {ws:?} are not [B, C, L] and [C, 1, k]"
+        )));
+    }
+    let dt = x.dtype(0)?;
+    let state = vec![xs[0], xs[1], ws[2].saturating_sub(1)];
+    Ok(vec![(dt, xs.to_vec()), (dt, state)])
+}
 
 pub fn causal_conv_with_state(b: &mut Builder, node: &Node) -> Result<bool> {
     let x = node
@@ -72,8 +97,21 @@ pub fn causal_conv_with_state(b: &mut Builder, node: &Node) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn output_and_state_are_inferred() {
+        let g = graph_with(&[
+            ("x", DType::F16, vec![1, 4, 8]),
+            ("w", DType::F16, vec![4, 1, 3]),
+        ]);
+        let n = node("CausalConvWithState", &[Some(0), Some(1)], &[]);
+        assert_eq!(
+            infer(&g, &n).unwrap(),
+            vec![(DType::F16, vec![1, 4, 8]), (DType::F16, vec![1, 4, 2])]
+        );
+    }
 
     fn model(k: i64, attrs: &[(&str, A)]) -> ModelBuilder {
         ModelBuilder::new(27)

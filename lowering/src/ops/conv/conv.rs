@@ -5,59 +5,65 @@
 //! UINT_32 `[2, 2]` = `{{top, bottom}, {left, right}}`, `dilation` UINT_32 `[2]` (all tensor
 //! params) and `group` UINT_32 scalar. `group == Cin == Cout` becomes `DepthWiseConv2d`
 //! (filter `[KH, KW, 1, Cout]`, no `group`).
-//! Weights that are not constant are transposed to HWIO by a `Transpose` op.
+//! Weights that are not constant are transposed to HWIO by a `Transpose` op. A 1-D Conv is
+//! expanded into a 2-D one first ([`super::conv1d`]).
 //! Constraints: 2-D spatial, weights/bias in the activation's float type.
 
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::{u32s, LowerCx};
-use crate::passes::infer::Spatial;
+use crate::ops::infer::{In, Out};
+use crate::ops::spatial::{infer_nchw, pool_out, require_2d_nhwc, spatial_params, Spatial};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
 
-/// The spatial params shared by Conv2d, DepthWiseConv2d, TransposeConv2d and the pools.
-pub fn spatial_params(
-    node: &Node,
-    sp: &Spatial,
-    with_dilation: bool,
-) -> Result<Vec<(&'static str, Param)>> {
-    let mut p = vec![
-        (
-            param::STRIDE,
-            Param::u32_vec(&u32s(node, "strides", &sp.strides)?),
-        ),
-        (
-            param::PAD_AMOUNT,
-            Param::u32s(
-                &[2, 2],
-                &u32s(
-                    node,
-                    "pads",
-                    &[sp.pads[0], sp.pads[2], sp.pads[1], sp.pads[3]],
-                )?,
-            ),
-        ),
-    ];
-    if with_dilation {
-        p.push((
-            param::DILATION,
-            Param::u32_vec(&u32s(node, "dilations", &sp.dilations)?),
-        ));
-    }
-    Ok(p)
-}
+pub const CONV: OpDef = OpDef {
+    op_type: "Conv",
+    infer,
+    fold: None,
+    expand: Some(super::conv1d::as_2d),
+    lower: Some(conv),
+};
 
-pub fn require_2d_nhwc(node: &Node, rank: usize) -> Result<()> {
-    match rank {
-        4 if node.nhwc => Ok(()),
-        4 => Err(node.err_invalid("internal: layout pass did not convert this node to NHWC")),
-        3 => Err(node.err_op("1-D spatial input is not supported (HTP has no Conv1d/Pool1d)")),
-        r => Err(node.err_op(format!(
-            "{}-D spatial input is not supported",
-            r.saturating_sub(2)
-        ))),
-    }
+// Spatial loops index the input dims and the parsed attributes in parallel.
+#[allow(clippy::needless_range_loop)]
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    infer_nchw(x, |xs| {
+        let sp_in = &xs[2..];
+        let ws = x.shape(1)?;
+        if ws.len() != xs.len() {
+            return Err(n.err_invalid(format!(
+                "weight rank {} != input rank {}",
+                ws.len(),
+                xs.len()
+            )));
+        }
+        // The layout pass stores 2-D conv weights as OIHW still; only data is NHWC.
+        let sp = Spatial::parse(n, sp_in, Some(&ws[2..]), None)?;
+        let group = n.attr_i("group", 1)?;
+        if group <= 0 || xs[1] != ws[1] * group as usize {
+            return Err(n.err_invalid(format!(
+                "input channels {} != weight channels {} x group {group}",
+                xs[1], ws[1]
+            )));
+        }
+        let mut o = vec![xs[0], ws[0]];
+        for i in 0..sp_in.len() {
+            let r = sp_in.len();
+            o.push(pool_out(
+                n,
+                sp_in[i],
+                sp.kernel[i],
+                sp.strides[i],
+                sp.dilations[i],
+                (sp.pads[i], sp.pads[i + r]),
+                false,
+            )?);
+        }
+        Ok(o)
+    })
 }
 
 pub fn conv(cx: &mut LowerCx, node: &Node) -> Result<()> {
@@ -103,9 +109,34 @@ pub fn conv(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
+    use crate::ir::tensor::Tensor;
+    use crate::ir::Attr;
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::{rand_f32, ModelBuilder, A};
+
+    #[test]
+    fn conv_same_upper_and_strides() {
+        let g = graph_with(&[
+            ("x", DType::F32, vec![1, 3, 7, 7]),
+            ("w", DType::F32, vec![8, 3, 3, 3]),
+        ]);
+        let mut n = node(
+            "Conv",
+            &[Some(0), Some(1)],
+            &[
+                ("strides", Attr::Ints(vec![2, 2])),
+                ("auto_pad", Attr::String("SAME_UPPER".into())),
+            ],
+        );
+        n.outputs = vec![None];
+        assert_eq!(infer(&g, &n).unwrap(), vec![(DType::F32, vec![1, 8, 4, 4])]);
+        n.nhwc = true;
+        let g = graph_with(&[
+            ("x", DType::F32, vec![1, 7, 7, 3]),
+            ("w", DType::F32, vec![8, 3, 3, 3]),
+        ]);
+        assert_eq!(infer(&g, &n).unwrap(), vec![(DType::F32, vec![1, 4, 4, 8])]);
+    }
 
     fn w(o: usize, i: usize, k: usize) -> Tensor {
         Tensor::from_f32(vec![o, i, k, k], &rand_f32(3, o * i * k * k))

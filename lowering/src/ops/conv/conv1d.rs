@@ -8,8 +8,8 @@
 //! pool rule rejects it).
 
 use crate::error::Result;
+use crate::ir::builder::Builder;
 use crate::ir::{Attr, Node};
-use crate::passes::expand::Builder;
 
 pub fn as_2d(b: &mut Builder, node: &Node) -> Result<bool> {
     let Some(x) = node.input(0) else {

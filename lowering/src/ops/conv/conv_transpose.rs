@@ -3,17 +3,65 @@
 //! QNN `TransposeConv2d`: in[0] NHWC, in[1] filter `[KH, KW, Cin, Cout]` (ONNX weights are
 //! `[Cin, Cout, KH, KW]`), in[2] bias `[Cout]`; params `stride` UINT_32 `[2]`, `pad_amount`
 //! UINT_32 `[2, 2]`, `output_padding` UINT_32 `[2]` (tensor params), `group` UINT_32 scalar.
-//! Weights that are not constant are transposed by a `Transpose` op.
+//! Weights that are not constant are transposed by a `Transpose` op. A 1-D ConvTranspose is
+//! expanded into a 2-D one first ([`super::conv1d`]).
 //! Constraints: 2-D, group 1, dilation 1, no explicit `output_shape`.
 
 use crate::error::Result;
+use crate::ir::attr::to_usizes;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::conv::conv::{require_2d_nhwc, spatial_params};
-use crate::ops::{u32s, LowerCx};
-use crate::passes::infer::Spatial;
+use crate::ops::infer::{In, Out};
+use crate::ops::spatial::{infer_nchw, require_2d_nhwc, spatial_params, Spatial};
+use crate::ops::{u32s, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
+
+pub const CONV_TRANSPOSE: OpDef = OpDef {
+    op_type: "ConvTranspose",
+    infer,
+    fold: None,
+    expand: Some(crate::ops::conv::conv1d::as_2d),
+    lower: Some(conv_transpose),
+};
+
+// Spatial loops index the input dims and the parsed attributes in parallel.
+#[allow(clippy::needless_range_loop)]
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    infer_nchw(x, |xs| {
+        let sp_in = &xs[2..];
+        let ws = x.shape(1)?;
+        let group = n.attr_i("group", 1)?.max(1) as usize;
+        if ws.len() != xs.len() || ws[0] != xs[1] {
+            return Err(n.err_invalid(format!("weight {ws:?} does not match input {xs:?}")));
+        }
+        let r = sp_in.len();
+        let sp = Spatial::parse(n, sp_in, Some(&ws[2..]), Some(&[]))?;
+        let out_pad = to_usizes(
+            n,
+            "output_padding",
+            &n.attr_ints("output_padding", &vec![0; r])?,
+        )?;
+        let mut o = vec![xs[0], ws[1] * group];
+        if let Some(os) = n.attr_ints_opt("output_shape")? {
+            let os = to_usizes(n, "output_shape", &os)?;
+            o.extend_from_slice(&os[os.len().saturating_sub(r)..]);
+        } else {
+            for i in 0..r {
+                let full = sp.strides[i] * sp_in[i].saturating_sub(1)
+                    + out_pad.get(i).copied().unwrap_or(0)
+                    + sp.kernel[i].saturating_sub(1) * sp.dilations[i]
+                    + 1;
+                o.push(
+                    full.checked_sub(sp.pads[i] + sp.pads[i + r])
+                        .ok_or_else(|| n.err_invalid("pads exceed output size"))?,
+                );
+            }
+        }
+        Ok(o)
+    })
+}
 
 pub fn conv_transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let xs = cx.shape(node, 0);
@@ -73,8 +121,8 @@ pub fn conv_transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     fn model(attrs: &[(&str, A)]) -> ModelBuilder {

@@ -2,32 +2,21 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::{Expander, LowerCx, Rule};
-use crate::passes::const_fold::transpose;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
-// Rule files are named after the ONNX op (STYLE.md), which here matches the family.
+// Op files are named after the ONNX op (STYLE.md), which here matches the family.
 pub mod causal_conv;
 #[allow(clippy::module_inception)]
 pub mod conv;
 pub mod conv1d;
 pub mod conv_transpose;
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("Conv", conv::conv),
-    ("ConvTranspose", conv_transpose::conv_transpose),
-    ("CausalConvWithState", crate::passes::expand::not_expanded),
-];
-
-/// 1-D convolutions and pools run as 2-D ones (the pools are registered here too: one expansion
-/// serves all four).
-pub const EXPANSIONS: &[(&str, Expander)] = &[
-    ("Conv", conv1d::as_2d),
-    ("ConvTranspose", conv1d::as_2d),
-    ("MaxPool", conv1d::as_2d),
-    ("AveragePool", conv1d::as_2d),
-    ("CausalConvWithState", causal_conv::causal_conv_with_state),
+pub const OPS: &[OpDef] = &[
+    conv::CONV,
+    conv_transpose::CONV_TRANSPOSE,
+    causal_conv::CAUSAL_CONV_WITH_STATE,
 ];
 
 /// The weights (input 1, rank 4) permuted by `perm` into QNN's HWIO / HWOI layout: folded into a
@@ -39,7 +28,7 @@ pub(crate) fn permuted_weights(
     perm: [usize; 4],
 ) -> Result<TensorId> {
     if let Some(w) = cx.konst(node, 1) {
-        let hwio = transpose(w, &perm);
+        let hwio = w.transpose(&perm);
         return cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio);
     }
     let ws = cx.shape(node, 1);

@@ -1,20 +1,11 @@
 //! Loss functions, lowered by expanding them into elementwise ops and reductions.
 
-use crate::ops::{Expander, Rule};
-use crate::passes::expand::not_expanded;
+use crate::ops::OpDef;
 
 pub mod nll_loss;
 pub mod softmax_cross_entropy;
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("NegativeLogLikelihoodLoss", not_expanded),
-    ("SoftmaxCrossEntropyLoss", not_expanded),
-];
-
-pub const EXPANSIONS: &[(&str, Expander)] = &[
-    ("NegativeLogLikelihoodLoss", nll_loss::nll_loss),
-    (
-        "SoftmaxCrossEntropyLoss",
-        softmax_cross_entropy::softmax_cross_entropy,
-    ),
+pub const OPS: &[OpDef] = &[
+    nll_loss::NEGATIVE_LOG_LIKELIHOOD_LOSS,
+    softmax_cross_entropy::SOFTMAX_CROSS_ENTROPY_LOSS,
 ];

@@ -8,9 +8,24 @@
 //! Constraints: targets must fit int32 (they are narrowed like all int64 I/O).
 
 use crate::error::Result;
+use crate::ir::builder::Builder;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Node, ValueId};
-use crate::passes::expand::Builder;
-use crate::tensor::Tensor;
+use crate::ops::infer::{In, Out};
+use crate::ops::OpDef;
+
+pub const NEGATIVE_LOG_LIKELIHOOD_LOSS: OpDef = OpDef {
+    op_type: "NegativeLogLikelihoodLoss",
+    infer,
+    fold: None,
+    expand: Some(nll_loss),
+    lower: None,
+};
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let loss = loss_shape(x.n, x.shape(0)?, x.shape(1)?)?;
+    Ok(vec![(x.dtype(0)?, loss)])
+}
 
 /// Reduction of a loss, from the `reduction` attribute.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -27,6 +42,21 @@ pub fn reduction(node: &Node) -> Result<Reduction> {
         "mean" => Ok(Reduction::Mean),
         other => Err(node.err_attr("reduction", format!("unknown value '{other}'"))),
     }
+}
+
+/// Shape of the loss of a `[N, C, d..]` input against a `[N, d..]` target: the target's shape
+/// with `reduction = none`, a scalar otherwise.
+pub fn loss_shape(node: &Node, xs: &[usize], ts: &[usize]) -> Result<Vec<usize>> {
+    let r = xs.len();
+    if r < 2 || ts.len() != r - 1 || ts[0] != xs[0] || ts[1..] != xs[2..] {
+        return Err(node.err_invalid(format!(
+            "input {xs:?} and target {ts:?} do not match ([N, C, d..] and [N, d..])"
+        )));
+    }
+    Ok(match reduction(node)? {
+        Reduction::None => ts.to_vec(),
+        Reduction::Sum | Reduction::Mean => vec![],
+    })
 }
 
 /// Writes the NLL loss of log-probabilities `x` (`[N, C, d..]`, the shape and dtype of `like`)
@@ -126,8 +156,28 @@ pub fn nll_loss(b: &mut Builder, node: &Node) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ir::Attr;
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn loss_shape_follows_reduction() {
+        let g = graph_with(&[
+            ("x", DType::F32, vec![3, 5, 2]),
+            ("t", DType::I64, vec![3, 2]),
+        ]);
+        let ins = [Some(0), Some(1)];
+        let none = [("reduction", Attr::String("none".into()))];
+        let nll = "NegativeLogLikelihoodLoss";
+        assert_eq!(
+            infer(&g, &node(nll, &ins, &none)).unwrap(),
+            vec![(DType::F32, vec![3, 2])]
+        );
+        assert_eq!(
+            infer(&g, &node(nll, &ins, &[])).unwrap(),
+            vec![(DType::F32, vec![])]
+        );
+    }
 
     fn model(attrs: &[(&str, A)], weight: bool) -> ModelBuilder {
         let mut b =

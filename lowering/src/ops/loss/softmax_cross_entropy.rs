@@ -5,10 +5,28 @@
 //! `ignore_index` and `reduction`. QNN ops: LogSoftmax, Transpose and those of the NLL loss.
 
 use crate::error::Result;
+use crate::ir::builder::Builder;
 use crate::ir::Node;
-use crate::passes::expand::Builder;
+use crate::ops::OpDef;
 
-use super::nll_loss::nll_into;
+use super::nll_loss::{loss_shape, nll_into};
+use crate::ops::infer::{In, Out};
+
+pub const SOFTMAX_CROSS_ENTROPY_LOSS: OpDef = OpDef {
+    op_type: "SoftmaxCrossEntropyLoss",
+    infer,
+    fold: None,
+    expand: Some(softmax_cross_entropy),
+    lower: None,
+};
+
+/// The loss, and the log-probabilities (`log_prob`, the shape of the scores).
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let xs = x.shape(0)?;
+    let loss = loss_shape(x.n, xs, x.shape(1)?)?;
+    let dt = x.dtype(0)?;
+    Ok(vec![(dt, loss), (dt, xs.to_vec())])
+}
 
 pub fn softmax_cross_entropy(b: &mut Builder, node: &Node) -> Result<bool> {
     let x = node
@@ -51,8 +69,21 @@ pub fn softmax_cross_entropy(b: &mut Builder, node: &Node) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn loss_and_log_prob_are_inferred() {
+        let g = graph_with(&[
+            ("x", DType::F32, vec![3, 5, 2]),
+            ("t", DType::I64, vec![3, 2]),
+        ]);
+        let n = node("SoftmaxCrossEntropyLoss", &[Some(0), Some(1)], &[]);
+        assert_eq!(
+            infer(&g, &n).unwrap(),
+            vec![(DType::F32, vec![]), (DType::F32, vec![3, 5, 2])]
+        );
+    }
 
     #[test]
     fn sce_spatial_moves_classes_last() {

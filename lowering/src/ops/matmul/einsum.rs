@@ -9,10 +9,94 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
-use crate::passes::infer::einsum_parse;
+use crate::ops::infer::{In, Out};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
+
+pub const EINSUM: OpDef = OpDef {
+    op_type: "Einsum",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(einsum),
+};
+
+/// Parses an einsum equation into per-input labels and output labels (no ellipsis).
+pub fn einsum_parse(n: &Node) -> Result<(Vec<Vec<char>>, Vec<char>)> {
+    let eq: String = n
+        .attr_s("equation", "")?
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    if eq.contains("...") {
+        return Err(n.err_attr("equation", "ellipsis is not supported"));
+    }
+    let (lhs, rhs) = match eq.split_once("->") {
+        Some((l, r)) => (l.to_string(), Some(r.to_string())),
+        None => (eq.clone(), None),
+    };
+    let ins: Vec<Vec<char>> = lhs.split(',').map(|s| s.chars().collect()).collect();
+    if ins.iter().flatten().any(|c| !c.is_ascii_alphabetic()) {
+        return Err(n.err_attr("equation", format!("cannot parse '{eq}'")));
+    }
+    let out = match rhs {
+        Some(r) => r.chars().collect(),
+        None => {
+            let mut counts = std::collections::BTreeMap::new();
+            for c in ins.iter().flatten() {
+                *counts.entry(*c).or_insert(0) += 1;
+            }
+            counts
+                .into_iter()
+                .filter(|(_, k)| *k == 1)
+                .map(|(c, _)| c)
+                .collect()
+        }
+    };
+    Ok((ins, out))
+}
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let (ins, out) = einsum_parse(n)?;
+    if ins.len() != n.inputs.len() {
+        return Err(n.err_attr("equation", "operand count does not match the inputs"));
+    }
+    let mut dims = std::collections::HashMap::new();
+    for (i, labels) in ins.iter().enumerate() {
+        let s = x.shape(i)?;
+        if s.len() != labels.len() {
+            return Err(n.err_attr(
+                "equation",
+                format!(
+                    "operand {i} has rank {} but {} labels",
+                    s.len(),
+                    labels.len()
+                ),
+            ));
+        }
+        for (c, &d) in labels.iter().zip(s) {
+            let e = dims.entry(*c).or_insert(d);
+            if *e != d && d != 1 && *e != 1 {
+                return Err(n.err_invalid(format!("label '{c}' has sizes {e} and {d}")));
+            }
+            *e = (*e).max(d);
+        }
+    }
+    let shape = out
+        .iter()
+        .map(|c| {
+            dims.get(c).copied().ok_or_else(|| {
+                n.err_attr(
+                    "equation",
+                    format!("output label '{c}' is not an input label"),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(vec![(x.dtype(0)?, shape)])
+}
 
 fn permute(cx: &mut LowerCx, node: &Node, x: TensorId, from: &[char], to: &[char]) -> TensorId {
     let perm: Vec<u32> = to

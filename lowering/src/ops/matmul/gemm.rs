@@ -6,12 +6,42 @@
 //! `ElementWiseMultiply` by alpha and `ElementWiseAdd` of `beta*C`.
 
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::LowerCx;
-use crate::passes::const_fold::transpose;
+use crate::ops::infer::{In, Out};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
+
+pub const GEMM: OpDef = OpDef {
+    op_type: "Gemm",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(gemm),
+};
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let (a, b) = (x.shape(0)?, x.shape(1)?);
+    if a.len() != 2 || b.len() != 2 {
+        return Err(n.err_invalid("Gemm inputs must be 2-D"));
+    }
+    let (m, k1) = if n.attr_i("transA", 0)? != 0 {
+        (a[1], a[0])
+    } else {
+        (a[0], a[1])
+    };
+    let (k2, nn) = if n.attr_i("transB", 0)? != 0 {
+        (b[1], b[0])
+    } else {
+        (b[0], b[1])
+    };
+    if k1 != k2 {
+        return Err(n.err_invalid(format!("Gemm inner dims differ: {a:?} x {b:?}")));
+    }
+    Ok(vec![(x.dtype(0)?, vec![m, nn])])
+}
 
 pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let alpha = node.attr_f("alpha", 1.0)? as f64;
@@ -34,7 +64,7 @@ pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
         let w = if trans_b {
             b.clone()
         } else {
-            transpose(b, &[1, 0])
+            b.transpose(&[1, 0])
         };
         let w = if alpha != 1.0 {
             Tensor::from_f64_as(
@@ -134,8 +164,8 @@ pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{rand_f32, ModelBuilder, A};
 
     #[test]

@@ -7,11 +7,59 @@
 //! are promoted and the output reshaped.
 
 use crate::error::Result;
+use crate::ir::shape::broadcast;
 use crate::ir::Node;
-use crate::ops::LowerCx;
-use crate::passes::const_fold::transpose;
+use crate::ops::infer::{In, Out};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const MATMUL: OpDef = OpDef {
+    op_type: "MatMul",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(matmul),
+};
+
+/// The numpy matmul output shape of `a` × `b` (1-D operands promoted and their dim dropped,
+/// batch dims broadcast).
+pub fn matmul_shape(n: &Node, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    if a.is_empty() || b.is_empty() {
+        return Err(n.err_invalid("MatMul inputs must have rank >= 1"));
+    }
+    let a2: Vec<usize> = if a.len() == 1 {
+        vec![1, a[0]]
+    } else {
+        a.to_vec()
+    };
+    let b2: Vec<usize> = if b.len() == 1 {
+        vec![b[0], 1]
+    } else {
+        b.to_vec()
+    };
+    let (m, k1) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let (k2, nn) = (b2[b2.len() - 2], b2[b2.len() - 1]);
+    if k1 != k2 {
+        return Err(n.err_invalid(format!("MatMul inner dims differ: {a:?} x {b:?}")));
+    }
+    let mut out = broadcast(n, &[&a2[..a2.len() - 2], &b2[..b2.len() - 2]])?;
+    if a.len() > 1 {
+        out.push(m);
+    }
+    if b.len() > 1 {
+        out.push(nn);
+    }
+    Ok(out)
+}
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    Ok(vec![(
+        x.dtype(0)?,
+        matmul_shape(n, x.shape(0)?, x.shape(1)?)?,
+    )])
+}
 
 pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let a_shape = cx.shape(node, 0);
@@ -27,7 +75,7 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
             }
             let (k, n) = (b.shape[0], b.shape[1]);
             let rows: usize = a_shape[..a_shape.len() - 1].iter().product();
-            let w = transpose(b, &[1, 0]);
+            let w = b.transpose(&[1, 0]);
             let wt = cx.static_tensor(node, &format!("{}_w", node.name), &w)?;
             let mut a = cx.input(node, 0)?;
             if a_shape.len() != 2 {
@@ -91,7 +139,7 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
         (param::TRANSPOSE_IN1, Param::bool(false)),
     ];
     let y = cx.output(node, 0)?;
-    let mut full = crate::passes::infer::broadcast(node, &[&a2[..rank - 2], &b2[..rank - 2]])?;
+    let mut full = broadcast(node, &[&a2[..rank - 2], &b2[..rank - 2]])?;
     full.push(a2[rank - 2]);
     full.push(b2[rank - 1]);
     if full == out_shape {
@@ -106,10 +154,23 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::matmul_shape;
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
+    use crate::ir::Node;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::{rand_f32, ModelBuilder};
+
+    #[test]
+    fn matmul_batched_broadcast() {
+        let n = Node::new("m", "MatMul");
+        assert_eq!(
+            matmul_shape(&n, &[2, 1, 3, 4], &[5, 4, 6]).unwrap(),
+            vec![2, 5, 3, 6]
+        );
+        assert_eq!(matmul_shape(&n, &[4], &[4, 6]).unwrap(), vec![6]);
+        assert!(matmul_shape(&n, &[3, 4], &[5, 6]).is_err());
+    }
 
     #[test]
     fn batched_activation_matmul() {

@@ -1,15 +1,11 @@
 //! Matrix products.
 
-use crate::ops::Rule;
+use crate::ops::OpDef;
 
 pub mod einsum;
 pub mod gemm;
-// Rule files are named after the ONNX op (STYLE.md), which here matches the family.
+// Op files are named after the ONNX op (STYLE.md), which here matches the family.
 #[allow(clippy::module_inception)]
 pub mod matmul;
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("Gemm", gemm::gemm),
-    ("MatMul", matmul::matmul),
-    ("Einsum", einsum::einsum),
-];
+pub const OPS: &[OpDef] = &[gemm::GEMM, matmul::MATMUL, einsum::EINSUM];

@@ -9,9 +9,18 @@
 use super::{const_vec, vec_tensor};
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const BATCH_NORMALIZATION: OpDef = OpDef {
+    op_type: "BatchNormalization",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(batch_norm),
+};
 
 pub fn batch_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     if node.outputs.iter().skip(1).any(Option::is_some) || node.attr_i("training_mode", 0)? != 0 {
@@ -70,8 +79,8 @@ pub fn batch_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     fn model(shape: &[i64], attrs: &[(&str, A)]) -> ModelBuilder {

@@ -6,9 +6,18 @@
 use super::{const_vec, vec_tensor};
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const GROUP_NORMALIZATION: OpDef = OpDef {
+    op_type: "GroupNormalization",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(group_norm),
+};
 
 pub fn group_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let shape = cx.shape(node, 0);
@@ -60,8 +69,8 @@ pub fn group_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     fn model(groups: i64, n: usize) -> ModelBuilder {

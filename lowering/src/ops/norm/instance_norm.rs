@@ -5,9 +5,18 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const INSTANCE_NORMALIZATION: OpDef = OpDef {
+    op_type: "InstanceNormalization",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(instance_norm),
+};
 
 pub fn instance_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let r = cx.shape(node, 0).len();
@@ -34,8 +43,8 @@ pub fn instance_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     fn model(shape: &[i64]) -> ModelBuilder {

@@ -14,15 +14,41 @@
 //! SoC 60: errors of 4.1 for outputs up to 3.7 on every batch but the first; a per-channel
 //! bias `[D]` or a scalar is handled correctly, and so is anything between the two ops).
 
-use crate::attr::norm_axis;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
+use crate::ir::builder::Builder;
+use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node};
-use crate::ops::LowerCx;
-use crate::passes::expand::Builder;
+use crate::ops::infer::{same, In, Out};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
+
+pub const LAYER_NORMALIZATION: OpDef = OpDef {
+    op_type: "LayerNormalization",
+    infer,
+    fold: None,
+    expand: Some(layer_norm_with_stats),
+    lower: Some(layer_norm),
+};
+
+/// `Y` has the input's shape; `Mean` and `InvStdDev` (f32) keep the leading dims and are 1
+/// over the normalised ones.
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let mut v = same(x)?;
+    let r = x.rank(0)?;
+    let axis = norm_axis(n, "axis", n.attr_i("axis", -1)?, r)?;
+    let mut red = x.shape(0)?.to_vec();
+    for d in &mut red[axis..] {
+        *d = 1;
+    }
+    for _ in 1..n.outputs.len() {
+        v.push((DType::F32, red.clone()));
+    }
+    Ok(v)
+}
 
 /// The expansion used when the Mean or InvStdDev output is read.
 pub fn layer_norm_with_stats(b: &mut Builder, node: &Node) -> Result<bool> {
@@ -151,8 +177,8 @@ pub fn layer_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     #[test]

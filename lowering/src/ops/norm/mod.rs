@@ -1,6 +1,11 @@
 //! Normalisations.
 
-use crate::ops::{Expander, Rule};
+use crate::error::Result;
+use crate::ir::tensor::Tensor;
+use crate::ir::Node;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
+use crate::plan::TensorId;
 
 pub mod batch_norm;
 pub mod group_norm;
@@ -8,21 +13,23 @@ pub mod instance_norm;
 pub mod layer_norm;
 pub mod rms_norm;
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("BatchNormalization", batch_norm::batch_norm),
-    ("GroupNormalization", group_norm::group_norm),
-    ("InstanceNormalization", instance_norm::instance_norm),
-    ("LayerNormalization", layer_norm::layer_norm),
-    ("RMSNormalization", rms_norm::rms_norm),
+/// Inferred only: no op table lists it.
+pub const LRN: OpDef = OpDef {
+    op_type: "LRN",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: None,
+};
+
+pub const OPS: &[OpDef] = &[
+    batch_norm::BATCH_NORMALIZATION,
+    group_norm::GROUP_NORMALIZATION,
+    instance_norm::INSTANCE_NORMALIZATION,
+    layer_norm::LAYER_NORMALIZATION,
+    rms_norm::RMS_NORMALIZATION,
+    LRN,
 ];
-
-pub const EXPANSIONS: &[(&str, Expander)] =
-    &[("LayerNormalization", layer_norm::layer_norm_with_stats)];
-
-use crate::error::Result;
-use crate::ir::Node;
-use crate::ops::LowerCx;
-use crate::plan::TensorId;
 
 /// A per-channel parameter input that must be constant, returned as f64s.
 pub(crate) fn const_vec(cx: &LowerCx, node: &Node, i: usize, what: &str) -> Result<Vec<f64>> {
@@ -34,6 +41,6 @@ pub(crate) fn const_vec(cx: &LowerCx, node: &Node, i: usize, what: &str) -> Resu
 /// Static tensor `[n]` in the node's float type.
 pub(crate) fn vec_tensor(cx: &mut LowerCx, node: &Node, hint: &str, v: &[f64]) -> Result<TensorId> {
     let dt = cx.dtype(node, 0);
-    let t = crate::tensor::Tensor::from_f64_as(dt, vec![v.len()], v);
+    let t = Tensor::from_f64_as(dt, vec![v.len()], v);
     cx.static_tensor(node, &format!("{}_{hint}", node.name), &t)
 }

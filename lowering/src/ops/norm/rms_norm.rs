@@ -5,13 +5,22 @@
 //! runs on the input reshaped to `[..., product of those axes]`, with gamma flattened to match
 //! (broadcast first when it is constant; a dynamic gamma must have the full normalised shape).
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
+
+pub const RMS_NORMALIZATION: OpDef = OpDef {
+    op_type: "RMSNormalization",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(rms_norm),
+};
 
 pub fn rms_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let shape = cx.shape(node, 0);
@@ -64,7 +73,7 @@ fn rms_norm_flattened(cx: &mut LowerCx, node: &Node, axis: usize, eps: f32) -> R
                     "scale shape {gshape:?} does not broadcast to {suffix:?}"
                 )));
             }
-            let map = crate::passes::const_fold::broadcast_map(suffix, &gshape);
+            let map = crate::ir::tensor::broadcast_map(suffix, &gshape);
             let v: Vec<f64> = map.iter().map(|&i| t.get_f64(i)).collect();
             let flat = Tensor::from_f64_as(t.dtype, vec![m], &v);
             cx.static_tensor(node, &format!("{}_gamma_flat", node.name), &flat)?
@@ -112,8 +121,8 @@ fn rms_norm_flattened(cx: &mut LowerCx, node: &Node, axis: usize, eps: f32) -> R
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     #[test]

@@ -4,10 +4,38 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::conv::conv::require_2d_nhwc;
-use crate::ops::LowerCx;
+use crate::ops::infer::{In, Out};
+use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const GLOBAL_AVERAGE_POOL: OpDef = OpDef {
+    op_type: "GlobalAveragePool",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(global_pool),
+};
+
+pub const GLOBAL_MAX_POOL: OpDef = OpDef {
+    op_type: "GlobalMaxPool",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(global_pool),
+};
+
+/// The input with every spatial dim reduced to 1.
+fn infer(x: &In) -> Result<Vec<Out>> {
+    infer_nchw(x, |xs| {
+        let mut o = xs.to_vec();
+        for d in &mut o[2..] {
+            *d = 1;
+        }
+        Ok(o)
+    })
+}
 
 pub fn global_pool(cx: &mut LowerCx, node: &Node) -> Result<()> {
     require_2d_nhwc(node, cx.shape(node, 0).len())?;

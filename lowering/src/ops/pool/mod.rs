@@ -1,15 +1,16 @@
 //! Pooling.
 
-use crate::ops::Rule;
+use crate::ops::OpDef;
 
 pub mod global_pool;
-// Rule files are named after the ONNX op (STYLE.md), which here matches the family.
+// Op files are named after the ONNX op (STYLE.md), which here matches the family.
 #[allow(clippy::module_inception)]
 pub mod pool;
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("MaxPool", pool::pool),
-    ("AveragePool", pool::pool),
-    ("GlobalAveragePool", global_pool::global_pool),
-    ("GlobalMaxPool", global_pool::global_pool),
+pub const OPS: &[OpDef] = &[
+    pool::MAX_POOL,
+    pool::AVERAGE_POOL,
+    pool::LP_POOL,
+    global_pool::GLOBAL_AVERAGE_POOL,
+    global_pool::GLOBAL_MAX_POOL,
 ];

@@ -3,7 +3,8 @@
 //! QNN `PoolMax2d` / `PoolAvg2d` on NHWC: params `filter_size`, `stride` UINT_32 `[2]`,
 //! `pad_amount` UINT_32 `[2, 2]` (tensor params), `rounding_mode` UINT_32 scalar (from
 //! `ceil_mode`), and for average pooling `count_pad_for_edges` BOOL_8 (`count_include_pad`).
-//! Constraints: no dilation, no Indices output, `storage_order = 0`.
+//! Constraints: no dilation, no Indices output, `storage_order = 0`. 1-D pools are expanded
+//! into 2-D ones first (`conv/conv1d.rs`). LpPool is only inferred (no op table lists it).
 //!
 //! AveragePool never hands padding or ceil rounding to `PoolAvg2d`: on the HTP library 2.51
 //! (SoC 60) a padded `PoolAvg2d` can crash the process (SIGSEGV in graphExecute, e.g. 2x2 kernel,
@@ -16,14 +17,75 @@
 //! padding), times a constant per-position factor `kernel area / divisor` for the edge
 //! windows, whose divisor depends on `count_include_pad`.
 
+use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::conv::conv::{require_2d_nhwc, spatial_params};
-use crate::ops::{u32s, LowerCx};
-use crate::passes::infer::Spatial;
+use crate::ops::infer::{In, Out};
+use crate::ops::spatial::{infer_nchw, pool_out, require_2d_nhwc, spatial_params, Spatial};
+use crate::ops::{u32s, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param, rounding};
-use crate::tensor::Tensor;
+
+pub const MAX_POOL: OpDef = OpDef {
+    op_type: "MaxPool",
+    infer: infer_max_pool,
+    fold: None,
+    expand: Some(crate::ops::conv::conv1d::as_2d),
+    lower: Some(pool),
+};
+
+pub const AVERAGE_POOL: OpDef = OpDef {
+    op_type: "AveragePool",
+    infer: infer_pool,
+    fold: None,
+    expand: Some(crate::ops::conv::conv1d::as_2d),
+    lower: Some(pool),
+};
+
+/// Inferred only: no op table lists it.
+pub const LP_POOL: OpDef = OpDef {
+    op_type: "LpPool",
+    infer: infer_pool,
+    fold: None,
+    expand: None,
+    lower: None,
+};
+
+// Spatial loops index the input dims and the parsed attributes in parallel.
+#[allow(clippy::needless_range_loop)]
+fn infer_pool(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    infer_nchw(x, |xs| {
+        let sp_in = &xs[2..];
+        let sp = Spatial::parse(n, sp_in, None, None)?;
+        let ceil = n.attr_i("ceil_mode", 0)? != 0;
+        let mut o = vec![xs[0], xs[1]];
+        let r = sp_in.len();
+        for i in 0..r {
+            o.push(pool_out(
+                n,
+                sp_in[i],
+                sp.kernel[i],
+                sp.strides[i],
+                sp.dilations[i],
+                (sp.pads[i], sp.pads[i + r]),
+                ceil,
+            )?);
+        }
+        Ok(o)
+    })
+}
+
+/// A pool's output, and for MaxPool the `Indices` output of the same shape.
+fn infer_max_pool(x: &In) -> Result<Vec<Out>> {
+    let mut outs = infer_pool(x)?;
+    if x.n.outputs.len() > 1 {
+        let s = outs[0].1.clone();
+        outs.push((DType::I64, s));
+    }
+    Ok(outs)
+}
 
 pub fn pool(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let xs = cx.shape(node, 0);
@@ -154,8 +216,25 @@ fn avg_pool_padded(cx: &mut LowerCx, node: &Node, sp: &Spatial) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ir::Attr;
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn maxpool_ceil_mode() {
+        let g = graph_with(&[("x", DType::F32, vec![1, 1, 6, 6])]);
+        let mut n = node(
+            "MaxPool",
+            &[Some(0)],
+            &[
+                ("kernel_shape", Attr::Ints(vec![3, 3])),
+                ("strides", Attr::Ints(vec![2, 2])),
+                ("ceil_mode", Attr::Int(1)),
+            ],
+        );
+        n.outputs = vec![None];
+        assert_eq!(infer(&g, &n).unwrap()[0].1, vec![1, 1, 3, 3]);
+    }
 
     #[test]
     fn maxpool_snapshot() {

@@ -2,12 +2,43 @@
 //! QNN `Argmax` / `Argmin`: `axis` UINT_32 scalar, `keep_dims` BOOL_8 scalar; output int32
 //! (ONNX int64, narrowed). Constraint: `select_last_index = 0`.
 
-use crate::attr::norm_axis;
+use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::{In, Out};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const ARG_MAX: OpDef = OpDef {
+    op_type: "ArgMax",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(arg),
+};
+
+pub const ARG_MIN: OpDef = OpDef {
+    op_type: "ArgMin",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(arg),
+};
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let s = x.shape(0)?;
+    let axis = norm_axis(n, "axis", n.attr_i("axis", 0)?, s.len())?;
+    let mut o = s.to_vec();
+    if n.attr_i("keepdims", 1)? != 0 {
+        o[axis] = 1;
+    } else {
+        o.remove(axis);
+    }
+    Ok(vec![(DType::I64, o)])
+}
 
 pub fn arg(cx: &mut LowerCx, node: &Node) -> Result<()> {
     if node.attr_i("select_last_index", 0)? != 0 {

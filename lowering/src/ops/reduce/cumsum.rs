@@ -4,12 +4,21 @@
 //! QNN_CumulativeSum"). An exclusive sum is the inclusive one minus the input; reverse is
 //! rejected.
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::same;
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const CUM_SUM: OpDef = OpDef {
+    op_type: "CumSum",
+    infer: same,
+    fold: None,
+    expand: None,
+    lower: Some(cumsum),
+};
 
 pub fn cumsum(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let r = cx.shape(node, 0).len();
@@ -52,8 +61,8 @@ pub fn cumsum(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     #[test]

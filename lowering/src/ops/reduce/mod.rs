@@ -1,21 +1,26 @@
 //! Reductions, arg-reductions, TopK and CumSum.
 
-use crate::ops::Rule;
+use crate::ops::OpDef;
 
 pub mod arg;
 pub mod cumsum;
-// Rule files are named after the ONNX op (STYLE.md), which here matches the family.
+// Op files are named after the ONNX op (STYLE.md), which here matches the family.
 #[allow(clippy::module_inception)]
 pub mod reduce;
 pub mod topk;
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("ReduceMean", reduce::reduce),
-    ("ReduceSum", reduce::reduce),
-    ("ReduceMax", reduce::reduce),
-    ("ReduceMin", reduce::reduce),
-    ("ArgMax", arg::arg),
-    ("ArgMin", arg::arg),
-    ("TopK", topk::topk),
-    ("CumSum", cumsum::cumsum),
+pub const OPS: &[OpDef] = &[
+    reduce::REDUCE_MEAN,
+    reduce::REDUCE_SUM,
+    reduce::REDUCE_MAX,
+    reduce::REDUCE_MIN,
+    reduce::REDUCE_PROD,
+    reduce::REDUCE_L1,
+    reduce::REDUCE_L2,
+    reduce::REDUCE_SUM_SQUARE,
+    reduce::REDUCE_LOG_SUM_EXP,
+    arg::ARG_MAX,
+    arg::ARG_MIN,
+    topk::TOP_K,
+    cumsum::CUM_SUM,
 ];

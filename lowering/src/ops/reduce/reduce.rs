@@ -1,14 +1,192 @@
-//! ReduceMean / ReduceSum / ReduceMax / ReduceMin — <https://onnx.ai/onnx/operators/onnx__ReduceMean.html>.
+//! ReduceMean / ReduceSum / ReduceMax / ReduceMin — <https://onnx.ai/onnx/operators/onnx__ReduceMean.html>
+//! (and the inference of ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp).
 //! `axes` is an attribute before opset 18 (13 for ReduceSum) and a constant input after;
 //! `noop_with_empty_axes` is honoured. QNN `ReduceMean`/`ReduceSum`/`ReduceMax`/`ReduceMin`:
 //! `axes` UINT_32 `[k]` (tensor param), `keep_dims` BOOL_8 scalar.
 
 use crate::error::Result;
-use crate::ir::Node;
-use crate::ops::LowerCx;
-use crate::passes::infer::reduce_params;
+use crate::ir::attr::norm_axes;
+use crate::ir::tensor::{map_indices, numel, strides, Tensor};
+use crate::ir::{Graph, Node};
+use crate::ops::infer::{In, Out};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const REDUCE_MEAN: OpDef = OpDef {
+    op_type: "ReduceMean",
+    infer,
+    fold: Some(Fold::Values(fold)),
+    expand: None,
+    lower: Some(reduce),
+};
+
+pub const REDUCE_SUM: OpDef = OpDef {
+    op_type: "ReduceSum",
+    infer,
+    fold: Some(Fold::Values(fold)),
+    expand: None,
+    lower: Some(reduce),
+};
+
+pub const REDUCE_MAX: OpDef = OpDef {
+    op_type: "ReduceMax",
+    infer,
+    fold: Some(Fold::Values(fold)),
+    expand: None,
+    lower: Some(reduce),
+};
+
+pub const REDUCE_MIN: OpDef = OpDef {
+    op_type: "ReduceMin",
+    infer,
+    fold: Some(Fold::Values(fold)),
+    expand: None,
+    lower: Some(reduce),
+};
+
+/// Inferred only: no QNN reduction matches them (the op tables list ReduceProd as fallback and
+/// not the others).
+pub const REDUCE_PROD: OpDef = OpDef {
+    op_type: "ReduceProd",
+    infer,
+    fold: Some(Fold::Values(fold)),
+    expand: None,
+    lower: None,
+};
+
+pub const REDUCE_L1: OpDef = OpDef {
+    op_type: "ReduceL1",
+    infer,
+    fold: None,
+    expand: None,
+    lower: None,
+};
+
+pub const REDUCE_L2: OpDef = OpDef {
+    op_type: "ReduceL2",
+    infer,
+    fold: None,
+    expand: None,
+    lower: None,
+};
+
+pub const REDUCE_SUM_SQUARE: OpDef = OpDef {
+    op_type: "ReduceSumSquare",
+    infer,
+    fold: None,
+    expand: None,
+    lower: None,
+};
+
+pub const REDUCE_LOG_SUM_EXP: OpDef = OpDef {
+    op_type: "ReduceLogSumExp",
+    infer,
+    fold: None,
+    expand: None,
+    lower: None,
+};
+
+fn reduce_axes(x: &In, n: &Node, rank: usize) -> Result<Option<Vec<usize>>> {
+    // ReduceSum moved axes to an input in opset 13, the other reductions in opset 18.
+    let axes_from_input = if n.op_type == "ReduceSum" {
+        x.g.opset() >= 13
+    } else {
+        x.g.opset() >= 18
+    };
+    let axes = if axes_from_input {
+        x.opt_const_ints(1, "axes")?
+    } else {
+        n.attr_ints_opt("axes")?
+    };
+    match axes {
+        Some(a) if !a.is_empty() => Ok(Some(norm_axes(n, "axes", &a, rank)?)),
+        _ => {
+            if n.attr_i("noop_with_empty_axes", 0)? != 0 {
+                Ok(None)
+            } else {
+                Ok(Some((0..rank).collect()))
+            }
+        }
+    }
+}
+
+/// The reduced axes (`None`: none, with `noop_with_empty_axes`) and `keepdims`.
+pub fn reduce_params(g: &Graph, n: &Node) -> Result<(Option<Vec<usize>>, bool)> {
+    let x = In { g, n };
+    let rank = x.rank(0)?;
+    Ok((reduce_axes(&x, n, rank)?, n.attr_i("keepdims", 1)? != 0))
+}
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let g = x.g;
+    let (axes, keep) = reduce_params(g, n)?;
+    let s = x.shape(0)?;
+    let o = match axes {
+        None => s.to_vec(),
+        Some(axes) => s
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &d)| {
+                if axes.contains(&i) {
+                    keep.then_some(1)
+                } else {
+                    Some(d)
+                }
+            })
+            .collect(),
+    };
+    Ok(vec![(x.dtype(0)?, o)])
+}
+
+/// ReduceProd, ReduceSum, ReduceMax, ReduceMin and ReduceMean of a constant input.
+fn fold(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let g = x.g;
+    let op = node.op_type.as_str();
+    let (dt0, shape0) = outs[0].clone();
+    let t0 = ins[0];
+    let (axes, _) = reduce_params(g, node)?;
+    let axes = axes.unwrap_or_default();
+    let r = t0.shape.len();
+    let red_shape: Vec<usize> = (0..r)
+        .map(|i| if axes.contains(&i) { 1 } else { t0.shape[i] })
+        .collect();
+    let out_st = strides(&red_shape);
+    let n_out = numel(&red_shape);
+    let init = match op {
+        "ReduceProd" => 1.0,
+        "ReduceMax" => f64::NEG_INFINITY,
+        "ReduceMin" => f64::INFINITY,
+        _ => 0.0,
+    };
+    let mut acc = vec![init; n_out];
+    let mut cnt = vec![0usize; n_out];
+    let vals = t0.to_f64();
+    let map = map_indices(&t0.shape, |idx| {
+        idx.iter()
+            .enumerate()
+            .map(|(k, &i)| if axes.contains(&k) { 0 } else { i * out_st[k] })
+            .sum()
+    });
+    for (k, &o) in map.iter().enumerate() {
+        let v = vals[k];
+        acc[o] = match op {
+            "ReduceProd" => acc[o] * v,
+            "ReduceMax" => acc[o].max(v),
+            "ReduceMin" => acc[o].min(v),
+            _ => acc[o] + v,
+        };
+        cnt[o] += 1;
+    }
+    if op == "ReduceMean" {
+        for (a, c) in acc.iter_mut().zip(&cnt) {
+            *a /= (*c).max(1) as f64;
+        }
+    }
+    Ok(Some(vec![Tensor::from_f64_as(dt0, shape0, &acc)]))
+}
 
 pub fn reduce(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let q = match node.op_type.as_str() {
@@ -41,8 +219,8 @@ pub fn reduce(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     #[test]

@@ -2,12 +2,40 @@
 //! QNN `TopK`: `k` UINT_32 scalar, `largest` BOOL_8 scalar; outputs values and int32 indices;
 //! works on the last dimension. Constraints: `axis` is the last axis, `sorted = 1`.
 
-use crate::attr::norm_axis;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::{In, Out};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::{DType, Param};
 use crate::qnn_names::{op, param};
+
+pub const TOP_K: OpDef = OpDef {
+    op_type: "TopK",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(topk),
+};
+
+/// Values and int64 indices, `K` along `axis`.
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let g = x.g;
+    let s = x.shape(0)?;
+    let axis = norm_axis(n, "axis", n.attr_i("axis", -1)?, s.len())?;
+    let k = if g.opset() >= 10 {
+        x.const_ints(1, "K")?.first().copied().unwrap_or(-1)
+    } else {
+        n.attr_i("k", -1)?
+    };
+    if k < 0 || k as usize > s[axis] {
+        return Err(n.err_invalid(format!("K={k} is out of range for dim {}", s[axis])));
+    }
+    let mut o = s.to_vec();
+    o[axis] = k as usize;
+    Ok(vec![(x.dtype(0)?, o.clone()), (DType::I64, o)])
+}
 
 pub fn topk(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let shape = cx.shape(node, 0);
@@ -46,8 +74,8 @@ pub fn topk(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     fn model(attrs: &[(&str, A)]) -> ModelBuilder {

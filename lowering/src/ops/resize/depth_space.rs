@@ -4,10 +4,49 @@
 
 use crate::error::Result;
 use crate::ir::Node;
-use crate::ops::conv::conv::require_2d_nhwc;
-use crate::ops::LowerCx;
+use crate::ops::infer::{In, Out};
+use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{d2s_mode, op, param};
+
+pub const DEPTH_TO_SPACE: OpDef = OpDef {
+    op_type: "DepthToSpace",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(depth_space),
+};
+
+pub const SPACE_TO_DEPTH: OpDef = OpDef {
+    op_type: "SpaceToDepth",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(depth_space),
+};
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    infer_nchw(x, |xs| {
+        let b = n.attr_i("blocksize", 0)?;
+        if b <= 0 || xs.len() != 4 {
+            return Err(n.err_invalid("needs a 4-D input and a positive blocksize"));
+        }
+        let b = b as usize;
+        if n.op_type == "DepthToSpace" {
+            if xs[1] % (b * b) != 0 {
+                return Err(n.err_invalid("channels are not divisible by blocksize^2"));
+            }
+            Ok(vec![xs[0], xs[1] / (b * b), xs[2] * b, xs[3] * b])
+        } else {
+            if xs[2] % b != 0 || xs[3] % b != 0 {
+                return Err(n.err_invalid("spatial dims are not divisible by blocksize"));
+            }
+            Ok(vec![xs[0], xs[1] * b * b, xs[2] / b, xs[3] / b])
+        }
+    })
+}
 
 pub fn depth_space(cx: &mut LowerCx, node: &Node) -> Result<()> {
     require_2d_nhwc(node, cx.shape(node, 0).len())?;

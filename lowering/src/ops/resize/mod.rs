@@ -1,15 +1,15 @@
 //! Spatial resampling and rearrangement (NHWC ops).
 
-use crate::ops::Rule;
+use crate::ops::OpDef;
 
 pub mod depth_space;
-// Rule files are named after the ONNX op (STYLE.md), which here matches the family.
+// Op files are named after the ONNX op (STYLE.md), which here matches the family.
 #[allow(clippy::module_inception)]
 pub mod resize;
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("Resize", resize::resize),
-    ("Upsample", resize::resize),
-    ("DepthToSpace", depth_space::depth_space),
-    ("SpaceToDepth", depth_space::depth_space),
+pub const OPS: &[OpDef] = &[
+    resize::RESIZE,
+    resize::UPSAMPLE,
+    depth_space::DEPTH_TO_SPACE,
+    depth_space::SPACE_TO_DEPTH,
 ];

@@ -8,11 +8,70 @@
 //! no `keep_aspect_ratio_policy` other than `stretch`.
 
 use crate::error::Result;
+use crate::ir::attr::to_usizes;
 use crate::ir::Node;
-use crate::ops::conv::conv::require_2d_nhwc;
-use crate::ops::LowerCx;
+use crate::ops::infer::{In, Out};
+use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param, resize as rv};
+
+pub const RESIZE: OpDef = OpDef {
+    op_type: "Resize",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(resize),
+};
+
+pub const UPSAMPLE: OpDef = OpDef {
+    op_type: "Upsample",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(resize),
+};
+
+/// The output size from `sizes`, or from `scales` (an input since opset 11, an attribute
+/// before and for Upsample), of the NCHW shape `xs`.
+fn resize_shape(x: &In, n: &Node, xs: &[usize]) -> Result<Vec<usize>> {
+    let (scales_i, sizes_i) = if n.op_type == "Upsample" || x.g.opset() < 11 {
+        (1, usize::MAX)
+    } else {
+        (2, 3)
+    };
+    if sizes_i != usize::MAX && x.has(sizes_i) {
+        let s = x.const_ints(sizes_i, "sizes")?;
+        if !s.is_empty() {
+            if s.len() != xs.len() {
+                return Err(n.err_invalid("'sizes' must have one value per input dim"));
+            }
+            return to_usizes(n, "sizes", &s);
+        }
+    }
+    let scales = match x.konst(scales_i) {
+        Some(t) if t.numel() > 0 => t.to_f64(),
+        None if x.has(scales_i) => {
+            return Err(n.err_op("input 'scales' must be a constant after folding"))
+        }
+        _ => match n.attr_floats_opt("scales")? {
+            Some(s) => s.iter().map(|&v| v as f64).collect(),
+            None => return Err(n.err_invalid("neither 'scales' nor 'sizes' is given")),
+        },
+    };
+    if scales.len() != xs.len() {
+        return Err(n.err_invalid("'scales' must have one value per input dim"));
+    }
+    Ok(xs
+        .iter()
+        .zip(&scales)
+        .map(|(&d, &s)| (d as f64 * s).floor() as usize)
+        .collect())
+}
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    infer_nchw(x, |xs| resize_shape(x, x.n, xs))
+}
 
 pub fn resize(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let xs = cx.shape(node, 0);
@@ -89,8 +148,8 @@ pub fn resize(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     fn model(attrs: &[(&str, A)]) -> ModelBuilder {

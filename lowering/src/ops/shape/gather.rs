@@ -10,14 +10,83 @@
 //! data (a padding mask gathered per position, say) go through i32 with Casts, which are exact;
 //! i8 cannot (the HTP has no unquantized i8 Cast) and is refused by the op table.
 
-use crate::attr::norm_axis;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
+use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::Node;
-use crate::ops::{plan_shape, LowerCx};
+use crate::ops::infer::{In, Out};
+use crate::ops::{plan_shape, Fold, LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
-use crate::tensor::Tensor;
+
+pub const GATHER: OpDef = OpDef {
+    op_type: "Gather",
+    infer: infer_gather,
+    fold: Some(Fold::Values(fold_gather)),
+    expand: None,
+    lower: Some(gather),
+};
+
+pub const GATHER_ELEMENTS: OpDef = OpDef {
+    op_type: "GatherElements",
+    infer: infer_gather_elements,
+    fold: None,
+    expand: None,
+    lower: Some(gather_elements),
+};
+
+fn infer_gather(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let s = x.shape(0)?;
+    let axis = norm_axis(n, "axis", n.attr_i("axis", 0)?, s.len())?;
+    let mut o = s[..axis].to_vec();
+    o.extend_from_slice(x.shape(1)?);
+    o.extend_from_slice(&s[axis + 1..]);
+    Ok(vec![(x.dtype(0)?, o)])
+}
+
+fn infer_gather_elements(x: &In) -> Result<Vec<Out>> {
+    Ok(vec![(x.dtype(0)?, x.shape(1)?.to_vec())])
+}
+
+// Output, index and data dims are addressed by position in parallel.
+#[allow(clippy::needless_range_loop)]
+fn fold_gather(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let shape0 = outs[0].1.clone();
+    let t0 = ins[0];
+    let axis = norm_axis(node, "axis", node.attr_i("axis", 0)?, t0.shape.len())?;
+    let idx_t = ins[1];
+    let d = t0.shape[axis] as i64;
+    let mut idxs = Vec::with_capacity(idx_t.numel());
+    for i in idx_t.to_i64() {
+        let j = if i < 0 { i + d } else { i };
+        if j < 0 || j >= d {
+            return Err(node.err_invalid(format!("gather index {i} is out of range for dim {d}")));
+        }
+        idxs.push(j as usize);
+    }
+    let st = strides(&t0.shape);
+    let ir = idx_t.shape.len();
+    let map = map_indices(&shape0, |o| {
+        let ist = strides(&idx_t.shape);
+        let flat_idx: usize = o[axis..axis + ir]
+            .iter()
+            .zip(&ist)
+            .map(|(a, b)| a * b)
+            .sum();
+        let mut f = idxs[flat_idx] * st[axis];
+        for k in 0..axis {
+            f += o[k] * st[k];
+        }
+        for k in axis + 1..t0.shape.len() {
+            f += o[k - 1 + ir] * st[k];
+        }
+        f
+    });
+    Ok(Some(vec![t0.gather_flat(shape0, &map)]))
+}
 
 fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<crate::plan::TensorId> {
     match cx.konst(node, 1) {
@@ -151,8 +220,8 @@ pub fn gather_elements(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     #[test]

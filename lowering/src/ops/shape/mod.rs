@@ -1,30 +1,36 @@
-//! Data movement: reshapes, transposes, concatenation, slicing, gathering, tiling, padding.
+//! Data movement: reshapes, transposes, concatenation, slicing, gathering and scattering,
+//! tiling, padding.
 
-use crate::ops::Rule;
+use crate::ops::OpDef;
 
 pub mod concat;
+pub mod dropout;
 pub mod gather;
 pub mod pad;
 pub mod reshape;
+pub mod scatter;
 pub mod slice;
 pub mod split;
+pub mod squeeze;
 pub mod tile;
 pub mod transpose;
 
-pub const RULES: &[(&str, Rule)] = &[
-    ("Reshape", reshape::reshape),
-    ("Flatten", reshape::reshape),
-    ("Squeeze", reshape::reshape),
-    ("Unsqueeze", reshape::reshape),
-    ("Identity", reshape::reshape),
-    ("Dropout", reshape::reshape),
-    ("Transpose", transpose::transpose),
-    ("Concat", concat::concat),
-    ("Split", split::split),
-    ("Slice", slice::slice),
-    ("Gather", gather::gather),
-    ("GatherElements", gather::gather_elements),
-    ("Tile", tile::tile),
-    ("Expand", tile::expand),
-    ("Pad", pad::pad),
+pub const OPS: &[OpDef] = &[
+    reshape::RESHAPE,
+    reshape::FLATTEN,
+    squeeze::SQUEEZE,
+    squeeze::UNSQUEEZE,
+    reshape::IDENTITY,
+    dropout::DROPOUT,
+    transpose::TRANSPOSE,
+    concat::CONCAT,
+    split::SPLIT,
+    slice::SLICE,
+    gather::GATHER,
+    gather::GATHER_ELEMENTS,
+    tile::TILE,
+    tile::EXPAND,
+    pad::PAD,
+    scatter::SCATTER_ELEMENTS,
+    scatter::SCATTER_ND,
 ];

@@ -4,11 +4,71 @@
 //! FLOAT_32 scalar. Constraints: non-negative pads, constant pad value; `wrap` is unsupported.
 
 use crate::error::Result;
-use crate::ir::Node;
-use crate::ops::LowerCx;
-use crate::passes::infer::pad_amounts;
+use crate::ir::attr::norm_axes;
+use crate::ir::{Graph, Node};
+use crate::ops::infer::{In, Out};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, pad_scheme, param};
+
+pub const PAD: OpDef = OpDef {
+    op_type: "Pad",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(pad),
+};
+
+/// The (begin, end) pads of every dim.
+pub fn pad_amounts(g: &Graph, n: &Node) -> Result<Vec<(usize, usize)>> {
+    let x = In { g, n };
+    let r = x.rank(0)?;
+    let pads = if g.opset() >= 11 {
+        x.const_ints(1, "pads")?
+    } else {
+        n.attr_ints("pads", &[])?
+    };
+    let axes = if g.opset() >= 18 {
+        x.opt_const_ints(3, "axes")?
+    } else {
+        None
+    };
+    let axes = match axes {
+        Some(a) => norm_axes(n, "axes", &a, r)?,
+        None => (0..r).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(n.err_invalid(format!(
+            "'pads' has {} values for {} axes",
+            pads.len(),
+            axes.len()
+        )));
+    }
+    let mut out = vec![(0usize, 0usize); r];
+    for (k, &a) in axes.iter().enumerate() {
+        let b = pads[k];
+        let e = pads[k + axes.len()];
+        if b < 0 || e < 0 {
+            return Err(n.err_attr("pads", "negative pads (cropping) are not supported"));
+        }
+        out[a] = (b as usize, e as usize);
+    }
+    Ok(out)
+}
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let g = x.g;
+    let p = pad_amounts(g, n)?;
+    Ok(vec![(
+        x.dtype(0)?,
+        x.shape(0)?
+            .iter()
+            .zip(&p)
+            .map(|(&d, (b, e))| d.saturating_add(*b).saturating_add(*e))
+            .collect(),
+    )])
+}
 
 pub fn pad(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let pads = pad_amounts(cx.g, node)?;
@@ -52,8 +112,8 @@ pub fn pad(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
 
     fn model(pads: &[i64], mode: &'static str) -> ModelBuilder {

@@ -1,21 +1,120 @@
-//! Reshape, Flatten, Squeeze, Unsqueeze, and the pass-throughs Identity and Dropout
-//! (inference) — <https://onnx.ai/onnx/operators/onnx__Reshape.html> and siblings.
-//! All become QNN `Reshape` (no params; the output tensor's shape is the target). Shape inputs
-//! must be constant after folding (checked by shape inference). Dropout's mask output and
-//! Dropout in training mode (`training_mode` not a constant false) are rejected.
+//! Reshape, Flatten and the pass-through Identity —
+//! <https://onnx.ai/onnx/operators/onnx__Reshape.html>, `allowzero` since opset 14;
+//! <https://onnx.ai/onnx/operators/onnx__Flatten.html> (negative `axis` since 11);
+//! <https://onnx.ai/onnx/operators/onnx__Identity.html>. All become QNN `Reshape` (no params;
+//! the output tensor's shape is the target). Reshape's `shape` must be constant after folding
+//! (checked by inference): `0` copies the input dim unless `allowzero`, one `-1` is inferred.
 
 use crate::error::Result;
+use crate::ir::attr::norm_axis;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::{same, In, Out};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::qnn_names::op;
 
+pub const RESHAPE: OpDef = OpDef {
+    op_type: "Reshape",
+    infer: infer_reshape,
+    fold: Some(Fold::Values(fold_reshape)),
+    expand: None,
+    lower: Some(reshape),
+};
+
+pub const FLATTEN: OpDef = OpDef {
+    op_type: "Flatten",
+    infer: infer_flatten,
+    fold: Some(Fold::Values(fold_reshape)),
+    expand: None,
+    lower: Some(reshape),
+};
+
+pub const IDENTITY: OpDef = OpDef {
+    op_type: "Identity",
+    infer: same,
+    fold: Some(Fold::Values(fold_reshape)),
+    expand: None,
+    lower: Some(reshape),
+};
+
+/// The output shape of a Reshape of `in_shape` to `spec`.
+pub fn reshape_target(
+    n: &Node,
+    in_shape: &[usize],
+    spec: &[i64],
+    allowzero: bool,
+) -> Result<Vec<usize>> {
+    let total: usize = in_shape.iter().product();
+    let mut out = Vec::with_capacity(spec.len());
+    let mut infer_at = None;
+    for (i, &d) in spec.iter().enumerate() {
+        match d {
+            -1 => {
+                if infer_at.replace(i).is_some() {
+                    return Err(n.err_invalid("reshape has more than one -1"));
+                }
+                out.push(1);
+            }
+            0 if !allowzero => out.push(
+                *in_shape
+                    .get(i)
+                    .ok_or_else(|| n.err_invalid("reshape 0 refers past the input rank"))?,
+            ),
+            d if d < 0 => return Err(n.err_invalid(format!("reshape dim {d} is invalid"))),
+            d => out.push(d as usize),
+        }
+    }
+    let known = out
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| n.err_invalid(format!("reshape target {spec:?} is too large")))?;
+    if let Some(i) = infer_at {
+        if known == 0 || total % known != 0 {
+            return Err(n.err_invalid(format!("cannot reshape {in_shape:?} to {spec:?}")));
+        }
+        out[i] = total / known;
+    } else if known != total {
+        return Err(n.err_invalid(format!("cannot reshape {in_shape:?} to {spec:?}")));
+    }
+    Ok(out)
+}
+
+fn infer_reshape(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let spec = x.const_ints(1, "shape")?;
+    let allowzero = n.attr_i("allowzero", 0)? != 0;
+    Ok(vec![(
+        x.dtype(0)?,
+        reshape_target(n, x.shape(0)?, &spec, allowzero)?,
+    )])
+}
+
+fn infer_flatten(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let s = x.shape(0)?;
+    // Flatten's axis is in [-r, r] and a negative one counts from r (not r + 1).
+    let a = n.attr_i("axis", 1)?;
+    let axis = if a < 0 {
+        norm_axis(n, "axis", a, s.len())?
+    } else {
+        norm_axis(n, "axis", a, s.len() + 1)?
+    };
+    Ok(vec![(
+        x.dtype(0)?,
+        vec![s[..axis].iter().product(), s[axis..].iter().product()],
+    )])
+}
+
+/// The constant input with the inferred output shape (the shape-only ops share it).
+pub fn fold_reshape(_x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let shape0 = outs[0].1.clone();
+    let t0 = ins[0];
+    Ok(Some(vec![t0.with_shape(shape0)]))
+}
+
+/// The rule of every op that only changes the shape (Squeeze, Unsqueeze and the inference-mode
+/// Dropout use it too).
 pub fn reshape(cx: &mut LowerCx, node: &Node) -> Result<()> {
-    if node.op_type == "Dropout" && node.output(1).is_some() {
-        return Err(node.err_op("the mask output is not supported"));
-    }
-    if node.op_type == "Dropout" && crate::passes::simplify::dropout_may_train(cx.g, node) {
-        return Err(node.err_op("training mode is not supported (inference only)"));
-    }
     let x = cx.input(node, 0)?;
     let y = cx.output(node, 0)?;
     cx.op(node, op::RESHAPE, vec![x], vec![y], vec![]);
@@ -24,10 +123,38 @@ pub fn reshape(cx: &mut LowerCx, node: &Node) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::reshape_target;
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
-    use crate::tensor::Tensor;
+    use crate::ir::tensor::Tensor;
+    use crate::ir::{Attr, Node};
+    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
     use crate::testing::ModelBuilder;
+
+    #[test]
+    fn reshape_zero_and_minus_one() {
+        let n = Node::new("r", "Reshape");
+        assert_eq!(
+            reshape_target(&n, &[2, 3, 4], &[0, -1], false).unwrap(),
+            vec![2, 12]
+        );
+        assert!(reshape_target(&n, &[2, 3, 4], &[5, -1], false).is_err());
+        assert!(reshape_target(&n, &[2, 3], &[-1, -1], false).is_err());
+    }
+
+    #[test]
+    fn flatten_negative_axis_counts_from_rank() {
+        let g = graph_with(&[("x", DType::F32, vec![3, 4, 5])]);
+        let flat = |axis: i64| {
+            let mut n = node("Flatten", &[Some(0)], &[("axis", Attr::Int(axis))]);
+            n.outputs = vec![None];
+            infer(&g, &n).map(|o| o[0].1.clone())
+        };
+        assert_eq!(flat(-1).unwrap(), vec![12, 5]);
+        assert_eq!(flat(-3).unwrap(), vec![1, 60]);
+        assert_eq!(flat(3).unwrap(), vec![60, 1]);
+        assert!(flat(-4).is_err());
+        assert!(flat(4).is_err());
+    }
 
     #[test]
     fn reshape_snapshot() {

@@ -5,11 +5,114 @@
 //! an end of -1 would mean "the last element".
 
 use crate::error::Result;
-use crate::ir::Node;
-use crate::ops::LowerCx;
-use crate::passes::infer::slice_params;
+use crate::ir::attr::norm_axis;
+use crate::ir::tensor::{map_indices, strides, Tensor};
+use crate::ir::{Graph, Node};
+use crate::ops::infer::{In, Out};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::{DType, Param};
 use crate::qnn_names::{op, param};
+
+pub const SLICE: OpDef = OpDef {
+    op_type: "Slice",
+    infer,
+    fold: Some(Fold::Values(fold)),
+    expand: None,
+    lower: Some(slice),
+};
+
+/// Slice parameters resolved to per-axis (start, end, step) with ONNX clamping.
+pub fn slice_params(g: &Graph, n: &Node) -> Result<Vec<(usize, i64, i64, i64)>> {
+    let x = In { g, n };
+    let shape = x.shape(0)?;
+    let (starts, ends, axes, steps) = if g.opset() < 10 {
+        (
+            n.attr_ints("starts", &[])?,
+            n.attr_ints("ends", &[])?,
+            n.attr_ints_opt("axes")?,
+            None,
+        )
+    } else {
+        (
+            x.const_ints(1, "starts")?,
+            x.const_ints(2, "ends")?,
+            x.opt_const_ints(3, "axes")?,
+            x.opt_const_ints(4, "steps")?,
+        )
+    };
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(n.err_invalid("starts, ends, axes and steps must have the same length"));
+    }
+    let mut out = Vec::new();
+    for i in 0..starts.len() {
+        let ax = norm_axis(n, "axes", axes[i], shape.len())?;
+        let d = shape[ax] as i64;
+        let step = steps[i];
+        if step == 0 {
+            return Err(n.err_invalid("slice step must not be 0"));
+        }
+        let clampi = |v: i64, lo: i64, hi: i64| v.max(lo).min(hi);
+        let fix = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
+        let (s, e) = if step > 0 {
+            (clampi(fix(starts[i]), 0, d), clampi(fix(ends[i]), 0, d))
+        } else {
+            (
+                clampi(fix(starts[i]), 0, d - 1),
+                clampi(fix(ends[i]), -1, d - 1),
+            )
+        };
+        out.push((ax, s, e, step));
+    }
+    Ok(out)
+}
+
+pub fn slice_len(s: i64, e: i64, step: i64) -> usize {
+    if step > 0 {
+        if e > s {
+            ((e - s + step - 1) / step) as usize
+        } else {
+            0
+        }
+    } else if s > e {
+        ((s - e - step - 1) / (-step)) as usize
+    } else {
+        0
+    }
+}
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let g = x.g;
+    let mut s = x.shape(0)?.to_vec();
+    for (ax, st, e, step) in slice_params(g, n)? {
+        s[ax] = slice_len(st, e, step);
+    }
+    Ok(vec![(x.dtype(0)?, s)])
+}
+
+fn fold(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let g = x.g;
+    let shape0 = outs[0].1.clone();
+    let t0 = ins[0];
+    let params = slice_params(g, node)?;
+    let mut start = vec![0i64; t0.shape.len()];
+    let mut step = vec![1i64; t0.shape.len()];
+    for (ax, s, _, st) in params {
+        start[ax] = s;
+        step[ax] = st;
+    }
+    let st = strides(&t0.shape);
+    let map = map_indices(&shape0, |o| {
+        o.iter()
+            .enumerate()
+            .map(|(k, &i)| ((start[k] + i as i64 * step[k]) as usize) * st[k])
+            .sum()
+    });
+    Ok(Some(vec![t0.gather_flat(shape0, &map)]))
+}
 
 pub fn slice(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let shape = cx.shape(node, 0);
@@ -52,10 +155,19 @@ pub fn slice(cx: &mut LowerCx, node: &Node) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::slice_len;
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
+
+    #[test]
+    fn slice_clamps_like_onnx() {
+        assert_eq!(slice_len(0, 5, 1), 5);
+        assert_eq!(slice_len(4, -1, -1), 5);
+        assert_eq!(slice_len(1, 5, 2), 2);
+        assert_eq!(slice_len(3, 3, 1), 0);
+    }
 
     fn model(starts: &[i64], ends: &[i64], steps: &[i64]) -> ModelBuilder {
         ModelBuilder::new(17)

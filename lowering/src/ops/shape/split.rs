@@ -3,11 +3,76 @@
 //! UINT_32 `[outputs - 1]` (start offset of every output but the first).
 
 use crate::error::Result;
-use crate::ir::Node;
-use crate::ops::LowerCx;
-use crate::passes::infer::split_sizes;
+use crate::ir::attr::{norm_axis, to_usizes};
+use crate::ir::{Graph, Node};
+use crate::ops::infer::{In, Out};
+use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const SPLIT: OpDef = OpDef {
+    op_type: "Split",
+    infer,
+    fold: None,
+    expand: None,
+    lower: Some(split),
+};
+
+/// The split axis and the size of each output along it (equal chunks, the last one smaller,
+/// without `split`).
+pub fn split_sizes(g: &Graph, n: &Node) -> Result<(usize, Vec<usize>)> {
+    let x = In { g, n };
+    let shape = x.shape(0)?;
+    let axis = norm_axis(n, "axis", n.attr_i("axis", 0)?, shape.len())?;
+    let split = if g.opset() >= 13 {
+        x.opt_const_ints(1, "split")?
+    } else {
+        n.attr_ints_opt("split")?
+    };
+    let d = shape[axis];
+    let sizes = match split {
+        Some(s) if !s.is_empty() => to_usizes(n, "split", &s)?,
+        _ => {
+            let k = match n.attr_i_opt("num_outputs")? {
+                Some(k) => k as usize,
+                None => n.outputs.len(),
+            };
+            if k == 0 {
+                return Err(n.err_invalid("split has no outputs"));
+            }
+            let chunk = d.div_ceil(k);
+            (0..k)
+                .map(|i| chunk.min(d.saturating_sub(i * chunk)))
+                .collect()
+        }
+    };
+    if sizes.iter().sum::<usize>() != d {
+        return Err(n.err_invalid(format!("split sizes {sizes:?} do not add up to {d}")));
+    }
+    Ok((axis, sizes))
+}
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let g = x.g;
+    let (axis, sizes) = split_sizes(g, n)?;
+    if sizes.len() != n.outputs.len() {
+        return Err(n.err_invalid(format!(
+            "{} split sizes for {} outputs",
+            sizes.len(),
+            n.outputs.len()
+        )));
+    }
+    let s = x.shape(0)?;
+    sizes
+        .iter()
+        .map(|&k| {
+            let mut o = s.to_vec();
+            o[axis] = k;
+            Ok((x.dtype(0)?, o))
+        })
+        .collect()
+}
 
 pub fn split(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let (axis, sizes) = split_sizes(cx.g, node)?;
@@ -51,8 +116,8 @@ pub fn split(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     #[test]

@@ -4,10 +4,72 @@
 //! (QNN has no broadcast-to op). `repeats`/`shape` must be constant (checked by inference).
 
 use crate::error::Result;
+use crate::ir::attr::to_usizes;
+use crate::ir::shape::broadcast;
+use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::Node;
-use crate::ops::LowerCx;
+use crate::ops::infer::{In, Out};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const TILE: OpDef = OpDef {
+    op_type: "Tile",
+    infer: infer_tile,
+    fold: Some(Fold::Values(fold_tile)),
+    expand: None,
+    lower: Some(tile),
+};
+
+pub const EXPAND: OpDef = OpDef {
+    op_type: "Expand",
+    infer: infer_expand,
+    fold: Some(Fold::Values(fold_expand)),
+    expand: None,
+    lower: Some(expand),
+};
+
+fn infer_tile(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let reps = to_usizes(n, "repeats", &x.const_ints(1, "repeats")?)?;
+    let s = x.shape(0)?;
+    if reps.len() != s.len() {
+        return Err(n.err_invalid("'repeats' must have one value per dim"));
+    }
+    Ok(vec![(
+        x.dtype(0)?,
+        s.iter()
+            .zip(&reps)
+            .map(|(a, b)| a.saturating_mul(*b))
+            .collect(),
+    )])
+}
+
+fn infer_expand(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let spec = x.const_ints(1, "shape")?;
+    let spec = to_usizes(n, "shape", &spec)?;
+    Ok(vec![(x.dtype(0)?, broadcast(n, &[x.shape(0)?, &spec])?)])
+}
+
+fn fold_tile(_x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let shape0 = outs[0].1.clone();
+    let t0 = ins[0];
+    let st = strides(&t0.shape);
+    let map = map_indices(&shape0, |idx| {
+        idx.iter()
+            .enumerate()
+            .map(|(k, &i)| (i % t0.shape[k]) * st[k])
+            .sum()
+    });
+    Ok(Some(vec![t0.gather_flat(shape0, &map)]))
+}
+
+fn fold_expand(_x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let shape0 = outs[0].1.clone();
+    let t0 = ins[0];
+    Ok(Some(vec![t0.broadcast_to(&shape0)]))
+}
 
 pub fn tile(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let s = cx.shape(node, 0);
@@ -56,8 +118,8 @@ pub fn expand(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
+    use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
-    use crate::tensor::Tensor;
     use crate::testing::ModelBuilder;
 
     #[test]

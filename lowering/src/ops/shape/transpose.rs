@@ -2,11 +2,53 @@
 //! reverses the dims). QNN `Transpose`: `perm` UINT_32 `[rank]` (tensor param).
 
 use crate::error::Result;
+use crate::ir::attr::to_usizes;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::LowerCx;
-use crate::passes::infer::transpose_perm;
+use crate::ops::infer::{In, Out};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+pub const TRANSPOSE: OpDef = OpDef {
+    op_type: "Transpose",
+    infer,
+    fold: Some(Fold::Values(fold)),
+    expand: None,
+    lower: Some(transpose),
+};
+
+/// The `perm` attribute, checked to be a permutation of `rank` dims (reversed by default).
+pub fn transpose_perm(n: &Node, rank: usize) -> Result<Vec<usize>> {
+    let perm = match n.attr_ints_opt("perm")? {
+        Some(p) => to_usizes(n, "perm", &p)?,
+        None => (0..rank).rev().collect(),
+    };
+    let mut seen = vec![false; rank];
+    if perm.len() != rank
+        || perm
+            .iter()
+            .any(|&p| p >= rank || std::mem::replace(&mut seen[p], true))
+    {
+        return Err(n.err_invalid(format!("perm {perm:?} is not a permutation of rank {rank}")));
+    }
+    Ok(perm)
+}
+
+fn infer(x: &In) -> Result<Vec<Out>> {
+    let n = x.n;
+    let s = x.shape(0)?;
+    let p = transpose_perm(n, s.len())?;
+    Ok(vec![(x.dtype(0)?, p.iter().map(|&i| s[i]).collect())])
+}
+
+fn fold(x: &In, _outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let t0 = ins[0];
+    Ok(Some(vec![
+        t0.transpose(&transpose_perm(node, t0.shape.len())?)
+    ]))
+}
 
 pub fn transpose(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let r = cx.shape(node, 0).len();

@@ -8,8 +8,17 @@
 //! cast them to int32).
 
 use crate::error::Result;
+use crate::ir::builder::Builder;
 use crate::ir::Node;
-use crate::passes::expand::Builder;
+use crate::ops::{Fold, OpDef};
+
+pub const MOD: OpDef = OpDef {
+    op_type: "Mod",
+    infer: super::infer_binary,
+    fold: Some(Fold::Values(super::fold_arith)),
+    expand: Some(mod_),
+    lower: None,
+};
 
 pub fn mod_(b: &mut Builder, node: &Node) -> Result<bool> {
     let (a, d) = match (node.input(0), node.input(1)) {

@@ -9,9 +9,9 @@ use prost::Message;
 
 use crate::dtype::{DType, OnnxCode};
 use crate::error::{invalid, Result};
+use crate::frontend::onnx::{self, attribute_type as at, data_location, TensorProto};
+use crate::ir::tensor::{checked_numel, Tensor};
 use crate::ir::{Attr, Graph, Node, Value, ValueId};
-use crate::onnx::{self, attribute_type as at, data_location, TensorProto};
-use crate::tensor::{checked_numel, Tensor};
 
 /// IR versions we read. 3 is the first with opset imports (ONNX 1.0); 14 is ahead of what
 /// onnx 1.22 writes (13) to tolerate the next release.

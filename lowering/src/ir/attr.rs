@@ -2,8 +2,8 @@
 //! op type and the attribute.
 
 use crate::error::{LowerError, Result};
+use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
-use crate::tensor::Tensor;
 
 impl Node {
     pub fn err_op(&self, reason: impl Into<String>) -> LowerError {
@@ -140,6 +140,31 @@ pub fn norm_axis(node: &Node, attr: &str, axis: i64, rank: usize) -> Result<usiz
     } else {
         axis as usize
     })
+}
+
+/// Resolves `axes` (possibly negative) against `rank`, sorted and de-duplicated.
+pub fn norm_axes(n: &Node, what: &str, axes: &[i64], rank: usize) -> Result<Vec<usize>> {
+    let mut v = axes
+        .iter()
+        .map(|&a| norm_axis(n, what, a, rank))
+        .collect::<Result<Vec<_>>>()?;
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
+/// Non-negative values that fit QNN's `UINT_32` params, which also keeps shape arithmetic on
+/// them from overflowing.
+pub fn to_usizes(n: &Node, attr: &str, v: &[i64]) -> Result<Vec<usize>> {
+    if let Some(x) = v.iter().find(|&&x| x > u32::MAX as i64) {
+        return Err(n.err_invalid(format!("attribute '{attr}' value {x} is too large")));
+    }
+    v.iter()
+        .map(|&x| {
+            usize::try_from(x)
+                .map_err(|_| n.err_invalid(format!("attribute '{attr}' has negative value {x}")))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,11 +1,18 @@
-//! The lowering IR: a topologically ordered list of nodes over values with static shapes.
+//! The lowering IR: a topologically ordered list of nodes over values with static shapes, the
+//! constant [`tensor::Tensor`]s they may hold, typed attribute getters ([`attr`]), shape
+//! arithmetic ([`shape`]) and the [`builder::Builder`] that expansions write nodes with.
+
+pub mod attr;
+pub mod builder;
+pub mod shape;
+pub mod tensor;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use crate::dtype::DType;
 use crate::error::{invalid, Result};
-use crate::tensor::Tensor;
+use crate::ir::tensor::Tensor;
 
 pub type ValueId = usize;
 pub type NodeId = usize;

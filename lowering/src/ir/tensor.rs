@@ -27,6 +27,49 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// Row-major element strides of `shape`.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// For every element of `out_shape` (row-major), the flat index into `in_shape` under numpy
+/// broadcasting.
+pub fn broadcast_map(out_shape: &[usize], in_shape: &[usize]) -> Vec<usize> {
+    let off = out_shape.len() - in_shape.len();
+    let st = strides(in_shape);
+    map_indices(out_shape, |idx| {
+        let mut f = 0;
+        for (i, &d) in in_shape.iter().enumerate() {
+            if d != 1 {
+                f += idx[off + i] * st[i];
+            }
+        }
+        f
+    })
+}
+
+/// `f` of every multi-index of `shape`, in row-major order.
+pub fn map_indices(shape: &[usize], mut f: impl FnMut(&[usize]) -> usize) -> Vec<usize> {
+    let n = numel(shape);
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..n {
+        out.push(f(&idx));
+        for k in (0..shape.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    out
+}
+
 /// A constant tensor. Data is shared so that cloning graphs and values is cheap.
 #[derive(Clone, PartialEq)]
 pub struct Tensor {
@@ -130,6 +173,14 @@ impl Tensor {
     /// The data itself, shared: a plan's static tensor holds the weights without a copy.
     pub fn shared_bytes(&self) -> Arc<[u8]> {
         self.data.clone()
+    }
+
+    /// This tensor with its dims permuted: output dim `i` is input dim `perm[i]`.
+    pub fn transpose(&self, perm: &[usize]) -> Tensor {
+        let out_shape: Vec<usize> = perm.iter().map(|&p| self.shape[p]).collect();
+        let st = strides(&self.shape);
+        let src: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
+        self.gather_strided(out_shape, &src)
     }
 
     /// This tensor broadcast to `shape` under numpy rules (`shape` has at least this rank, and
@@ -354,5 +405,65 @@ mod tests {
         assert!(checked_numel(&[1 << 20, 1 << 20], DType::F32).is_none());
         assert!(checked_numel(&[usize::MAX, 2], DType::U8).is_none());
         assert_eq!(checked_numel(&[2, 3], DType::F32), Some(6));
+    }
+
+    #[test]
+    fn transpose_matches_the_index_map_for_every_permutation() {
+        let shape = [2usize, 3, 1, 4];
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let t = Tensor::from_f32(shape.to_vec(), &v);
+        let h = Tensor::from_f64_as(
+            DType::F16,
+            shape.to_vec(),
+            &v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        );
+        let mut perms: Vec<Vec<usize>> = vec![vec![]];
+        for _ in 0..shape.len() {
+            let mut next = Vec::new();
+            for p in &perms {
+                for d in (0..shape.len()).filter(|d| !p.contains(d)) {
+                    next.push([p.clone(), vec![d]].concat());
+                }
+            }
+            perms = next;
+        }
+        assert_eq!(perms.len(), 24);
+        let st = strides(&shape);
+        for perm in perms {
+            let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+            let map = map_indices(&out, |idx| {
+                idx.iter().zip(&perm).map(|(&i, &p)| i * st[p]).sum()
+            });
+            for x in [&t, &h] {
+                assert_eq!(
+                    x.transpose(&perm),
+                    x.gather_flat(out.clone(), &map),
+                    "{perm:?}"
+                );
+            }
+        }
+        let scalar = Tensor::from_f32(vec![], &[7.0]);
+        assert_eq!(scalar.transpose(&[]).to_f64(), vec![7.0]);
+        let empty = Tensor::from_f32(vec![2, 0], &[]);
+        assert_eq!(empty.transpose(&[1, 0]).shape, vec![0, 2]);
+    }
+
+    #[test]
+    fn broadcast_to_matches_the_index_map() {
+        let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        for (from, to) in [
+            (vec![3, 1, 4], vec![2, 3, 5, 4]),
+            (vec![1, 3, 4], vec![2, 3, 4]),
+            (vec![3, 4], vec![2, 3, 4]),
+            (vec![12], vec![2, 12]),
+            (vec![3, 4], vec![3, 4]),
+        ] {
+            let t = Tensor::from_f32(from.clone(), &v);
+            let want = t.gather_flat(to.clone(), &broadcast_map(&to, &from));
+            assert_eq!(t.broadcast_to(&to), want, "{from:?} -> {to:?}");
+        }
+        let one = Tensor::from_f32(vec![1], &[5.0]);
+        assert_eq!(one.broadcast_to(&[2, 2]).to_f64(), vec![5.0; 4]);
     }
 }

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 import qnnx_backend
 from qnnx_backend import _native
-from qnnx_backend._compiler import CompiledGraph
+from qnnx_backend._runtime import CompiledGraph
 from conftest import assert_close_to_eager, compile_strict
 
 pytestmark = pytest.mark.htp

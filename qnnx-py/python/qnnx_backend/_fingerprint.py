@@ -49,10 +49,13 @@ def fx_fingerprint(
         repr((s.soc_model, s.htp_arch, sorted(s.compile_settings().items()))).encode(),
         repr(signature).encode(),
     ]
+    # The memoryviews below do not own their bytes: each contiguous copy must outlive the hashing.
+    copies = []
     for i, a in enumerate(args):
         if i in runtime or not isinstance(a, torch.Tensor):
             continue
         t = a.detach().contiguous()
+        copies.append(t)
         parts.append(repr((i, t.dtype, tuple(t.shape))).encode())
         nbytes = t.numel() * t.element_size()
         if nbytes:

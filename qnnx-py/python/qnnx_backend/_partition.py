@@ -40,14 +40,20 @@ def unsupported_nodes(onnx: bytes, device: str) -> list[UnsupportedNode]:
 
 
 def unsupported_error(nodes: Iterable[Any], device: str) -> UnsupportedOpError:
-    """The UnsupportedOpError for ``nodes`` (records or triples) on ``device``."""
+    """The UnsupportedOpError a compile would raise for ``nodes`` (records or triples), for an
+    answer of ``unsupported_nodes`` (the dry run): the native module's message for a list of
+    nodes and the same attributes, with ``device`` set."""
     nodes = parse_unsupported(nodes)
     err = UnsupportedOpError(
-        f"{len(nodes)} node(s) cannot run on {device}:\n" + "\n".join(f"  {n.reason}" for n in nodes)
+        f"{len(nodes)} unsupported node(s):\n" + "\n".join(f"  {n.reason}" for n in nodes)
     )
+    err.node = None
     err.nodes = [tuple(n) for n in nodes]
-    err.operators = sorted({n.op_type for n in nodes})
+    err.operators = {n.op_type for n in nodes}
+    err.code = None
+    err.call = None
     err.device = device
+    err.graph = None
     return err
 
 

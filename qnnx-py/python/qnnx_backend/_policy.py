@@ -126,21 +126,15 @@ class QnnCallable:
                 # No separate check() first: it runs the whole lowering (parse, passes, op
                 # rules) only to discard the plan, and compile reports every unsupported node
                 # itself (for resnet18 the check cost as much as the lowering).
-                try:
-                    native = _native.compile(
-                        onnx_bytes,
-                        device=device,
-                        soc_model=s.soc_model,
-                        htp_arch=s.htp_arch,
-                        fp16=s.fp16,
-                        opt_level=s.opt_level,
-                        cache_dir=cache_dir,
-                    )
-                except UnsupportedOpError as e:
-                    nodes = getattr(e, "nodes", None)
-                    if nodes:
-                        raise _partition.unsupported_error(nodes, device) from None
-                    raise
+                native = _native.compile(
+                    onnx_bytes,
+                    device=device,
+                    soc_model=s.soc_model,
+                    htp_arch=s.htp_arch,
+                    fp16=s.fp16,
+                    opt_level=s.opt_level,
+                    cache_dir=cache_dir,
+                )
                 if native.from_cache:
                     STATS["cache_hits"] += 1
                 else:
@@ -159,6 +153,7 @@ class QnnCallable:
                 )
                 return CompiledGraph(native, device, self.out_meta, s.check_nan)
             except _FALLBACK_ERRORS as e:
+                # The native module's errors name everything but the device this loop chose.
                 if getattr(e, "device", None) is None:
                     e.device = device
                 if s.strict:

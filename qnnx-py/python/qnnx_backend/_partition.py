@@ -47,13 +47,9 @@ def unsupported_error(nodes: Iterable[Any], device: str) -> UnsupportedOpError:
     err = UnsupportedOpError(
         f"{len(nodes)} unsupported node(s):\n" + "\n".join(f"  {n.reason}" for n in nodes)
     )
-    err.node = None
     err.nodes = [tuple(n) for n in nodes]
     err.operators = {n.op_type for n in nodes}
-    err.code = None
-    err.call = None
     err.device = device
-    err.graph = None
     return err
 
 

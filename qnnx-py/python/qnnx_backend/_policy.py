@@ -154,7 +154,7 @@ class QnnCallable:
                 return CompiledGraph(native, device, self.out_meta, s.check_nan)
             except _FALLBACK_ERRORS as e:
                 # The native module's errors name everything but the device this loop chose.
-                if getattr(e, "device", None) is None:
+                if e.device is None:
                     e.device = device
                 if s.strict:
                     raise

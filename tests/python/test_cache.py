@@ -1,7 +1,9 @@
 """The persistent cache across processes: a warm start skips export, lowering and finalize, and a
 corrupted entry (binary or I/O binding) is rebuilt."""
 
+import contextlib
 import json
+import logging
 import os
 import pathlib
 import subprocess
@@ -89,6 +91,24 @@ def compile_cached(cache_dir):
     return got, want, dict(qnnx_backend.STATS)
 
 
+@contextlib.contextmanager
+def warnings_logged():
+    """The warnings logged on logger qnnx_backend (where the native module's go) meanwhile."""
+    lines = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    handler = Collect(logging.WARNING)
+    logger = logging.getLogger("qnnx_backend")
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+
+
 def only_entry(cache_dir):
     """The one cache entry's metadata file, ``<dir>/<key[0..2]>/<key>.json``."""
     [meta] = pathlib.Path(cache_dir).glob("*/*.json")
@@ -110,9 +130,10 @@ def set_io_binding(meta, io):
 @pytest.mark.parametrize("path", ["compile", "warm_start"])
 def test_an_io_binding_that_is_not_a_permutation_is_rebuilt(tmp_path, bad, path):
     """A cache entry whose `io` binding binds two inputs to one graph slot (or to a slot the
-    graph does not have) is a bad entry: removed and rebuilt, with correct results; it must not
-    reach the run path with an unfilled slot (once a PanicException). `compile` finds it through
-    the native compile's own cache lookup; `warm_start` through the FX alias (no export)."""
+    graph does not have) is a bad entry: removed and rebuilt, with one warning and correct
+    results; it must not reach the run path with an unfilled slot (once a PanicException).
+    `compile` finds it through the native compile's own cache lookup; `warm_start` through the
+    FX alias (no export)."""
     got, want, stats = compile_cached(tmp_path)
     assert stats == {"exports": 1, "compiles": 1}, stats
     torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
@@ -128,8 +149,10 @@ def test_an_io_binding_that_is_not_a_permutation_is_rebuilt(tmp_path, bad, path)
         aliases[0].unlink()
 
     # A PanicException (a BaseException) would fail the test here.
-    got, want, stats = compile_cached(tmp_path)
+    with warnings_logged() as logged:
+        got, want, stats = compile_cached(tmp_path)
     assert stats == {"exports": 1, "compiles": 1}, stats
+    assert len(logged) == 1 and meta.stem in logged[0], logged
     torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
     assert io_binding(only_entry(tmp_path)) == good
 

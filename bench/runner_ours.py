@@ -51,15 +51,15 @@ def _wrap_function(owner, attr: str, stage: str, after=None):
 
 def instrument() -> None:
     """Stage timers around the package's own functions (nothing in the package changes)."""
-    global qnnx_backend, _compiler, _native, _backend_module
+    global qnnx_backend, _export, _native, _policy, _runtime, _backend_module
     import qnnx_backend
-    from qnnx_backend import _compiler, _native
+    from qnnx_backend import _export, _native, _policy, _runtime
     from qnnx_backend import backend as _backend_module
 
-    ORIG["qnn_call"] = _compiler.QnnCallable.__call__
-    ORIG["cg_call"] = _compiler.CompiledGraph.__call__
+    ORIG["qnn_call"] = _policy.QnnCallable.__call__
+    ORIG["cg_call"] = _runtime.CompiledGraph.__call__
     _wrap_function(_native, "is_available", "backend_open_ms")
-    _wrap_function(_compiler, "_export", "export_ms")
+    _wrap_function(_export, "export", "export_ms")
     _wrap_function(_native, "check", "check_ms")
 
     def compiled(native):
@@ -74,7 +74,7 @@ def instrument() -> None:
 
     _wrap_function(_native, "load_cached", "cache_lookup_ms", after=loaded)
 
-    orig_fp = _compiler.QnnCallable.fx_fingerprint
+    orig_fp = _policy.QnnCallable.fx_fingerprint
 
     def fx_fingerprint(self, *a, **k):
         t0 = time.perf_counter()
@@ -83,9 +83,9 @@ def instrument() -> None:
         finally:
             _add("fingerprint_ms", (time.perf_counter() - t0) * 1e3)
 
-    _compiler.QnnCallable.fx_fingerprint = fx_fingerprint
+    _policy.QnnCallable.fx_fingerprint = fx_fingerprint
 
-    orig_backend = _compiler.compile_graph
+    orig_backend = _policy.compile_graph
 
     def compile_graph(*a, **k):
         EVENTS.setdefault("backend_enter", time.perf_counter())
@@ -95,10 +95,10 @@ def instrument() -> None:
         finally:
             _add("backend_ctor_ms", (time.perf_counter() - t0) * 1e3)
 
-    _compiler.compile_graph = compile_graph
+    _policy.compile_graph = compile_graph
     _backend_module.compile_graph = compile_graph
 
-    orig_call = _compiler.QnnCallable.__call__
+    orig_call = _policy.QnnCallable.__call__
 
     def qnn_call(self, *a):
         if "callable_enter" not in EVENTS:
@@ -109,17 +109,17 @@ def instrument() -> None:
                 EVENTS["callable_exit"] = time.perf_counter()
         return orig_call(self, *a)
 
-    _compiler.QnnCallable.__call__ = qnn_call
+    _policy.QnnCallable.__call__ = qnn_call
 
-    orig_cg_init = _compiler.CompiledGraph.__init__
+    orig_cg_init = _runtime.CompiledGraph.__init__
 
     def cg_init(self, *a, **k):
         orig_cg_init(self, *a, **k)
         GRAPHS.append(self)
 
-    _compiler.CompiledGraph.__init__ = cg_init
+    _runtime.CompiledGraph.__init__ = cg_init
 
-    orig_cg_call = _compiler.CompiledGraph.__call__
+    orig_cg_call = _runtime.CompiledGraph.__call__
 
     def cg_call(self, *a, **k):
         if "first_execute_ms" in STAGES:
@@ -130,13 +130,13 @@ def instrument() -> None:
         finally:
             _add("first_execute_ms", (time.perf_counter() - t0) * 1e3)
 
-    _compiler.CompiledGraph.__call__ = cg_call
+    _runtime.CompiledGraph.__call__ = cg_call
 
 
 def uninstrument_call_path() -> None:
     """The steady-state loop runs the package's own methods, not the wrappers."""
-    _compiler.QnnCallable.__call__ = ORIG["qnn_call"]
-    _compiler.CompiledGraph.__call__ = ORIG["cg_call"]
+    _policy.QnnCallable.__call__ = ORIG["qnn_call"]
+    _runtime.CompiledGraph.__call__ = ORIG["cg_call"]
 
 
 ORIG: dict = {}
@@ -168,8 +168,8 @@ class _StubRun(_TimedRun):
 def raw_run_samples(native, calls: int, warmup: int) -> list:
     """`.run` on preallocated, contiguous buffers of the graph dtypes: no torch.compile, no
     dynamo guards, no checks or conversions in Python."""
-    ins = [torch.zeros(tuple(shape), dtype=_compiler._torch_dtype(gd)) for (_, gd, shape, _) in native.inputs]
-    outs = [torch.empty(tuple(shape), dtype=_compiler._torch_dtype(gd)) for (_, gd, shape, _) in native.outputs]
+    ins = [torch.zeros(tuple(shape), dtype=_runtime.torch_dtype(gd)) for (_, gd, shape, _) in native.inputs]
+    outs = [torch.empty(tuple(shape), dtype=_runtime.torch_dtype(gd)) for (_, gd, shape, _) in native.outputs]
     ip = [(t.data_ptr(), t.numel() * t.element_size()) for t in ins]
     op = [(t.data_ptr(), t.numel() * t.element_size()) for t in outs]
     return common.time_calls(lambda: native.run(ip, op), (), calls, warmup)
@@ -261,7 +261,7 @@ def main() -> None:
                 timed = _TimedRun(native)
                 cg.native = timed
                 inner: list = []
-                plain_call = _compiler.QnnCallable.__call__
+                plain_call = _policy.QnnCallable.__call__
 
                 def timed_call(self, *a):
                     t0 = time.perf_counter_ns()
@@ -269,7 +269,7 @@ def main() -> None:
                     inner.append(time.perf_counter_ns() - t0)
                     return r
 
-                _compiler.QnnCallable.__call__ = timed_call
+                _policy.QnnCallable.__call__ = timed_call
                 total = []
                 for _ in range(args.calls):
                     t = time.perf_counter_ns()
@@ -291,7 +291,7 @@ def main() -> None:
                     hot_total.append(time.perf_counter_ns() - t)
                     hot_inner.append(inner[n0])
                 del inner[len(total):]
-                _compiler.QnnCallable.__call__ = plain_call
+                _policy.QnnCallable.__call__ = plain_call
                 cg.native = native
                 result["overhead_hot"] = common.summarize(hot_total)
                 result["overhead_hot_dynamo"] = common.summarize([a - b for a, b in zip(hot_total, hot_inner)])

@@ -4,8 +4,9 @@
 //! Every instance carries the same attributes, `None` where they do not apply: `node` (the ONNX
 //! node at fault), `nodes` (list of `(node, op_type, reason)`), `operators` (set of op types),
 //! `code` and `call` (the QNN error code and call), `device` (set by the Python package),
-//! `graph` (the graph of a multi-graph compile). Python's `BaseException.__reduce__` keeps them
-//! through pickling.
+//! `graph` (the graph of a multi-graph compile). They are None on the classes themselves, so an
+//! instance made in Python has them too. Python's `BaseException.__reduce__` keeps them through
+//! pickling.
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyRuntimeError;
@@ -152,9 +153,26 @@ pub fn engine_error(py: Python<'_>, e: Error) -> PyErr {
     }
 }
 
+/// The attributes every qnnx exception has (see the module docs).
+const ATTRS: [&str; 7] = [
+    "node",
+    "nodes",
+    "operators",
+    "code",
+    "call",
+    "device",
+    "graph",
+];
+
 /// Registers the classes in the module.
 pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    // Class-level defaults, so that an instance made in Python (`QnnxError("...")`, as the
+    // package and its users raise them) has every attribute too, None until set.
+    let base = py.get_type::<QnnxError>();
+    for name in ATTRS {
+        base.setattr(name, py.None())?;
+    }
     m.add("QnnxError", py.get_type::<QnnxError>())?;
     m.add("LibraryLoadError", py.get_type::<LibraryLoadError>())?;
     m.add("QnnApiError", py.get_type::<QnnApiError>())?;

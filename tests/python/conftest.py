@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+import torch.nn as nn
 
 import qnnx_backend
 from qnnx_backend import _native
@@ -50,6 +51,17 @@ def refresh_batchnorm(model, shape, batches=4):
         for _ in range(batches):
             model(torch.randn(*shape))
     return model.eval()
+
+
+class WithUnsupported(nn.Module):
+    """Linear, then a matrix determinant: ONNX `Det`, which no QNN backend runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.linalg.det(self.fc(x).reshape(-1, 2, 2))
 
 
 def compile_strict(model, **options):

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import qnnx_backend
-from conftest import assert_close_to_eager, compile_strict, refresh_batchnorm
+from conftest import WithUnsupported, assert_close_to_eager, compile_strict, refresh_batchnorm
 
 pytestmark = pytest.mark.htp
 
@@ -67,17 +67,6 @@ def test_mobilenet_v3_small():
     torch.manual_seed(0)
     m = refresh_batchnorm(tv.models.mobilenet_v3_small(weights=None), (2, 3, 64, 64))
     run(m, torch.randn(1, 3, 64, 64), rel=5e-2)
-
-
-class WithUnsupported(nn.Module):
-    """Linear, then a matrix determinant: ONNX `Det`, which no QNN backend runs."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return torch.linalg.det(self.fc(x).reshape(-1, 2, 2))
 
 
 def test_auto_fallback_gives_eager_result_and_one_warning():

@@ -32,7 +32,7 @@ def _name_onnxruntime_qnn() -> None:
 _name_onnxruntime_qnn()
 
 from . import exceptions
-from ._compiler import STATS
+from ._policy import STATS
 from ._native import versions
 from .backend import qnn_backend
 from .exceptions import (

@@ -1,7 +1,36 @@
 """Type stubs of the native module (Rust, PyO3). Checked against the built module by
-tests/python/test_settings.py (names) and, in CI, by mypy's stubtest (signatures)."""
+tests/python/test_native.py: the names, and mypy's stubtest (signatures, properties, classes)."""
 
-from typing import Optional, Union
+from typing import Optional, Union, final
+
+__all__ = [
+    "QnnxError",
+    "LibraryLoadError",
+    "QnnApiError",
+    "UnsupportedOpError",
+    "LoweringError",
+    "CacheError",
+    "InputError",
+    "Compiled",
+    "is_available",
+    "unavailable_reason",
+    "build_id",
+    "check",
+    "op_table",
+    "compile",
+    "compile_many",
+    "load_cached",
+    "alias_get",
+    "alias_put",
+    "versions",
+    "set_log_level",
+    "default_cache_dir",
+    "resolve_target",
+    "soc_model",
+    "known_socs",
+    "htp_archs",
+    "dtype_names",
+]
 
 class QnnxError(RuntimeError):
     """Base of every qnnx_backend error. Every instance has all of these attributes, None where
@@ -22,8 +51,10 @@ class LoweringError(QnnxError): ...
 class CacheError(QnnxError): ...
 class InputError(QnnxError): ...
 
-IoDesc = tuple[str, str, list[int], str]
+# (name, graph dtype, graph shape, model dtype)
+_IoDesc = tuple[str, str, list[int], str]
 
+@final
 class Compiled:
     @property
     def lower_ms(self) -> float: ...
@@ -36,9 +67,9 @@ class Compiled:
     @property
     def cache_key(self) -> Optional[str]: ...
     @property
-    def inputs(self) -> list[IoDesc]: ...
+    def inputs(self) -> list[_IoDesc]: ...
     @property
-    def outputs(self) -> list[IoDesc]: ...
+    def outputs(self) -> list[_IoDesc]: ...
     def run(self, inputs: list[tuple[int, int]], outputs: list[tuple[int, int]], check_nan: bool = True) -> None: ...
     def binary(self) -> bytes: ...
 

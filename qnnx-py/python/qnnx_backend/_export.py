@@ -1,0 +1,99 @@
+"""FX graph -> ONNX bytes: static inputs (parameters and buffers, which dynamo passes as graph
+inputs) frozen into the graph as initializers, integer inputs fixed to the call's values, and
+the exporter chosen by the ``exporter`` setting."""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+import warnings
+from typing import Any, Sequence
+
+import torch
+
+from .exceptions import LoweringError
+from .settings import QnnSettings
+
+logger = logging.getLogger("qnnx_backend")
+
+# What the exporters raise for graphs they cannot express.
+EXPORT_ERRORS = (RuntimeError, TypeError, ValueError, ImportError, AttributeError)
+
+
+def is_static(value: Any) -> bool:
+    """Parameters and buffers: dynamo passes them as inputs and tags them as static."""
+    return isinstance(value, torch.nn.Parameter) or (
+        isinstance(value, torch.Tensor) and getattr(value, "_dynamo_static_input_type", None) is not None
+    )
+
+
+class Frozen(torch.nn.Module):
+    """The dynamo graph with static inputs as buffers (ONNX initializers) and integer inputs
+    (symbolic sizes) fixed to this call's values, taking only the runtime tensors."""
+
+    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], runtime: Sequence[int]):
+        super().__init__()
+        self.gm = gm
+        self.n = len(args)
+        self.runtime = list(runtime)
+        self.fixed: dict[int, Any] = {}
+        for i, a in enumerate(args):
+            if i in self.runtime:
+                continue
+            if isinstance(a, torch.Tensor):
+                self.register_buffer(f"c{i}", a.detach(), persistent=False)
+            else:
+                self.fixed[i] = a
+
+    def forward(self, *runtime_args):
+        full = []
+        it = iter(runtime_args)
+        for i in range(self.n):
+            if i in self.fixed:
+                full.append(self.fixed[i])
+            elif i in self.runtime:
+                full.append(next(it))
+            else:
+                full.append(getattr(self, f"c{i}"))
+        return self.gm(*full)
+
+
+def _export_with(exporter: str, frozen: Frozen, runtime_args: Sequence[torch.Tensor]) -> bytes:
+    names = [f"input_{i}" for i in range(len(runtime_args))]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            program = torch.onnx.export(frozen, tuple(runtime_args), dynamo=True, input_names=names, verbose=False)
+            return program.model_proto.SerializeToString()
+        buf = io.BytesIO()
+        torch.onnx.export(
+            frozen,
+            tuple(runtime_args),
+            buf,
+            dynamo=False,
+            opset_version=17,
+            input_names=names,
+            do_constant_folding=True,
+        )
+        return buf.getvalue()
+
+
+def export(frozen: Frozen, runtime_args: Sequence[torch.Tensor], settings: QnnSettings) -> bytes:
+    """ONNX bytes of the frozen graph, inputs named ``input_<i>``. The TorchScript exporter is
+    tried first by default: it is about 10x faster (0.2 s against 3 to 9 s for small models
+    here); graphs it cannot express (fused kernels such as the TransformerEncoderLayer fast
+    path) go through the dynamo exporter, whose decompositions handle them. Raises
+    LoweringError naming each exporter's failure."""
+    order = ["torchscript", "dynamo"] if settings.exporter == "torchscript" else ["dynamo"]
+    errors = []
+    for exporter in order:
+        t = time.perf_counter()
+        try:
+            data = _export_with(exporter, frozen, runtime_args)
+        except EXPORT_ERRORS as e:
+            errors.append(f"{exporter}: {e}")
+            continue
+        logger.debug("%s export: %d bytes in %.1f ms", exporter, len(data), (time.perf_counter() - t) * 1e3)
+        return data
+    raise LoweringError("ONNX export failed: " + "; ".join(errors))

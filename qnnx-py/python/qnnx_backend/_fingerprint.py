@@ -1,0 +1,63 @@
+"""The FX-level fingerprint of a graph for warm starts: everything that decides the compiled
+binary, computed from the FX graph without exporting it. The native cache maps a fingerprint to
+the cache key of its binary (``_native.alias_get`` / ``alias_put``), so a warm start skips the
+ONNX export, lowering and finalize."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from typing import Any, Sequence
+
+import torch
+
+from . import _native
+from .settings import QnnSettings
+
+# Bumped when what goes into a fingerprint changes, so old aliases stop matching.
+_FORMAT = b"qnnx-fx-1"
+
+
+def fingerprint(parts: Sequence[Any]) -> str:
+    """sha256 over length-prefixed byte strings (no two part lists collide by concatenation)."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.hexdigest()
+
+
+def fx_fingerprint(
+    gm: torch.fx.GraphModule,
+    args: Sequence[Any],
+    runtime: Sequence[int],
+    signature: tuple,
+    device: str,
+    settings: QnnSettings,
+) -> str:
+    """Fingerprint of ``gm`` called with ``args``: the package and torch versions, the graph
+    code, the device, target and compile settings, the runtime inputs' ``signature``, and the
+    dtype, shape and bytes of every other tensor argument (the frozen weights). ``runtime``
+    holds the indices of the arguments that are passed at each call."""
+    s = settings
+    parts = [
+        _FORMAT,
+        _native.versions()["qnnx"].encode(),
+        torch.__version__.encode(),
+        gm.code.encode(),
+        device.encode(),
+        repr((s.soc_model, s.htp_arch, sorted(s.compile_settings().items()))).encode(),
+        repr(signature).encode(),
+    ]
+    # The memoryviews below do not own their bytes: each contiguous copy must outlive the hashing.
+    copies = []
+    for i, a in enumerate(args):
+        if i in runtime or not isinstance(a, torch.Tensor):
+            continue
+        t = a.detach().contiguous()
+        copies.append(t)
+        parts.append(repr((i, t.dtype, tuple(t.shape))).encode())
+        nbytes = t.numel() * t.element_size()
+        if nbytes:
+            parts.append(memoryview((ctypes.c_char * nbytes).from_address(t.data_ptr())).cast("B"))
+    return fingerprint(parts)

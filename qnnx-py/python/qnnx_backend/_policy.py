@@ -1,0 +1,232 @@
+"""The "qnn" backend's policy: which device to try in which order, the cache (warm start by FX
+fingerprint, then export and a cached compile), when to fall back to eager PyTorch and when
+(``strict``) to raise instead, one compiled graph per input signature, and the STATS counters.
+
+The flow for one graph from torch.compile: parameters and buffers (which dynamo passes as graph
+inputs) are frozen into the graph as constants and the graph is exported to ONNX (_export); the
+native module lowers the model and finalizes one QNN graph, reporting every node it cannot run;
+the returned callable checks each call's inputs against the compiled signature, hands tensor
+memory to QNN without copies, and returns torch tensors (_runtime).
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import logging
+import time
+import warnings
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from . import _export, _fingerprint, _kvcache, _native, _partition, _runtime
+from ._decompose import decompose
+from ._runtime import CompiledGraph
+from .exceptions import CacheError, LibraryLoadError, LoweringError, QnnApiError, UnsupportedOpError
+from .settings import QnnSettings
+
+logger = logging.getLogger("qnnx_backend")
+
+#: Counters of the work done in this process (exports, compiles, cache hits, fallbacks); tests
+#: use them to prove that a warm start skipped export, lowering and finalize.
+STATS: collections.Counter = collections.Counter()
+
+_FALLBACK_ERRORS = (UnsupportedOpError, LoweringError, QnnApiError, LibraryLoadError)
+
+
+class QnnCallable:
+    """What the backend returns to dynamo: picks (or compiles) the graph for each call's input
+    signature and falls back to the original graph when a signature cannot run on QNN."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], settings: QnnSettings):
+        self.gm = gm
+        self.settings = settings
+        # Graphs that write into their inputs (KV caches) are compiled in a functional form whose
+        # extra outputs replay the writes on the caller's tensors (_kvcache); without kv_cache the
+        # writes would be lost, so such graphs are refused.
+        self.kv_plan: Optional[_kvcache.MutationPlan] = None
+        self.refusal: Optional[LoweringError] = None
+        source = gm
+        mutated = _kvcache.mutated_inputs(gm)
+        if mutated and not settings.kv_cache:
+            self.refusal = LoweringError(
+                f"the graph updates its input(s) {', '.join(mutated)} in place (a KV cache?); compiled "
+                "without kv_cache=True those updates would be lost. Pass options={'kv_cache': True}."
+            )
+        elif mutated:
+            try:
+                source, self.kv_plan = _kvcache.functionalize(gm, [_export.is_static(a) for a in example_inputs])
+            except LoweringError as e:
+                self.refusal = e
+        self.out_meta = _runtime.out_meta(source)
+        # Export rewrites a graph of its own: the original keeps running eagerly on fallback
+        # (a functionalized graph is already a new one).
+        if source is gm:
+            source = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        self.export_gm = decompose(source)
+        self.runtime = [i for i, a in enumerate(example_inputs) if not _export.is_static(a)]
+        self.statics = [a for a in example_inputs if _export.is_static(a)]
+        self.returns_tuple = _runtime.returns_sequence(gm)
+        self.graphs: dict[Any, Optional[CompiledGraph]] = {}
+        self.warned = False
+
+    def signature(self, args: Sequence[Any]) -> tuple:
+        sig = []
+        for i in self.runtime:
+            a = args[i]
+            if isinstance(a, torch.Tensor):
+                sig.append((tuple(a.shape), a.dtype))
+            else:
+                sig.append(("const", a))
+        return tuple(sig)
+
+    def compile(self, args: Sequence[Any]) -> Optional[CompiledGraph]:
+        """Compiles for these concrete arguments; returns None (eager) on a fallback error."""
+        s = self.settings
+        runtime_tensors = [args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)]
+        tensor_idx = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
+        frozen = _export.Frozen(self.export_gm, args, tensor_idx)
+        devices = ["npu", "gpu"] if s.device == "auto" else [s.device]
+        reasons: list[str] = []
+        onnx_bytes = None
+        cache_dir = _cache_dir(s)
+        if self.refusal is not None:
+            if s.strict:
+                raise self.refusal
+            devices = []
+            reasons.append(str(self.refusal))
+        for device in devices:
+            fingerprint = None
+            try:
+                # With an explicit SoC or arch the native calls below open (and check) the
+                # runtime for that configuration themselves; is_available() would open a second
+                # backend and device for the default configuration (70-190 ms here).
+                if s.soc_model is None and s.htp_arch is None and not _native.is_available(device):
+                    raise LibraryLoadError(f"{device}: {_native.unavailable_reason(device)}")
+                if cache_dir is not None:
+                    # Warm start: an FX-level fingerprint maps straight to a cached binary, so
+                    # neither the ONNX export nor lowering nor finalize runs.
+                    fingerprint = self.fx_fingerprint(args, device)
+                    hit = _read_alias(fingerprint, cache_dir, device, s)
+                    if hit is not None:
+                        STATS["cache_hits"] += 1
+                        logger.info("qnn: loaded a cached graph for %s in %.1f ms", device, hit.load_ms)
+                        return CompiledGraph(hit, device, self.out_meta, s.check_nan)
+                if onnx_bytes is None:
+                    onnx_bytes = _export.export(frozen, runtime_tensors, s)
+                    STATS["exports"] += 1
+                if s.dry_run:
+                    unsupported = _partition.unsupported_nodes(onnx_bytes, device)
+                    if unsupported:
+                        raise _partition.unsupported_error(unsupported, device)
+                    logger.info("qnn dry run: every node is supported on %s", device)
+                    return None
+                t = time.perf_counter()
+                # No separate check() first: it runs the whole lowering (parse, passes, op
+                # rules) only to discard the plan, and compile reports every unsupported node
+                # itself (for resnet18 the check cost as much as the lowering).
+                native = _native.compile(
+                    onnx_bytes,
+                    device=device,
+                    soc_model=s.soc_model,
+                    htp_arch=s.htp_arch,
+                    fp16=s.fp16,
+                    opt_level=s.opt_level,
+                    cache_dir=cache_dir,
+                )
+                if native.from_cache:
+                    STATS["cache_hits"] += 1
+                else:
+                    STATS["compiles"] += 1
+                if fingerprint is not None and native.cache_key:
+                    _write_alias(cache_dir, fingerprint, native.cache_key)
+                logger.info(
+                    "qnn: compiled a graph with %d inputs and %d outputs for %s in %.0f ms "
+                    "(lowering %.1f ms, finalize %.1f ms)",
+                    len(native.inputs),
+                    len(native.outputs),
+                    device,
+                    (time.perf_counter() - t) * 1e3,
+                    native.lower_ms,
+                    native.finalize_ms,
+                )
+                return CompiledGraph(native, device, self.out_meta, s.check_nan)
+            except _FALLBACK_ERRORS as e:
+                # The native module's errors name everything but the device this loop chose.
+                if e.device is None:
+                    e.device = device
+                if s.strict:
+                    raise
+                reasons.append(f"{device}: {e}")
+        STATS["fallbacks"] += 1
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                "qnn backend: running this graph with eager PyTorch on the CPU because it cannot "
+                "run on QNN:\n" + "\n".join(reasons),
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return None
+
+    def fx_fingerprint(self, args: Sequence[Any], device: str) -> str:
+        """The warm-start fingerprint of this graph called with ``args`` on ``device``."""
+        return _fingerprint.fx_fingerprint(self.gm, args, self.runtime, self.signature(args), device, self.settings)
+
+    def __call__(self, *args):
+        sig = self.signature(args)
+        if sig not in self.graphs:
+            if self.graphs and self.settings.strict:
+                logger.warning(
+                    "qnn backend: input signature %s differs from the compiled one(s); compiling a new graph",
+                    sig,
+                )
+            self.graphs[sig] = self.compile(args)
+        graph = self.graphs[sig]
+        if graph is None:
+            return self.gm(*args)
+        tensors = [args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)]
+        outs = graph(tensors)
+        if self.kv_plan is not None:
+            outs = self.kv_plan.finish(args, outs)
+        outs = _runtime.guard_autograd(outs, list(args) + self.statics)
+        return tuple(outs) if self.returns_tuple else outs[0]
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], settings: QnnSettings) -> Callable:
+    """The backend entry: the original forward for device="cpu", otherwise a QnnCallable.
+
+    Compilation happens at the first call of each input signature rather than here: dynamo
+    wraps exceptions raised by a backend in BackendCompilerFailed, while exceptions raised by
+    the compiled function reach the caller as they are, so strict mode's UnsupportedOpError
+    (and the others) can be caught by their own class.
+    """
+    if settings.device == "cpu":
+        return gm.forward
+    return QnnCallable(gm, example_inputs, settings)
+
+
+def _cache_dir(s: QnnSettings) -> Optional[str]:
+    if not s.cache:
+        return None
+    d = s.cache_dir or _native.default_cache_dir()
+    if d is None:
+        raise CacheError("cache=True but no cache folder is known: set cache_dir or QNNX_CACHE_DIR")
+    return str(d)
+
+
+def _read_alias(fingerprint: str, cache_dir: str, device: str, s: QnnSettings):
+    key = _native.alias_get(cache_dir, fingerprint)
+    if key is None:
+        return None
+    return _native.load_cached(
+        key, cache_dir, device=device, soc_model=s.soc_model, htp_arch=s.htp_arch, opt_level=s.opt_level
+    )
+
+
+def _write_alias(cache_dir: str, fingerprint: str, key: str) -> None:
+    try:
+        _native.alias_put(cache_dir, fingerprint, key)
+    except CacheError as e:
+        logger.warning("qnn: could not record the cache alias of %s: %s", fingerprint, e)

@@ -1,0 +1,63 @@
+"""The backend's policy (qnnx_backend._policy): which errors fall back or raise, and what they
+say; the dry run. End-to-end runs on QNN are in test_backend.py."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import qnnx_backend
+from conftest import WithUnsupported, compile_strict
+
+pytestmark = pytest.mark.htp
+
+
+def test_strict_raises_the_native_error_with_the_device_set():
+    compiled = compile_strict(WithUnsupported().eval())
+    with pytest.raises(qnnx_backend.UnsupportedOpError) as info, torch.inference_mode():
+        compiled(torch.randn(3, 4))
+    err = info.value
+    assert type(err) is qnnx_backend.UnsupportedOpError
+    assert err.device == "npu"
+    # The native module's own exception, not a copy: its message is the lowering's.
+    [(node, op, reason)] = err.nodes
+    assert op == "Det" and node and str(err) == reason
+    assert err.operators == {"Det"}
+    assert (err.node, err.code, err.call, err.graph) == (None, None, None, None)
+    assert err.__cause__ is None and err.__context__ is None
+
+
+def test_dry_run_reports_unsupported_nodes_strict():
+    compiled = compile_strict(WithUnsupported().eval(), dry_run=True)
+    with pytest.raises(qnnx_backend.UnsupportedOpError) as info, torch.inference_mode():
+        compiled(torch.randn(3, 4))
+    err = info.value
+    assert err.device == "npu"
+    assert [op for (_, op, _) in err.nodes] == ["Det"] and err.operators == {"Det"}
+    assert "1 unsupported node(s)" in str(err) and err.nodes[0][2] in str(err)
+    assert qnnx_backend.STATS["compiles"] == 0
+
+
+def test_dry_run_runs_eagerly_and_compiles_nothing():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    x = torch.randn(2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with torch.inference_mode():
+            got = compile_strict(m, dry_run=True)(x)
+            torch.testing.assert_close(got, m(x))
+    assert qnnx_backend.STATS["compiles"] == 0 and qnnx_backend.STATS["exports"] == 1, qnnx_backend.STATS
+
+
+def test_dry_run_falls_back_with_one_warning_naming_the_device():
+    m = WithUnsupported().eval()
+    x = torch.randn(3, 4)
+    compiled = torch.compile(m, backend="qnn", options={"device": "npu", "dry_run": True})
+    with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+        warnings.simplefilter("always")
+        torch.testing.assert_close(compiled(x), m(x))
+    ours = [str(w.message) for w in caught if "qnn backend" in str(w.message)]
+    assert len(ours) == 1 and "npu: " in ours[0] and "Det" in ours[0], ours
+    assert qnnx_backend.STATS["fallbacks"] == 1

@@ -28,24 +28,10 @@ pub use error::{LowerError, Unsupported};
 pub use frontend::load::{Model, ModelSource};
 pub use plan::Plan;
 
-/// QNN backend a plan is lowered for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Backend {
-    #[default]
-    Htp,
-    Gpu,
-}
+/// The QNN backend a plan is lowered for (each has its op table, `op-tables/<name>.toml`).
+pub use qnnx_types::BackendKind as Backend;
 
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Htp => "HTP",
-            Backend::Gpu => "GPU",
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LowerOptions {
     pub backend: Backend,
     /// Compute in fp16: float weights are stored as f16 and float activations are f16. Graph
@@ -53,6 +39,16 @@ pub struct LowerOptions {
     pub fp16: bool,
     /// Static shapes for graph inputs, by name. Required for inputs with symbolic dims.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+}
+
+impl Default for LowerOptions {
+    fn default() -> LowerOptions {
+        LowerOptions {
+            backend: Backend::Htp,
+            fp16: false,
+            input_shapes: BTreeMap::new(),
+        }
+    }
 }
 
 /// What [`lower`] accepts: a loaded model or a source to load.
@@ -129,7 +125,10 @@ fn lower_graph(
     backend: Backend,
 ) -> (Result<Plan, LowerError>, Vec<LowerError>) {
     let g = &p.graph;
-    let table = table::OpTable::get(backend);
+    let table = match table::OpTable::get(backend) {
+        Ok(t) => t,
+        Err(e) => return (Err(e), vec![]),
+    };
     let mut errors: Vec<LowerError> = Vec::new();
     let infer_errors: HashMap<&str, &LowerError> =
         p.node_errors.iter().map(|(n, e)| (n.as_str(), e)).collect();
@@ -192,7 +191,7 @@ fn no_rule(node: &ir::Node, def: Option<&ops::OpDef>, backend: Backend) -> Lower
         _ => node.err_op(format!(
             "no lowering rule for {} on {}",
             node.op_type,
-            backend.name()
+            backend.label()
         )),
     }
 }

@@ -113,14 +113,21 @@ impl OpTable {
         Ok(t)
     }
 
-    pub fn get(backend: Backend) -> &'static OpTable {
+    /// The table of `backend`; an error for a backend that has none.
+    pub fn get(backend: Backend) -> Result<&'static OpTable> {
         static HTP: OnceLock<OpTable> = OnceLock::new();
         static GPU: OnceLock<OpTable> = OnceLock::new();
         let (cell, text) = match backend {
             Backend::Htp => (&HTP, HTP_TOML),
             Backend::Gpu => (&GPU, GPU_TOML),
+            Backend::Cpu => {
+                return Err(crate::error::invalid(
+                    "models cannot be lowered for QNN's CPU backend yet (it has no op table); \
+                     use htp or gpu",
+                ))
+            }
         };
-        cell.get_or_init(|| OpTable::parse(text).expect("embedded op table is valid (tested)"))
+        Ok(cell.get_or_init(|| OpTable::parse(text).expect("embedded op table is valid (tested)")))
     }
 
     pub fn entry(&self, op_type: &str) -> Option<&OpEntry> {
@@ -134,7 +141,7 @@ impl OpTable {
     /// Checks a node against the table: known op, runnable status, opset range, and the
     /// dtypes of its non-constant inputs.
     pub fn check_node(&self, node: &Node, g: &Graph, backend: Backend) -> Result<()> {
-        let b = backend.name();
+        let b = backend.label();
         if !node.domain.is_empty() {
             return Err(node.err_op(format!(
                 "custom domain '{}' is not supported on {b}",

@@ -430,7 +430,22 @@ pub fn first_nan(dtype: DType, bytes: &[u8]) -> Option<usize> {
             let v = u16::from_le_bytes([c[0], c[1]]);
             v & 0x7C00 == 0x7C00 && v & 0x03FF != 0
         }),
-        _ => None,
+        DType::BF16 => bytes.chunks_exact(2).position(|c| {
+            let v = u16::from_le_bytes([c[0], c[1]]);
+            v & 0x7F80 == 0x7F80 && v & 0x007F != 0
+        }),
+        DType::F64 => bytes
+            .chunks_exact(8)
+            .position(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")).is_nan()),
+        DType::I8
+        | DType::I16
+        | DType::I32
+        | DType::I64
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::Bool => None,
     }
 }
 

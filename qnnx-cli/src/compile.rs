@@ -465,8 +465,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
 
 pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
     let file = load_onnx(&args.model)?;
-    let backend = qnnx_engine::compile::lowering_backend(args.backend)
-        .map_err(|e| Failure::usage(e.to_string()))?;
+    let backend = args.backend;
     let unsupported = lowering::check(&file.model, backend);
     let bad: BTreeMap<&str, &Unsupported> = unsupported
         .iter()

@@ -138,15 +138,11 @@ fn build_id(py: Python<'_>, device: &str) -> PyResult<String> {
     r.backend.build_id().map_err(|e| qnn_error(py, e, None))
 }
 
-fn lowering_backend(py: Python<'_>, device: &str) -> PyResult<lowering::Backend> {
-    qnnx_engine::compile::lowering_backend(backend_kind(device)?).map_err(|e| engine_error(py, e))
-}
-
 /// Every node of an ONNX model that `device` cannot run, as (node, op_type, reason), without
 /// touching QNN: the lowering's own decision, the one `qnnx check` reports.
 #[pyfunction]
 fn check(py: Python<'_>, onnx: &[u8], device: &str) -> PyResult<Vec<(String, String, String)>> {
-    let backend = lowering_backend(py, device)?;
+    let backend = backend_kind(device)?;
     let model = py
         .detach(|| lowering::Model::from_bytes(onnx, None))
         .map_err(|e| engine_error(py, e.into()))?;
@@ -163,7 +159,8 @@ fn check(py: Python<'_>, onnx: &[u8], device: &str) -> PyResult<Vec<(String, Str
 /// decision for a model is [`check`].
 #[pyfunction]
 fn op_table<'py>(py: Python<'py>, device: &str) -> PyResult<Bound<'py, PyDict>> {
-    let table = lowering::table::OpTable::get(lowering_backend(py, device)?);
+    let table = lowering::table::OpTable::get(backend_kind(device)?)
+        .map_err(|e| engine_error(py, e.into()))?;
     let out = PyDict::new(py);
     for (op, e) in &table.ops {
         let d = PyDict::new(py);

@@ -49,6 +49,17 @@ def test_nan_inputs_are_refused_and_infinities_saturate():
 
 
 @pytest.mark.htp
+def test_check_nan_false_skips_the_scan():
+    """check_nan=False hands NaN inputs to QNN as they are (the HTP's saturating fp16 then gives
+    a finite number: what the option's documentation warns about)."""
+    m = nn.Sequential(nn.ReLU()).eval()
+    compiled = compile_strict(m, check_nan=False)
+    with torch.inference_mode():
+        y = compiled(torch.tensor([[1.0, float("nan"), 3.0, -4.0, 5.0]]))
+    assert y.shape == (1, 5) and abs(y[0, 0].item() - 1.0) < 1e-2 and torch.isfinite(y[0, 1])
+
+
+@pytest.mark.htp
 def test_float64_input_is_a_clear_error_in_strict_mode():
     m = mlp().double()
     with pytest.raises(qnnx_backend.QnnxError), torch.inference_mode():
@@ -131,7 +142,7 @@ class FakeNative:
         self.compute = compute
         self.seen = []
 
-    def run(self, ins, outs):
+    def run(self, ins, outs, check_nan=True):
         got = []
         for (ptr, nbytes), (_, gdtype, shape, _) in zip(ins, self.inputs):
             t = torch.empty(tuple(shape), dtype=torch_dtype(gdtype))

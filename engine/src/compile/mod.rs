@@ -11,7 +11,7 @@ use qnnx_types::BackendKind;
 
 use crate::cache::{Cache, CacheKey, Entry, NewEntry};
 use crate::emit::{emit, Emitted};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::registry::{self, Runtime};
 use crate::target::Target;
 
@@ -71,17 +71,6 @@ pub struct Compiled {
 
 fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
-}
-
-/// The op table lowering uses for `backend`.
-pub fn lowering_backend(backend: BackendKind) -> Result<lowering::Backend> {
-    match backend {
-        BackendKind::Htp => Ok(lowering::Backend::Htp),
-        BackendKind::Gpu => Ok(lowering::Backend::Gpu),
-        BackendKind::Cpu => Err(Error::Target(
-            "models cannot be lowered for QNN's CPU backend yet (it has no op table)".into(),
-        )),
-    }
 }
 
 /// Loads cache entry `key` with `bind` (its context and I/O binding), timed in milliseconds.
@@ -157,7 +146,7 @@ fn lower_timed(
 ) -> Result<(Plan, f64)> {
     let start = Instant::now();
     let lower_opts = LowerOptions {
-        backend: lowering_backend(backend)?,
+        backend,
         fp16,
         input_shapes: input_shapes.clone(),
     };

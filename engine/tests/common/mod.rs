@@ -98,12 +98,7 @@ pub fn read_npy(path: &Path) -> HostTensor {
         .map(|s| s.parse().expect("shape dim"))
         .collect();
     let data = b[start + hlen..].to_vec();
-    let size = match dtype {
-        DType::F32 | DType::I32 => 4,
-        DType::F16 => 2,
-        DType::I64 => 8,
-        _ => 1,
-    };
+    let size = dtype.size();
     assert_eq!(
         data.len(),
         shape.iter().product::<usize>() * size,

@@ -92,7 +92,7 @@ pub fn def(op_type: &str) -> Option<&'static OpDef> {
 pub fn variants(backend: Backend) -> &'static [(&'static str, Rule)] {
     match backend {
         Backend::Gpu => GPU_RULES,
-        Backend::Htp => &[],
+        Backend::Htp | Backend::Cpu => &[],
     }
 }
 

@@ -262,7 +262,7 @@ mod tests {
             .output("y");
         let mut g = b.load().graph;
         let _ = crate::passes::const_fold::run(&mut g);
-        run(&mut g, OpTable::get(Backend::Htp));
+        run(&mut g, OpTable::get(Backend::Htp).unwrap());
         let gemm = g.nodes.iter().find(|n| n.op_type == "Gemm").unwrap();
         assert_eq!(gemm.attrs.get("beta"), Some(&crate::ir::Attr::Float(1.0)));
         let c = g.konst(gemm.input(2).unwrap()).unwrap();

@@ -96,7 +96,7 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
     // Errors of the first sweep are reported again by the second one (or the node is gone).
     let _ = const_fold::run(&mut g);
-    let table = OpTable::get(opts.backend);
+    let table = OpTable::get(opts.backend)?;
     // An expansion's inputs are known only once the nodes before it are inferred, which may
     // need an earlier expansion (Attention feeding Attention).
     let mut expand_errors = Vec::new();

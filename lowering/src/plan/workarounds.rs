@@ -12,7 +12,7 @@ use crate::Backend;
 pub fn apply(plan: &mut Plan, backend: Backend) {
     match backend {
         Backend::Htp => square_fully_connected_into_rank5(plan),
-        Backend::Gpu => {}
+        Backend::Gpu | Backend::Cpu => {}
     }
 }
 

@@ -111,7 +111,7 @@ class CompiledGraph:
                 keep.append(t)
             ins.append((t.data_ptr(), numel * size))
         outs = [torch.empty(alloc, dtype=g) for (alloc, g, _, _, _) in self._out_plan]
-        self.native.run(ins, [(o.data_ptr(), p[2]) for o, p in zip(outs, self._out_plan)])
+        self.native.run(ins, [(o.data_ptr(), p[2]) for o, p in zip(outs, self._out_plan)], self.check_nan)
         for i, (_, _, _, h, final) in enumerate(self._out_plan):
             if h is not None:
                 o = outs[i].to(h)

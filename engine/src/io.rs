@@ -103,11 +103,19 @@ impl Emitted {
                     io.host_dtype.name()
                 )));
             }
-            let want: Vec<usize> = info.dims.iter().map(|&d| d as usize).collect();
-            if t.shape != want && !(t.shape.is_empty() && want == [1]) {
+            if t.shape != io.shape {
                 return Err(bad(format!(
                     "input {:?} has shape {:?}; the compiled graph takes {:?}",
-                    io.onnx_name, t.shape, want
+                    io.onnx_name, t.shape, io.shape
+                )));
+            }
+            if t.data.len() != t.shape.iter().product::<usize>() * t.dtype.size() {
+                return Err(bad(format!(
+                    "input {:?}: {} bytes for {} {:?}",
+                    io.onnx_name,
+                    t.data.len(),
+                    t.dtype,
+                    t.shape
                 )));
             }
             if let Some(i) = qnn::first_nan(info.dtype, &t.data) {
@@ -159,7 +167,7 @@ impl Emitted {
                 };
                 HostTensor {
                     dtype: io.host_dtype,
-                    shape: info.dims.iter().map(|&d| d as usize).collect(),
+                    shape: io.shape.clone(),
                     data,
                 }
             })
@@ -167,12 +175,13 @@ impl Emitted {
     }
 
     /// The model I/O binding stored with a cache entry (`extra["io"]`), so a hit needs no
-    /// lowering: for each input and output in ONNX order, `[name, model dtype, graph slot]`.
+    /// lowering: for each input and output in ONNX order, `[name, model dtype, graph slot,
+    /// model shape]`.
     pub fn io_binding_json(&self) -> String {
         let side = |ios: &[PlanIo], slots: &[usize]| -> Vec<serde_json::Value> {
             ios.iter()
                 .zip(slots)
-                .map(|(io, s)| serde_json::json!([io.onnx_name, io.host_dtype.name(), s]))
+                .map(|(io, s)| serde_json::json!([io.onnx_name, io.host_dtype.name(), s, io.shape]))
                 .collect()
         };
         serde_json::json!({
@@ -183,26 +192,45 @@ impl Emitted {
     }
 
     /// Binds `graph` (loaded from a context binary) to the model I/O described by
-    /// [`Emitted::io_binding_json`]; `None` if the text does not parse or names slots the graph
-    /// does not have.
+    /// [`Emitted::io_binding_json`]; `None` if the text does not parse or does not fit the graph.
+    /// Entries written before the model shape was recorded take the graph tensor's shape.
     pub fn from_io_binding(graph: qnn::Graph, json: &str) -> Option<Emitted> {
         let v: serde_json::Value = serde_json::from_str(json).ok()?;
-        let side = |key: &str| -> Option<(Vec<PlanIo>, Vec<usize>)> {
+        let side = |key: &str, tensors: &[qnn::TensorInfo]| -> Option<(Vec<PlanIo>, Vec<usize>)> {
             let mut ios = Vec::new();
             let mut slots = Vec::new();
             for item in v.get(key)?.as_array()? {
                 let a = item.as_array()?;
+                let slot = usize::try_from(a.get(2)?.as_u64()?).ok()?;
+                let graph_shape: Vec<usize> = tensors
+                    .get(slot)?
+                    .dims
+                    .iter()
+                    .map(|&d| d as usize)
+                    .collect();
+                let shape = match a.get(3) {
+                    Some(s) => s
+                        .as_array()?
+                        .iter()
+                        .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+                        .collect::<Option<Vec<usize>>>()?,
+                    None => graph_shape.clone(),
+                };
+                if shape.iter().product::<usize>() != graph_shape.iter().product::<usize>() {
+                    return None;
+                }
                 ios.push(PlanIo {
                     tensor: 0,
                     onnx_name: a.first()?.as_str()?.to_string(),
                     host_dtype: DType::from_name(a.get(1)?.as_str()?)?,
+                    shape,
                 });
-                slots.push(usize::try_from(a.get(2)?.as_u64()?).ok()?);
+                slots.push(slot);
             }
             Some((ios, slots))
         };
-        let (inputs, input_slots) = side("inputs")?;
-        let (outputs, output_slots) = side("outputs")?;
+        let (inputs, input_slots) = side("inputs", graph.inputs())?;
+        let (outputs, output_slots) = side("outputs", graph.outputs())?;
         // Each graph tensor bound exactly once, to a model tensor it can be converted from.
         let fits = |ios: &[PlanIo], slots: &[usize], tensors: &[qnn::TensorInfo]| {
             let mut seen = vec![false; tensors.len()];

@@ -101,8 +101,7 @@ fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Arr
     for io in ios {
         let a = match given.remove(&io.name) {
             Some(a) => {
-                let scalar_ok = a.shape.is_empty() && io.shape == [1];
-                if a.dtype != io.dtype || (a.shape != io.shape && !scalar_ok) {
+                if a.dtype != io.dtype || a.shape != io.shape {
                     return Err(Failure::new(format!(
                         "input {:?}: the file holds {} {:?}, {what} takes {} {:?}",
                         io.name, a.dtype, a.shape, io.dtype, io.shape
@@ -383,18 +382,15 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     }
     let built = crate::compile::build(cli, &args.model, &args.build, "qnnx")?;
     let e = &built.compiled.emitted;
-    let mut ios = Vec::new();
-    for (io, &slot) in e.inputs.iter().zip(&e.input_slots) {
-        ios.push(Io {
+    let ios: Vec<Io> = e
+        .inputs
+        .iter()
+        .map(|io| Io {
             name: io.onnx_name.clone(),
             dtype: io.host_dtype,
-            shape: e.graph.inputs()[slot]
-                .dims
-                .iter()
-                .map(|&d| d as usize)
-                .collect(),
-        });
-    }
+            shape: io.shape.clone(),
+        })
+        .collect();
     let arrays = input_arrays(&args.inputs, &ios, "the model")?;
     let hosts: Vec<qnnx_engine::HostTensor> = arrays
         .into_iter()

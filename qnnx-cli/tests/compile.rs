@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use lowering::dtype::{DType, OnnxCode};
-use lowering::testing::ModelBuilder;
+use lowering::testing::{ModelBuilder, A};
 use serde_json::Value;
 
 fn qnnx_env(args: &[&str], env: &[(&str, &Path)]) -> Output {
@@ -894,5 +894,28 @@ fn a_cache_folder_others_can_write_is_not_used() {
             .contains("writable by"),
         "{v}"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A rank-0 output (`(x * x).mean()` as ONNX) comes back as a rank-0 array, not `(1,)`: the
+/// graph tensor is `[1]` (QNN ops take rank >= 1), the model's shape is restored at the boundary.
+#[test]
+fn rank0_outputs_keep_their_shape() {
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("rank0");
+    let onnx = dir.join("mean.onnx");
+    let m = ModelBuilder::new(17)
+        .input("x", DType::F32, &[2, 3])
+        .node("Mul", &["x", "x"], &["sq"], &[])
+        .node("ReduceMean", &["sq"], &["y"], &[("keepdims", A::I(0))])
+        .output("y");
+    std::fs::write(&onnx, m.bytes()).unwrap();
+    let out = dir.join("out");
+    let v = ok_json(&["run", s(&onnx), "-o", s(&out), "--runs", "0", "--json"]);
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([]), "{v}");
+    let (descr, shape, data) = read_npy(&out.join("y.npy"));
+    assert_eq!((descr.as_str(), shape, data.len()), ("<f4", vec![], 4));
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -139,7 +139,7 @@ def test_an_io_binding_that_is_not_a_permutation_is_rebuilt(tmp_path, bad, path)
     torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
     meta = only_entry(tmp_path)
     good = io_binding(meta)
-    assert [slot for (_, _, slot) in good["inputs"]] == [0, 1], good
+    assert [entry[2] for entry in good["inputs"]] == [0, 1], good
     broken = json.loads(json.dumps(good))
     broken["inputs"][1][2] = 0 if bad == "repeated_slot" else 7
     set_io_binding(meta, broken)

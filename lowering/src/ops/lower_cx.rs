@@ -74,6 +74,7 @@ impl<'g> LowerCx<'g> {
                 tensor: id,
                 onnx_name: val.name.clone(),
                 host_dtype: host_dtypes.get(k).copied().unwrap_or(val.dtype),
+                shape: val.shape.clone(),
             });
         }
         Ok(cx)
@@ -295,6 +296,7 @@ impl<'g> LowerCx<'g> {
                 tensor: t,
                 onnx_name: val.name.clone(),
                 host_dtype: host_dtypes.get(k).copied().unwrap_or(val.dtype),
+                shape: val.shape.clone(),
             });
         }
         crate::plan::workarounds::apply(&mut self.plan, self.backend);

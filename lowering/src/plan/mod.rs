@@ -175,6 +175,9 @@ pub struct PlanIo {
     /// The dtype the caller passes or receives. Differs from the tensor's dtype only for
     /// int64 I/O narrowed to i32 (the runtime converts); float I/O is converted in-graph.
     pub host_dtype: DType,
+    /// The shape the caller passes or receives: the model's, rank 0 included (the graph tensor
+    /// of a rank-0 value is `[1]`: QNN ops take rank >= 1).
+    pub shape: Vec<usize>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

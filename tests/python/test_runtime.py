@@ -238,3 +238,20 @@ def test_output_structure_of_a_graph():
     assert returns_sequence(torch.fx.symbolic_trace(two)) is True
     # No dynamo metadata: shapes unknown.
     assert out_meta(torch.fx.symbolic_trace(two)) == [None, None]
+
+
+class _MeanSquare(nn.Module):
+    def forward(self, x):
+        return (x * x).mean()
+
+
+@pytest.mark.htp
+def test_rank0_outputs_come_back_as_rank0():
+    """A scalar output is a [1] tensor inside the QNN graph; the caller gets shape (), as eager."""
+    m = _MeanSquare().eval()
+    x = torch.randn(2, 3)
+    with torch.inference_mode():
+        got = compile_strict(m)(x)
+        want = m(x)
+    assert got.shape == want.shape == ()
+    assert abs(got.item() - want.item()) <= 1e-2 * abs(want.item())

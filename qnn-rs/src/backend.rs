@@ -73,6 +73,10 @@ pub(crate) struct BackendInner {
     /// Graph construction (tensor creation, validation, addNode, finalize) is serialised per
     /// backend: QNN documents no re-entrancy for it and concurrent building is untested.
     pub(crate) build_lock: Mutex<()>,
+    /// Whether executes of any two graphs of this library must not overlap, for HTP releases
+    /// whose emulator computes wrong outputs or hangs otherwise
+    /// ([`qnn_sys::releases::Release::htp_concurrent_execute`]).
+    pub(crate) serial_execute: bool,
 }
 
 // SAFETY: the handles are opaque values owned by this struct; QNN calls made through them are
@@ -165,6 +169,13 @@ impl Backend {
             let _ = unsafe { qnn_call!(api, logFree(log)) };
             return Err(with_missing_device_files(e, kind, &path, || None));
         }
+        let serial_execute = match kind {
+            BackendKind::Htp => {
+                !qnn_sys::releases::htp_executes_concurrently(api_version.backend_api_version)
+            }
+            // Nothing measured says the GPU or CPU backends need it.
+            BackendKind::Gpu | BackendKind::Cpu => false,
+        };
         Ok(Backend {
             inner: Arc::new(BackendInner {
                 api,
@@ -177,6 +188,7 @@ impl Backend {
                 api_version,
                 system: OnceLock::new(),
                 build_lock: Mutex::new(()),
+                serial_execute,
             }),
         })
     }

@@ -14,6 +14,10 @@ use crate::tensor::{
     check_buffer, DType, Element, Input, Output, Quantization, RawTensor, TensorInfo, TensorKind,
 };
 
+/// Held around `graphExecute` for libraries that cannot execute two graphs at once
+/// ([`qnn_sys::releases::Release::htp_concurrent_execute`]).
+static SERIAL_EXECUTE: Mutex<()> = Mutex::new(());
+
 /// The op package of QNN's built-in ops.
 pub const DEFAULT_PACKAGE: &str = "qti.aisw";
 
@@ -590,6 +594,13 @@ impl Graph {
         let in_arr: Vec<qnn_sys::Tensor> = ins.iter().map(|t| *t.raw()).collect();
         let mut out_arr: Vec<qnn_sys::Tensor> = outs.iter().map(|t| *t.raw()).collect();
         let api = &self.ctx.backend.api;
+        // One lock for the process: the graphs may belong to any backend of the library (the
+        // emulator's worker threads are shared by all of them).
+        let _serial = self
+            .ctx
+            .backend
+            .serial_execute
+            .then(|| SERIAL_EXECUTE.lock().unwrap_or_else(|e| e.into_inner()));
         // SAFETY: input buffers are read-only for QNN (the `*mut` is the C signature), outputs
         // are exclusively borrowed and exactly sized; descriptors point at owned names/dims.
         let result = unsafe {

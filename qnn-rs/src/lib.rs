@@ -23,8 +23,10 @@
 //! Children keep their parents alive through `Arc`s: `Graph` → `Context` → `Device`/`Backend` →
 //! library. `Backend`, `Device`, `Context` and `Graph` are `Send + Sync`: graph construction is
 //! serialised per backend, and executions of one graph are serialised per graph (QNN asks callers
-//! to serialise calls per handle); different graphs execute concurrently. `GraphBuilder` is `Send`
-//! and takes `&mut self`.
+//! to serialise calls per handle); different graphs execute concurrently, except on the HTP
+//! libraries of QNN 2.47 and 2.48, whose emulator computes wrong outputs or hangs then: there all
+//! executes of the process are serialised ([`qnn_sys::releases::Release::htp_concurrent_execute`]).
+//! `GraphBuilder` is `Send` and takes `&mut self`.
 
 mod api;
 mod backend;

@@ -365,3 +365,99 @@ fn empty_tensors_are_refused() {
     let err = g.input("x", DType::F32, &[0, 8]).unwrap_err();
     assert!(err.to_string().contains("cannot be empty"), "{err}");
 }
+
+/// Two FullyConnected layers (`[rows, k]` by `[k, k]`), weights from `seed`.
+fn fc_pair(ctx: &Context, name: &str, rows: u32, k: u32, seed: u32) -> qnn::Graph {
+    let mut g = ctx.build_graph(name).unwrap();
+    let mut x = g.input("x", DType::F32, &[rows, k]).unwrap();
+    for l in 0..2u32 {
+        let w = values(seed + l, (k * k) as usize, 0.1);
+        let b = values(seed + 10 + l, k as usize, 0.1);
+        let wi = g.constant(&format!("w{l}"), &[k, k], &w).unwrap();
+        let bi = g.constant(&format!("b{l}"), &[k], &b).unwrap();
+        let y = if l == 1 {
+            g.output("y", DType::F32, &[rows, k]).unwrap()
+        } else {
+            g.native("h", DType::F32, &[rows, k]).unwrap()
+        };
+        g.add_node(
+            &Node::new(format!("fc{l}"), "FullyConnected")
+                .inputs(&[x, wi, bi])
+                .outputs(&[y]),
+        )
+        .unwrap();
+        x = y;
+    }
+    g.finalize().unwrap()
+}
+
+fn run_fc_pair(g: &qnn::Graph) -> Vec<f32> {
+    let (rows, k) = (g.inputs()[0].dims[0], g.inputs()[0].dims[1]);
+    let x = values(3, (rows * k) as usize, 1.0);
+    let mut out = vec![0f32; (rows * k) as usize];
+    g.execute(&[Input::new(&x)], &mut [Output::new(&mut out)])
+        .unwrap();
+    out
+}
+
+/// Graphs of different backends executed from two threads at once compute what each computes
+/// alone, and return: the QNN 2.47 and 2.48 emulators computed wrong outputs or hung in
+/// `graphExecute` unless qnn-rs serialises their executes
+/// (`qnn_sys::releases::Release::htp_concurrent_execute`). The threads run in a child process
+/// so that a hang fails this test instead of blocking the run.
+#[test]
+fn two_threads_execute_different_graphs_correctly() {
+    let Some(_) = context() else { return };
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_executes_two_graphs_at_once",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!(
+                "two threads executing two graphs did not finish in 120 s (hung in graphExecute)"
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "child failed ({status:?}):\n{stdout}");
+    assert!(stdout.contains("CORRECT 20/20 20/20"), "{stdout}");
+}
+
+#[test]
+#[ignore = "run by two_threads_execute_different_graphs_correctly in a child process"]
+fn child_executes_two_graphs_at_once() {
+    const N: usize = 20;
+    let (rows, k) = (8, 128);
+    let (b1, d1, c1) = context().expect("HTP library");
+    let (b2, d2, c2) = context().expect("HTP library");
+    let (g1, g2) = (
+        fc_pair(&c1, "a", rows, k, 1),
+        fc_pair(&c2, "b", rows, k, 50),
+    );
+    let (want1, want2) = (run_fc_pair(&g1), run_fc_pair(&g2));
+    assert_ne!(want1, want2);
+    let (ok1, ok2) = std::thread::scope(|s| {
+        let a = s.spawn(|| (0..N).filter(|_| run_fc_pair(&g1) == want1).count());
+        let b = s.spawn(|| (0..N).filter(|_| run_fc_pair(&g2) == want2).count());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    println!("CORRECT {ok1}/{N} {ok2}/{N}");
+    drop((g1, g2, c1, c2, d1, d2, b1, b2));
+}

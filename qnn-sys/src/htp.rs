@@ -1,6 +1,6 @@
 //! HTP backend custom config structs (the GPU ones are in [`crate::gpu`]). These change layout
-//! between SDK releases more than the core types do; every layout here is the one the 2.4x
-//! libraries accept.
+//! between SDK releases more than the core types do; where releases differ both layouts are
+//! here, and [`crate::releases`] says which release takes which.
 
 use std::ffi::c_void;
 
@@ -101,16 +101,18 @@ pub enum LayoutSource {
 /// The device-config layout of the HTP library with backend API `htp_api`, and how that is
 /// known.
 ///
-/// Measured: a probe passed a SOC config (60) to `deviceCreate` in each layout on the HTP
-/// library of every onnxruntime-qnn wheel for Linux x86_64 (2.3.0 to 2.7.0): backend API 5.47,
-/// 5.48, 5.50 and 5.51 accept only the offset-8 layout (14001 with offset 4), 5.49 only the
-/// offset-4 layout (14001 with offset 8). Headers: the 2.36.1 set (HTP API 5.36) has offset 4
+/// Measured: the tested releases' [`crate::releases::Release::htp_device_config`] (a probe
+/// passed a SOC config (60) to `deviceCreate` in each layout on the HTP library of every
+/// onnxruntime-qnn wheel for Linux x86_64, 2.3.0 to 2.7.0: backend API 5.47, 5.48, 5.50 and
+/// 5.51 accept only the offset-8 layout (14001 with offset 4), 5.49 only the offset-4 layout
+/// (14001 with offset 8)). Headers: the 2.36.1 set (HTP API 5.36) has offset 4
 /// (docs/qnn-notes.md §2, gotcha 1). `cargo build --features bindgen` compares a user's SDK
 /// header with [`DeviceCustomConfig`].
 pub fn device_config_layout(htp_api: crate::Version) -> (DeviceConfigLayout, LayoutSource) {
+    if let Some(r) = crate::releases::by_htp_api(htp_api) {
+        return (r.htp_device_config, LayoutSource::Measured);
+    }
     match (htp_api.major, htp_api.minor) {
-        (5, 47 | 48 | 50 | 51) => (DeviceConfigLayout::UnionAt8, LayoutSource::Measured),
-        (5, 49) => (DeviceConfigLayout::UnionAt4, LayoutSource::Measured),
         (5, ..=36) => (DeviceConfigLayout::UnionAt4, LayoutSource::Header),
         _ => (DeviceConfigLayout::UnionAt8, LayoutSource::Unknown),
     }

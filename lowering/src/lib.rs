@@ -39,6 +39,10 @@ pub struct LowerOptions {
     pub fp16: bool,
     /// Static shapes for graph inputs, by name. Required for inputs with symbolic dims.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// In a quantized (QDQ) model, float graph inputs that the model quantizes first and float
+    /// outputs it dequantizes last are passed and returned as their integers (the encoding's
+    /// storage type) instead of being converted in the graph.
+    pub quantized_io: bool,
 }
 
 impl Default for LowerOptions {
@@ -47,6 +51,7 @@ impl Default for LowerOptions {
             backend: Backend::Htp,
             fp16: false,
             input_shapes: BTreeMap::new(),
+            quantized_io: false,
         }
     }
 }
@@ -130,6 +135,14 @@ fn lower_graph(
         Err(e) => return (Err(e), vec![]),
     };
     let mut errors: Vec<LowerError> = Vec::new();
+    if backend != Backend::Htp && g.nodes.iter().any(|n| n.quantized) {
+        let e = LowerError::InvalidModel(format!(
+            "this model is quantized (QuantizeLinear/DequantizeLinear pairs); quantized graphs run \
+             on the HTP, not on {}: use the HTP, or a float model",
+            backend.label()
+        ));
+        return (Err(e), vec![]);
+    }
     let infer_errors: HashMap<&str, &LowerError> =
         p.node_errors.iter().map(|(n, e)| (n.as_str(), e)).collect();
     let mut cx = match ops::LowerCx::new(g, backend, &p.input_host_dtypes) {
@@ -137,7 +150,20 @@ fn lower_graph(
         Err(e) => return (Err(e), vec![]),
     };
     for node in &g.nodes {
-        if let Err(e) = table.check_node(node, g, backend) {
+        // The `qdq` pass's conversions are not model ops: no table lists them.
+        let internal = ops::quant::is_internal(&node.op_type);
+        // The `qdq` pass says better than the table why a QuantizeLinear or DequantizeLinear
+        // (a dynamic scale, an encoding QNN lacks) cannot be absorbed.
+        let qdq = matches!(node.op_type.as_str(), "QuantizeLinear" | "DequantizeLinear");
+        if let Some(e) = infer_errors.get(node.name.as_str()).filter(|_| qdq) {
+            errors.push(clone_err(e));
+            continue;
+        }
+        if let Err(e) = if internal {
+            Ok(())
+        } else {
+            table.check_node(node, g, backend)
+        } {
             errors.push(e);
             continue;
         }

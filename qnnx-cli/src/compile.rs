@@ -39,6 +39,11 @@ pub struct BuildArgs {
     /// Static shape for an input with symbolic dims, as NAME=D,D,... (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS")]
     pub input_shapes: Vec<String>,
+    /// For a quantized (QDQ) model: pass the float inputs it quantizes first, and receive the
+    /// float outputs it dequantizes last, as their integers (uint8/uint16...) instead of
+    /// converting them in the graph.
+    #[arg(long)]
+    pub quantized_io: bool,
     /// Use the context-binary cache: load a binary compiled earlier for the same model, target
     /// and settings, or store the new one (see --cache-dir).
     #[arg(long)]
@@ -329,6 +334,7 @@ pub fn build(
         fp16: args.precision == Precision::Fp16,
         input_shapes,
         opt_level: args.opt_level,
+        quantized_io: args.quantized_io,
         base_dir: Some(file.dir.clone()),
     };
     let start = std::time::Instant::now();

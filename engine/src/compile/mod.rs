@@ -30,6 +30,8 @@ pub struct CompileOptions {
     /// HTP finalize optimization level 1 to 3 ([`qnn::HtpGraphConfig::opt_level`]); an HTP
     /// setting, refused for other backends.
     pub opt_level: Option<u8>,
+    /// [`LowerOptions::quantized_io`]: a quantized model's float I/O passed as its integers.
+    pub quantized_io: bool,
     /// Where external data files are read from. Without it a model with external data is
     /// rejected; with it such a model is never cached (the key covers the ONNX bytes only).
     pub base_dir: Option<PathBuf>,
@@ -143,12 +145,14 @@ fn lower_timed(
     base_dir: Option<&Path>,
     fp16: bool,
     input_shapes: &BTreeMap<String, Vec<usize>>,
+    quantized_io: bool,
 ) -> Result<(Plan, f64)> {
     let start = Instant::now();
     let lower_opts = LowerOptions {
         backend,
         fp16,
         input_shapes: input_shapes.clone(),
+        quantized_io,
     };
     // Parsed from the caller's bytes: copying them first cost 30 ms for resnet18's 46 MB.
     let model = lowering::Model::from_bytes(onnx, base_dir)?;
@@ -218,12 +222,15 @@ pub fn compile_with_progress(
     // need not even be present to say so).
     let lowered = if target.lacks_float() {
         progress(Stage::Lower);
+        // No float path, so no fp16 either: the float tensors left are a quantized model's
+        // boundary conversions.
         let l = lower_timed(
             target.backend,
             onnx,
             opts.base_dir.as_deref(),
-            opts.fp16,
+            false,
             &opts.input_shapes,
+            opts.quantized_io,
         )?;
         target.check_plan(&l.0)?;
         Some(l)
@@ -279,6 +286,7 @@ fn compile_lowered(
                 opts.base_dir.as_deref(),
                 opts.fp16,
                 &opts.input_shapes,
+                opts.quantized_io,
             )?
         }
     };

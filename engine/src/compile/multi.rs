@@ -296,8 +296,9 @@ pub fn compile_multi_with_progress(
                 target.backend,
                 s.onnx,
                 s.base_dir.as_deref(),
-                opts.fp16,
+                opts.fp16 && !target.lacks_float(),
                 &s.input_shapes,
+                false,
             )
             .map_err(of(&s.name))?;
             target.check_plan(&plan).map_err(of(&s.name))?;
@@ -341,6 +342,7 @@ pub fn compile_multi_with_progress(
             s.base_dir.as_deref(),
             opts.fp16,
             &s.input_shapes,
+            false,
         );
         let lowered = lowered.map_err(of(&s.name))?;
         target.check_plan(&lowered.0).map_err(of(&s.name))?;

@@ -474,6 +474,7 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
         shape: t.shape.clone(),
         known: true,
         konst: Some(t),
+        quant: None,
     };
 
     let mut inits: Vec<(String, Tensor)> = Vec::new();
@@ -512,6 +513,7 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
                 shape,
                 known,
                 konst: None,
+                quant: None,
             },
         )?;
         g.inputs.push(id);
@@ -567,6 +569,7 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
                         shape: vec![],
                         known: false,
                         konst: None,
+                        quant: None,
                     },
                 )?;
                 outputs.push(Some(id));

@@ -4,6 +4,7 @@
 
 pub mod attr;
 pub mod builder;
+pub mod quant;
 pub mod shape;
 pub mod tensor;
 
@@ -13,6 +14,7 @@ use std::fmt::Write as _;
 use crate::dtype::DType;
 use crate::error::{invalid, Result};
 use crate::ir::tensor::Tensor;
+use qnnx_types::Encoding;
 
 pub type ValueId = usize;
 pub type NodeId = usize;
@@ -26,6 +28,11 @@ pub struct Value {
     /// of a node whose shape could not be inferred.
     pub known: bool,
     pub konst: Option<Tensor>,
+    /// Stored fixed-point with this encoding (set by the `qdq` pass from the model's
+    /// QuantizeLinear/DequantizeLinear nodes, or derived for constants). `dtype` stays the
+    /// value's real (float) type and `konst` its real values: the IR keeps float semantics, and
+    /// the plan stores the integers.
+    pub quant: Option<Encoding>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -67,6 +74,9 @@ pub struct Node {
     pub attrs: BTreeMap<String, Attr>,
     /// Set by the layout pass on conv-family nodes: their 4-D data inputs and outputs are NHWC.
     pub nhwc: bool,
+    /// Set by the `qdq` pass: the node runs on quantized tensors (its float inputs and outputs
+    /// carry encodings; constants without one get a derived one).
+    pub quantized: bool,
 }
 
 impl Node {
@@ -79,6 +89,7 @@ impl Node {
             outputs: vec![],
             attrs: BTreeMap::new(),
             nhwc: false,
+            quantized: false,
         }
     }
 
@@ -104,6 +115,9 @@ pub struct Graph {
     pub outputs: Vec<ValueId>,
     /// Opset version per domain (`""` is the default ONNX domain).
     pub opsets: BTreeMap<String, i64>,
+    /// Graph outputs the caller receives as integers (a QDQ model's raw quantized outputs, set
+    /// by the `qdq` pass); any other quantized output is dequantized in the graph.
+    pub quantized_outputs: Vec<ValueId>,
     names: HashSet<String>,
     node_names: HashSet<String>,
 }
@@ -136,6 +150,7 @@ impl Graph {
             shape: vec![],
             known: false,
             konst: None,
+            quant: None,
         });
         self.values.len() - 1
     }
@@ -255,6 +270,10 @@ impl Graph {
                 if *o == inp {
                     *o = out;
                 }
+            }
+            // The producer now writes `out`: it is stored as `inp` was.
+            if self.values[out].quant.is_none() {
+                self.values[out].quant = self.values[inp].quant.clone();
             }
         } else {
             self.replace_uses(out, inp);

@@ -673,6 +673,69 @@ fn external_data_models_compile_without_the_cache() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+#[cfg(unix)]
+#[test]
+fn check_refuses_a_fifo_as_external_data_promptly() {
+    // Lowering only: needs no QNN library. The old loader opened the FIFO for reading and
+    // waited for a writer forever.
+    use lowering::onnx;
+    let dir = temp_dir("fifo");
+    let fifo = dir.join("w.data");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.as_ref().is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mkfifo failed ({made:?})");
+        return;
+    }
+    let mut m = ModelBuilder::new(17)
+        .input("x", DType::F32, &[2, 4])
+        .node("Add", &["x", "w"], &["y"], &[])
+        .output("y");
+    let entry = |k: &str, v: &str| onnx::StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v.into()),
+    };
+    m.model
+        .graph
+        .as_mut()
+        .unwrap()
+        .initializer
+        .push(onnx::TensorProto {
+            name: Some("w".into()),
+            dims: vec![2, 4],
+            data_type: Some(DType::F32.to_onnx()),
+            data_location: Some(onnx::data_location::EXTERNAL),
+            external_data: vec![entry("location", "w.data"), entry("length", "32")],
+            ..Default::default()
+        });
+    let onnx_path = dir.join("add.onnx");
+    std::fs::write(&onnx_path, m.bytes()).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qnnx"))
+        .args(["check", s(&onnx_path)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("qnnx check blocked on the FIFO for 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("initializer 'w'")
+            && err.contains("is a FIFO, not a regular file")
+            && err.contains(s(&fifo)),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A two-layer MatMul + Relu stack (256 x 256 weights, the same values whatever `rows`) taking
 /// x [rows, 256]: the "prefill" and "decode" of one model.
 fn stack_model(rows: i64) -> Vec<u8> {

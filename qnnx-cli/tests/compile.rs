@@ -361,6 +361,51 @@ fn binaries_for_other_socs_inspect_as_those_socs() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The emulator runs a binary whatever SoC it was compiled for (docs/qnn-notes.md gotcha 12):
+/// `run` checks the SoC given on the command line against the binary's own.
+#[test]
+fn run_refuses_a_binary_for_another_soc_than_given() {
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("run-soc");
+    let onnx = dir.join("relu.onnx");
+    std::fs::write(&onnx, relu_model().bytes()).unwrap();
+    let bin = dir.join("relu-sm8650.bin");
+    ok_json(&[
+        "compile",
+        s(&onnx),
+        "-o",
+        s(&bin),
+        "--soc",
+        "SM8650",
+        "--json",
+    ]);
+    for flags in [&["--soc", "SC8380XP"][..], &["--soc-model", "60"][..]] {
+        let mut args = vec!["run", s(&bin), "--runs", "1"];
+        args.extend_from_slice(flags);
+        let out = qnnx(&args);
+        assert_eq!(out.status.code(), Some(3), "{flags:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("is for SoC 57 (SM8650), the target is SoC 60 (SC8380XP)")
+                && err.contains("--soc SM8650"),
+            "{err}"
+        );
+    }
+    for flags in [
+        &["--soc", "SM8650"][..],
+        &["--soc-model", "57"][..],
+        &[][..],
+    ] {
+        let mut args = vec!["run", s(&bin), "--runs", "1", "--json"];
+        args.extend_from_slice(flags);
+        let v = ok_json(&args);
+        assert_eq!(v["prepare"]["soc_model"], 57, "{flags:?}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn float_models_are_refused_for_socs_without_fp16() {
     // Checked before QNN is asked: needs no library.

@@ -438,11 +438,21 @@ impl Entry {
         &self.path
     }
 
-    /// Memory-maps the binary and creates a context from it ([`Context::from_file`], which checks
-    /// the binary info through QnnSystem first). If QNN rejects the binary, call
+    /// Memory-maps the binary and creates a context from it ([`Context::from_file_expecting`]):
+    /// the binary info is read through QnnSystem first and must say what the entry's key says,
+    /// that the binary was made by `backend`'s QNN build for the SoC `backend` is configured
+    /// for. [`Cache::get`] has checked the sha256 against the metadata, but metadata and binary
+    /// could have been planted together. If a check or QNN rejects the binary, call
     /// [`Cache::invalidate`] and compile again.
     pub fn load(&self, backend: &Backend, device: Option<&Device>) -> qnn::Result<Context> {
-        Context::from_file(backend, device, &self.path)
+        let expected = qnn::ExpectedBinary {
+            soc_model: match backend.config() {
+                qnn::BackendConfig::Htp(c) => c.device.soc_model,
+                qnn::BackendConfig::Gpu(_) | qnn::BackendConfig::Cpu => None,
+            },
+            build_id: Some(backend.build_id()?),
+        };
+        Context::from_file_expecting(backend, device, &self.path, &expected)
     }
 }
 

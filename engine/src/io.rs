@@ -183,51 +183,136 @@ impl Emitted {
     }
 
     /// Binds `graph` (loaded from a context binary) to the model I/O described by
-    /// [`Emitted::io_binding_json`]; `None` if the text does not parse or names slots the graph
-    /// does not have.
+    /// [`Emitted::io_binding_json`]; `None` if the text does not parse ([`parse_io_binding`]) or
+    /// does not fit the graph ([`IoBinding::fits`]).
     pub fn from_io_binding(graph: qnn::Graph, json: &str) -> Option<Emitted> {
-        let v: serde_json::Value = serde_json::from_str(json).ok()?;
-        let side = |key: &str| -> Option<(Vec<PlanIo>, Vec<usize>)> {
-            let mut ios = Vec::new();
-            let mut slots = Vec::new();
-            for item in v.get(key)?.as_array()? {
-                let a = item.as_array()?;
-                ios.push(PlanIo {
-                    tensor: 0,
-                    onnx_name: a.first()?.as_str()?.to_string(),
-                    host_dtype: DType::from_name(a.get(1)?.as_str()?)?,
-                });
-                slots.push(usize::try_from(a.get(2)?.as_u64()?).ok()?);
-            }
-            Some((ios, slots))
-        };
-        let (inputs, input_slots) = side("inputs")?;
-        let (outputs, output_slots) = side("outputs")?;
-        // Each graph tensor bound exactly once, to a model tensor it can be converted from.
-        let fits = |ios: &[PlanIo], slots: &[usize], tensors: &[qnn::TensorInfo]| {
-            let mut seen = vec![false; tensors.len()];
-            slots.len() == tensors.len()
-                && ios.iter().zip(slots).all(|(io, &s)| {
-                    let Some(t) = tensors.get(s) else {
-                        return false;
-                    };
-                    let fresh = !std::mem::replace(&mut seen[s], true);
-                    let convertible = io.host_dtype == t.dtype
-                        || (io.host_dtype == DType::I64 && t.dtype == DType::I32);
-                    fresh && convertible
-                })
-        };
-        if !fits(&inputs, &input_slots, graph.inputs())
-            || !fits(&outputs, &output_slots, graph.outputs())
-        {
+        let b = parse_io_binding(json)?;
+        let dtypes = |t: &[qnn::TensorInfo]| t.iter().map(|t| t.dtype).collect::<Vec<_>>();
+        if !b.fits(&dtypes(graph.inputs()), &dtypes(graph.outputs())) {
             return None;
         }
         Some(Emitted {
             graph,
-            inputs,
-            outputs,
-            input_slots,
-            output_slots,
+            inputs: b.inputs,
+            outputs: b.outputs,
+            input_slots: b.input_slots,
+            output_slots: b.output_slots,
         })
+    }
+}
+
+/// A model I/O binding as a cache entry stores it ([`Emitted::io_binding_json`]), parsed but not
+/// yet checked against a graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IoBinding {
+    /// Model inputs in ONNX order (`tensor` is 0: a loaded graph has no plan).
+    pub inputs: Vec<PlanIo>,
+    /// The graph input each model input binds to.
+    pub input_slots: Vec<usize>,
+    /// Model outputs in ONNX order.
+    pub outputs: Vec<PlanIo>,
+    /// The graph output each model output binds to.
+    pub output_slots: Vec<usize>,
+}
+
+/// Parses the text of [`Emitted::io_binding_json`]: `{"inputs": [[name, dtype, slot], ...],
+/// "outputs": [...]}`. `None` unless it has exactly that shape with known dtype names. The text
+/// comes from a file in the cache folder, so nothing about it is trusted.
+pub fn parse_io_binding(json: &str) -> Option<IoBinding> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let side = |key: &str| -> Option<(Vec<PlanIo>, Vec<usize>)> {
+        let mut ios = Vec::new();
+        let mut slots = Vec::new();
+        for item in v.get(key)?.as_array()? {
+            let a = item.as_array()?;
+            ios.push(PlanIo {
+                tensor: 0,
+                onnx_name: a.first()?.as_str()?.to_string(),
+                host_dtype: DType::from_name(a.get(1)?.as_str()?)?,
+            });
+            slots.push(usize::try_from(a.get(2)?.as_u64()?).ok()?);
+        }
+        Some((ios, slots))
+    };
+    let (inputs, input_slots) = side("inputs")?;
+    let (outputs, output_slots) = side("outputs")?;
+    Some(IoBinding {
+        inputs,
+        input_slots,
+        outputs,
+        output_slots,
+    })
+}
+
+impl IoBinding {
+    /// Whether the binding fits a graph whose inputs and outputs have these dtypes: each graph
+    /// tensor bound exactly once, to a model tensor it can be converted from (the same dtype, or
+    /// int64 narrowed to int32).
+    pub fn fits(&self, graph_inputs: &[DType], graph_outputs: &[DType]) -> bool {
+        let side = |ios: &[PlanIo], slots: &[usize], tensors: &[DType]| {
+            let mut seen = vec![false; tensors.len()];
+            ios.len() == slots.len()
+                && slots.len() == tensors.len()
+                && ios.iter().zip(slots).all(|(io, &s)| {
+                    let Some(&t) = tensors.get(s) else {
+                        return false;
+                    };
+                    let fresh = !std::mem::replace(&mut seen[s], true);
+                    let convertible =
+                        io.host_dtype == t || (io.host_dtype == DType::I64 && t == DType::I32);
+                    fresh && convertible
+                })
+        };
+        side(&self.inputs, &self.input_slots, graph_inputs)
+            && side(&self.outputs, &self.output_slots, graph_outputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BINDING: &str = r#"{"inputs":[["ids","i64",1],["x","f32",0]],"outputs":[["y","f32",0]]}"#;
+
+    #[test]
+    fn io_binding_parses_and_fits_its_graph() {
+        let b = parse_io_binding(BINDING).unwrap();
+        assert_eq!(b.input_slots, [1, 0]);
+        assert_eq!(b.inputs[0].onnx_name, "ids");
+        assert_eq!(b.inputs[0].host_dtype, DType::I64);
+        assert!(b.fits(&[DType::F32, DType::I32], &[DType::F32]));
+        assert!(b.fits(&[DType::F32, DType::I64], &[DType::F32]));
+    }
+
+    #[test]
+    fn io_binding_that_does_not_fit_is_refused() {
+        let b = parse_io_binding(BINDING).unwrap();
+        // Too few or too many graph tensors, a slot past the end, a dtype it cannot convert.
+        assert!(!b.fits(&[DType::F32], &[DType::F32]));
+        assert!(!b.fits(&[DType::F32, DType::I32, DType::F32], &[DType::F32]));
+        assert!(!b.fits(&[DType::F32, DType::F16], &[DType::F32]));
+        let twice = r#"{"inputs":[["a","f32",0],["b","f32",0]],"outputs":[]}"#;
+        assert!(!parse_io_binding(twice)
+            .unwrap()
+            .fits(&[DType::F32, DType::F32], &[]));
+        let past = r#"{"inputs":[["a","f32",5]],"outputs":[]}"#;
+        assert!(!parse_io_binding(past).unwrap().fits(&[DType::F32], &[]));
+    }
+
+    #[test]
+    fn io_binding_of_another_shape_does_not_parse() {
+        for bad in [
+            "",
+            "[]",
+            "{}",
+            r#"{"inputs":[]}"#,
+            r#"{"inputs":[["x","float99",0]],"outputs":[]}"#,
+            r#"{"inputs":[["x","f32",-1]],"outputs":[]}"#,
+            r#"{"inputs":[["x","f32"]],"outputs":[]}"#,
+            r#"{"inputs":[[0,"f32",0]],"outputs":[]}"#,
+            r#"{"inputs":{"x":0},"outputs":[]}"#,
+        ] {
+            assert_eq!(parse_io_binding(bad), None, "{bad}");
+        }
     }
 }

@@ -420,6 +420,26 @@ pub struct EntryMeta {
     pub extra: BTreeMap<String, String>,
 }
 
+impl EntryMeta {
+    /// Parses the text of a `.json` and checks what can be checked without the binary: this
+    /// [`FORMAT`] and the entry's `key`. `Err` says what is wrong. The text is a file in the
+    /// cache folder, so nothing about it is trusted; `scripts/fuzz` runs it on arbitrary bytes.
+    pub fn parse(text: &[u8], key: &CacheKey) -> Result<EntryMeta, String> {
+        let meta: EntryMeta =
+            serde_json::from_slice(text).map_err(|e| format!("metadata does not parse: {e}"))?;
+        if meta.format != FORMAT {
+            return Err(format!(
+                "metadata format {} (this build reads {FORMAT})",
+                meta.format
+            ));
+        }
+        if meta.key != key.as_str() {
+            return Err(format!("metadata is for another key ({})", meta.key));
+        }
+        Ok(meta)
+    }
+}
+
 /// A valid cache entry, returned by [`Cache::get`] and [`Cache::put`].
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -596,22 +616,10 @@ impl Cache {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Check::Absent),
             Err(e) => return Err(CacheError::new("read", &meta_path)(e)),
         };
-        let meta: EntryMeta = match serde_json::from_slice(&text) {
+        let meta = match EntryMeta::parse(&text, key) {
             Ok(m) => m,
-            Err(e) => return Ok(Check::Bad(format!("metadata does not parse: {e}"))),
+            Err(problem) => return Ok(Check::Bad(problem)),
         };
-        if meta.format != FORMAT {
-            return Ok(Check::Bad(format!(
-                "metadata format {} (this build reads {FORMAT})",
-                meta.format
-            )));
-        }
-        if meta.key != key.as_str() {
-            return Ok(Check::Bad(format!(
-                "metadata is for another key ({})",
-                meta.key
-            )));
-        }
         let bin_path = self.bin_path(key);
         let mut file = match File::open(&bin_path) {
             Ok(f) => f,

@@ -81,7 +81,7 @@ fn ms_since(start: Instant) -> f64 {
 fn load_entry<T>(
     cache: &Cache,
     key: &CacheKey,
-    bind: impl FnOnce(&Entry) -> Option<T>,
+    bind: impl FnOnce(&Entry) -> std::result::Result<T, String>,
 ) -> std::result::Result<Option<(T, f64)>, String> {
     let entry = match cache.get(key) {
         Ok(Some(e)) => e,
@@ -90,11 +90,11 @@ fn load_entry<T>(
     };
     let t = Instant::now();
     match bind(&entry) {
-        Some(loaded) => Ok(Some((loaded, ms_since(t)))),
-        None => {
+        Ok(loaded) => Ok(Some((loaded, ms_since(t)))),
+        Err(why) => {
             let _ = cache.invalidate(key);
             Err(format!(
-                "cache entry {key} could not be loaded; rebuilding it"
+                "cache entry {key} could not be loaded ({why}); rebuilding it"
             ))
         }
     }
@@ -178,10 +178,18 @@ pub fn load_cached(
     name: &str,
 ) -> std::result::Result<Option<Compiled>, String> {
     let loaded = load_entry(cache, key, |entry| {
-        let io = entry.meta().extra.get("io")?;
-        let context = entry.load(&runtime.backend, Some(&runtime.device)).ok()?;
-        let graph = context.graph(name).ok()?;
-        Some((Emitted::from_io_binding(graph, io)?, context))
+        let io = entry
+            .meta()
+            .extra
+            .get("io")
+            .ok_or("its metadata has no I/O binding")?;
+        let context = entry
+            .load(&runtime.backend, Some(&runtime.device))
+            .map_err(|e| e.to_string())?;
+        let graph = context.graph(name).map_err(|e| e.to_string())?;
+        let emitted =
+            Emitted::from_io_binding(graph, io).ok_or("its I/O binding does not fit the graph")?;
+        Ok((emitted, context))
     })?;
     Ok(loaded.map(|((emitted, context), load_ms)| Compiled {
         emitted,

@@ -15,6 +15,7 @@ pub mod ops;
 pub mod passes;
 pub mod plan;
 pub mod qnn_names;
+pub mod quantize;
 pub mod table;
 pub mod testing;
 
@@ -43,6 +44,11 @@ pub struct LowerOptions {
     /// outputs it dequantizes last are passed and returned as their integers (the encoding's
     /// storage type) instead of being converted in the graph.
     pub quantized_io: bool,
+    /// Also return every float intermediate that holds a model value (see
+    /// [`plan::PlanTensor::origin`]) as a graph output, after the model's outputs: for
+    /// calibrating a quantization and comparing layers. Their [`plan::PlanIo::onnx_name`] is the
+    /// model value's name (a value may appear more than once, in NCHW and NHWC order).
+    pub observe: bool,
 }
 
 impl Default for LowerOptions {
@@ -52,6 +58,7 @@ impl Default for LowerOptions {
             fp16: false,
             input_shapes: BTreeMap::new(),
             quantized_io: false,
+            observe: false,
         }
     }
 }
@@ -81,7 +88,7 @@ pub fn lower(model: impl Into<LowerInput>, opts: &LowerOptions) -> Result<Plan, 
         LowerInput::Source(s) => Model::load(s)?,
     };
     let prepared = passes::prepare(&model, opts)?;
-    let (plan, mut errors) = lower_graph(&prepared, opts.backend);
+    let (plan, mut errors) = lower_graph(&prepared, opts.backend, opts.observe);
     match errors.len() {
         0 => plan,
         1 => Err(errors.pop().expect("len is 1")),
@@ -118,7 +125,7 @@ pub fn check(model: &Model, backend: Backend) -> Vec<Unsupported> {
 /// Like [`check`] with explicit options; model-level problems are errors.
 pub fn check_with(model: &Model, opts: &LowerOptions) -> Result<Vec<Unsupported>, LowerError> {
     let prepared = passes::prepare(model, opts)?;
-    let (_, errors) = lower_graph(&prepared, opts.backend);
+    let (_, errors) = lower_graph(&prepared, opts.backend, false);
     Ok(errors
         .iter()
         .flat_map(|e| e.to_unsupported("", ""))
@@ -128,6 +135,7 @@ pub fn check_with(model: &Model, opts: &LowerOptions) -> Result<Vec<Unsupported>
 fn lower_graph(
     p: &passes::Prepared,
     backend: Backend,
+    observe: bool,
 ) -> (Result<Plan, LowerError>, Vec<LowerError>) {
     let g = &p.graph;
     let table = match table::OpTable::get(backend) {
@@ -201,7 +209,7 @@ fn lower_graph(
             }
         }
     }
-    (cx.finish(&p.output_host_dtypes), vec![])
+    (cx.finish(&p.output_host_dtypes, observe), vec![])
 }
 
 /// Why `node` reached lowering without a rule for `backend`.

@@ -335,6 +335,7 @@ pub fn build(
         input_shapes,
         opt_level: args.opt_level,
         quantized_io: args.quantized_io,
+        observe: false,
         base_dir: Some(file.dir.clone()),
     };
     let start = std::time::Instant::now();

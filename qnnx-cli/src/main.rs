@@ -11,6 +11,7 @@ mod compile;
 mod compile_many;
 mod npy;
 mod progress;
+mod quantize;
 mod run;
 mod target;
 
@@ -70,6 +71,10 @@ enum Command {
     /// Run a context binary, or an ONNX model compiled in memory, with given or random inputs;
     /// write the outputs as .npy and report latency.
     Run(run::RunArgs),
+    /// Quantize a float ONNX model on calibration data into a standard QDQ ONNX model
+    /// (QuantizeLinear/DequantizeLinear pairs, integer weights) that compiles for every HTP,
+    /// v68 included.
+    Quantize(quantize::QuantizeArgs),
     /// List, clear or prune the context-binary cache.
     Cache {
         #[command(subcommand)]
@@ -149,6 +154,7 @@ fn main() -> ExitCode {
         Command::Check(args) => compile::check(&cli, args),
         Command::Inspect { model } => inspect(&cli, model),
         Command::Run(args) => run::run(&cli, args),
+        Command::Quantize(args) => quantize::quantize(&cli, args),
         Command::Cache { action } => cache::cache(&cli, action),
     };
     match result {

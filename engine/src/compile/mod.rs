@@ -32,6 +32,8 @@ pub struct CompileOptions {
     pub opt_level: Option<u8>,
     /// [`LowerOptions::quantized_io`]: a quantized model's float I/O passed as its integers.
     pub quantized_io: bool,
+    /// [`LowerOptions::observe`]: intermediates holding model values are outputs too.
+    pub observe: bool,
     /// Where external data files are read from. Without it a model with external data is
     /// rejected; with it such a model is never cached (the key covers the ONNX bytes only).
     pub base_dir: Option<PathBuf>,
@@ -146,6 +148,7 @@ fn lower_timed(
     fp16: bool,
     input_shapes: &BTreeMap<String, Vec<usize>>,
     quantized_io: bool,
+    observe: bool,
 ) -> Result<(Plan, f64)> {
     let start = Instant::now();
     let lower_opts = LowerOptions {
@@ -153,6 +156,7 @@ fn lower_timed(
         fp16,
         input_shapes: input_shapes.clone(),
         quantized_io,
+        observe,
     };
     // Parsed from the caller's bytes: copying them first cost 30 ms for resnet18's 46 MB.
     let model = lowering::Model::from_bytes(onnx, base_dir)?;
@@ -239,6 +243,7 @@ pub fn compile_with_progress(
             false,
             &opts.input_shapes,
             opts.quantized_io,
+            opts.observe,
         )?;
         target.check_plan(&l.0)?;
         Some(l)
@@ -295,6 +300,7 @@ fn compile_lowered(
                 opts.fp16,
                 &opts.input_shapes,
                 opts.quantized_io,
+                opts.observe,
             )?
         }
     };

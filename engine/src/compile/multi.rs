@@ -306,6 +306,7 @@ pub fn compile_multi_with_progress(
                 opts.fp16 && !target.lacks_float(),
                 &s.input_shapes,
                 false,
+                false,
             )
             .map_err(of(&s.name))?;
             target.check_plan(&plan).map_err(of(&s.name))?;
@@ -349,6 +350,7 @@ pub fn compile_multi_with_progress(
             s.base_dir.as_deref(),
             opts.fp16,
             &s.input_shapes,
+            false,
             false,
         );
         let lowered = lowered.map_err(of(&s.name))?;

@@ -577,6 +577,8 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
             )));
         }
         let name = v.name.clone();
+        let mut v = v;
+        v.origin = Some(crate::ir::Origin::of(&name));
         let id = g.push_value_raw(v);
         ids.insert(name, id);
         Ok(id)
@@ -588,6 +590,7 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
         known: true,
         konst: Some(t),
         quant: None,
+        origin: None,
     };
 
     let mut inits: Vec<(String, Tensor)> = Vec::new();
@@ -632,6 +635,7 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
                 known,
                 konst: None,
                 quant: None,
+                origin: None,
             },
         )?;
         g.inputs.push(id);
@@ -662,7 +666,19 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
             })?;
             attrs.insert(an, v);
         }
-        let domain = normalize_domain(np.domain.as_deref().unwrap_or(""));
+        let mut domain = normalize_domain(np.domain.as_deref().unwrap_or(""));
+        // ONNX Runtime's contrib QuantizeLinear/DequantizeLinear carry 16-bit types before
+        // opset 21 with the standard ops' semantics.
+        if domain == "com.microsoft"
+            && matches!(op_type.as_str(), "QuantizeLinear" | "DequantizeLinear")
+        {
+            domain = String::new();
+        }
+        if crate::ops::quant::is_internal(&op_type) {
+            return Err(invalid(format!(
+                "Node \"{name}\" has op type {op_type}, which is reserved for qnnx's own conversions"
+            )));
+        }
         if op_type == "Constant" && domain.is_empty() {
             let t = constant_value(&name, &attrs)?;
             let out = np
@@ -688,6 +704,7 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
                         known: false,
                         konst: None,
                         quant: None,
+                        origin: None,
                     },
                 )?;
                 outputs.push(Some(id));

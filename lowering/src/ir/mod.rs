@@ -33,6 +33,41 @@ pub struct Value {
     /// value's real (float) type and `konst` its real values: the IR keeps float semantics, and
     /// the plan stores the integers.
     pub quant: Option<Encoding>,
+    /// The model value whose elements this value holds, if any (see [`Origin`]).
+    pub origin: Option<Origin>,
+}
+
+/// Which ONNX value a value holds the elements of, and in which order: the loader's values are
+/// their own origin; the layout pass's NHWC copies hold their NCHW value permuted. Calibration
+/// and per-layer comparisons find a model value in a plan through it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub name: String,
+    /// This value is the ONNX value transposed by `perm` (dim `i` is the ONNX value's dim
+    /// `perm[i]`); `None` for the same order.
+    pub perm: Option<Vec<usize>>,
+}
+
+impl Origin {
+    pub fn of(name: &str) -> Origin {
+        Origin {
+            name: name.to_string(),
+            perm: None,
+        }
+    }
+
+    /// The origin of this value transposed by `perm`.
+    pub fn permuted(&self, perm: &[usize]) -> Origin {
+        let composed: Vec<usize> = match &self.perm {
+            None => perm.to_vec(),
+            Some(p) => perm.iter().map(|&i| p[i]).collect(),
+        };
+        let identity = composed.iter().enumerate().all(|(i, &p)| i == p);
+        Origin {
+            name: self.name.clone(),
+            perm: (!identity).then_some(composed),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -151,6 +186,7 @@ impl Graph {
             known: false,
             konst: None,
             quant: None,
+            origin: None,
         });
         self.values.len() - 1
     }

@@ -77,6 +77,7 @@ impl<'g> LowerCx<'g> {
                 quant,
             );
             cx.tensor_of[v] = Some(id);
+            cx.plan.tensors[id].origin = val.origin.clone();
             cx.plan.inputs.push(PlanIo {
                 tensor: id,
                 onnx_name: val.name.clone(),
@@ -102,6 +103,7 @@ impl<'g> LowerCx<'g> {
             shape: plan_shape(shape),
             kind,
             quant,
+            origin: None,
         });
         self.plan.tensors.len() - 1
     }
@@ -140,7 +142,9 @@ impl<'g> LowerCx<'g> {
                 Some(q) => (q.storage, Some(q.clone())),
                 None => (dtype, None),
             };
-            self.push_tensor(&val.name.clone(), dtype, &val.shape.clone(), kind, quant)
+            let id = self.push_tensor(&val.name.clone(), dtype, &val.shape.clone(), kind, quant);
+            self.plan.tensors[id].origin = val.origin.clone();
+            id
         };
         self.tensor_of[v] = Some(id);
         Ok(id)
@@ -427,8 +431,9 @@ impl<'g> LowerCx<'g> {
         self.plan.tensors[t].dtype
     }
 
-    /// Registers the plan outputs once all rules have run.
-    pub(crate) fn finish(mut self, host_dtypes: &[DType]) -> Result<Plan> {
+    /// Registers the plan outputs once all rules have run (with `observe`, the intermediates
+    /// holding model values too: see [`crate::LowerOptions::observe`]).
+    pub(crate) fn finish(mut self, host_dtypes: &[DType], observe: bool) -> Result<Plan> {
         for (k, &v) in self.g.outputs.iter().enumerate() {
             let val = self.g.value(v);
             let Some(t) = self.tensor_of[v] else {
@@ -443,6 +448,22 @@ impl<'g> LowerCx<'g> {
                 host_dtype: host_dtypes.get(k).copied().unwrap_or(val.dtype),
                 shape: val.shape.clone(),
             });
+        }
+        if observe {
+            for (id, t) in self.plan.tensors.iter_mut().enumerate() {
+                let Some(o) = &t.origin else { continue };
+                if t.kind != TensorKind::Native || !t.dtype.is_float() {
+                    continue;
+                }
+                t.kind = TensorKind::Output;
+                let shape = t.shape.iter().map(|&d| d as usize).collect();
+                self.plan.outputs.push(PlanIo {
+                    tensor: id,
+                    onnx_name: o.name.clone(),
+                    host_dtype: t.dtype,
+                    shape,
+                });
+            }
         }
         crate::plan::workarounds::apply(&mut self.plan, self.backend);
         // A rule that builds an op its tensors disagree with is a lowering bug; QNN might

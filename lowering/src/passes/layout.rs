@@ -46,6 +46,7 @@ fn transpose_node(g: &mut Graph, hint: &str, input: ValueId, perm: &[usize]) -> 
     let out = g.add_typed(&format!("{}_{hint}", val.name), dtype, shape);
     // A transposed view stores its elements as its input does.
     g.values[out].quant = quant;
+    g.values[out].origin = g.values[input].origin.as_ref().map(|o| o.permuted(perm));
     let mut n = Node::new(format!("{}_{hint}", g.value(input).name), "Transpose")
         .with_attr("perm", Attr::Ints(perm.iter().map(|&x| x as i64).collect()));
     n.inputs = vec![Some(input)];
@@ -85,6 +86,7 @@ fn convert_sensitive(g: &mut Graph, table: &OpTable) {
         let ydt = g.dtype(y);
         let y_nhwc = g.add_typed(&format!("{}_nhwc", g.value(y).name), ydt, yshape);
         g.values[y_nhwc].quant = g.values[y].quant.clone();
+        g.values[y_nhwc].origin = g.values[y].origin.as_ref().map(|o| o.permuted(&TO_NHWC));
         let mut tout = Node::new(format!("{}_nchw", g.value(y).name), "Transpose").with_attr(
             "perm",
             Attr::Ints(TO_NCHW.iter().map(|&x| x as i64).collect()),
@@ -265,6 +267,7 @@ fn sink_step(g: &mut Graph, table: &OpTable) -> bool {
         let yshape: Vec<usize> = inv.iter().map(|&k| g.shape(y)[k]).collect();
         let y2 = g.add_typed(&format!("{}_pre", g.value(y).name), ydt, yshape);
         g.values[y2].quant = g.values[y].quant.clone();
+        g.values[y2].origin = g.values[y].origin.as_ref().map(|o| o.permuted(&inv));
         let mut t = Node::new(format!("{}_post", g.nodes[i].name), "Transpose")
             .with_attr("perm", Attr::Ints(p.iter().map(|&x| x as i64).collect()));
         t.inputs = vec![Some(y2)];

@@ -89,6 +89,23 @@ fn fmt_dims(d: &[Option<usize>]) -> String {
     format!("[{}]", v.join(", "))
 }
 
+/// The dtype of every value of `model` the inference sweep reaches (by name), and whether the
+/// sweep folded it to a constant, with the input shapes of `opts`: what a value holds before any
+/// pass rewrites the graph.
+pub fn value_dtypes(
+    model: &Model,
+    opts: &LowerOptions,
+) -> Result<std::collections::HashMap<String, (DType, bool)>> {
+    let mut g = model.graph.clone();
+    set_input_shapes(&mut g, model, opts)?;
+    let _ = const_fold::run(&mut g);
+    Ok(g.values
+        .iter()
+        .filter(|v| v.known)
+        .map(|v| (v.name.clone(), (v.dtype, v.konst.is_some())))
+        .collect())
+}
+
 /// Runs every pass in order: infer+fold, QDQ absorption, expansion, simplify, dce, fusions
 /// (batchnorm, RMSNorm, GELU, linear bias), layout, settling quantized nodes, int64 narrowing,
 /// fp16.

@@ -414,6 +414,7 @@ mod tests {
             dtype,
             shape: shape.to_vec(),
             quant: None,
+            origin: None,
             kind: TensorKind::Native,
         }
     }

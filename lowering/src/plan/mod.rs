@@ -37,6 +37,7 @@ pub const PACKAGE: &str = "qti.aisw";
 
 pub type TensorId = usize;
 
+pub use crate::ir::Origin;
 pub use crate::DType;
 pub use qnnx_types::Encoding;
 
@@ -81,6 +82,9 @@ pub struct PlanTensor {
     /// Fixed-point encoding (`quant.storage == dtype`), or `None` for float and plain integer
     /// tensors.
     pub quant: Option<Encoding>,
+    /// The model value this tensor holds (in its order or permuted), if any: calibration and
+    /// per-layer comparisons find model values in the plan through it.
+    pub origin: Option<Origin>,
 }
 
 impl PlanTensor {

@@ -94,6 +94,7 @@ fn square_fully_connected_into_rank5(plan: &mut Plan) {
             shape: out.shape.clone(),
             kind: TensorKind::Native,
             quant: None,
+            origin: None,
         };
         let b = &plan.tensors[bias];
         // QNN's elementwise ops take operands of equal rank: the bias [N] is read as [1, N].
@@ -103,6 +104,7 @@ fn square_fully_connected_into_rank5(plan: &mut Plan) {
             shape: vec![1, b.shape.iter().product()],
             kind: b.kind.clone(),
             quant: None,
+            origin: None,
         };
         let (product_id, row_id) = (plan.tensors.len(), plan.tensors.len() + 1);
         plan.tensors.push(product);

@@ -409,8 +409,55 @@ pub fn dtype_name(t: &qnn::TensorInfo) -> String {
     tensor_type_name(t.dtype, t.quantization.is_quantized())
 }
 
+/// A fixed-point tensor's encoding as `inspect` prints it (`scale=0.02 offset=-128`, or per
+/// axis `axis=3 x64 scale=0.001..0.02`), empty for float and plain integer tensors.
+pub fn encoding_text(q: &qnn::Quantization) -> String {
+    match q {
+        qnn::Quantization::None => String::new(),
+        qnn::Quantization::ScaleOffset { scale, offset } => {
+            format!("scale={scale} offset={offset}")
+        }
+        qnn::Quantization::PerAxis {
+            axis,
+            scale_offsets,
+        } => {
+            let (lo, hi) = scale_offsets
+                .iter()
+                .fold((f32::INFINITY, 0f32), |(l, h), &(s, _)| {
+                    (l.min(s), h.max(s))
+                });
+            format!("axis={axis} x{} scale={lo}..{hi}", scale_offsets.len())
+        }
+        qnn::Quantization::Unparsed { encoding } => format!("encoding {encoding} (not parsed)"),
+    }
+}
+
+fn encoding_json(q: &qnn::Quantization) -> Value {
+    match q {
+        qnn::Quantization::None => Value::Null,
+        qnn::Quantization::ScaleOffset { scale, offset } => {
+            json!({ "scale": scale, "offset": offset })
+        }
+        qnn::Quantization::PerAxis {
+            axis,
+            scale_offsets,
+        } => json!({
+            "axis": axis,
+            "scales": scale_offsets.iter().map(|p| p.0).collect::<Vec<_>>(),
+            "offsets": scale_offsets.iter().map(|p| p.1).collect::<Vec<_>>(),
+        }),
+        qnn::Quantization::Unparsed { encoding } => json!({ "encoding": encoding }),
+    }
+}
+
 pub fn tensor_json(t: &qnn::TensorInfo) -> Value {
-    json!({ "name": t.name, "dtype": dtype_name(t), "shape": t.dims, "id": t.id })
+    json!({
+        "name": t.name,
+        "dtype": dtype_name(t),
+        "shape": t.dims,
+        "id": t.id,
+        "encoding": encoding_json(&t.quantization),
+    })
 }
 
 fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
@@ -506,10 +553,11 @@ fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
             for (what, list) in [("input ", &g.inputs), ("output", &g.outputs)] {
                 for t in list {
                     s += &format!(
-                        "  {what} {:<24} {:<5} {:?}\n",
+                        "  {what} {:<24} {:<5} {:?} {}\n",
                         t.name,
                         dtype_name(t),
-                        t.dims
+                        t.dims,
+                        encoding_text(&t.quantization)
                     );
                 }
             }

@@ -137,6 +137,39 @@ print(ops["QuantizeLinear"], ops["DequantizeLinear"], len(ints))
         .collect();
     assert!(counts[0] >= 4 && counts[1] > counts[0], "{counts:?}");
     assert!(counts[2] >= 2, "int8 weights: {counts:?}");
+    // check shows the lowered tensors: all quantized but the float I/O.
+    let out = qnnx(&["--json", "check", s(&qdq)]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["plan"]["quantized"], true, "{v}");
+    assert_eq!(v["plan"]["float_nodes"].as_array().unwrap().len(), 0, "{v}");
+    let enc = v["plan"]["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["dtype"] == "qi8")
+        .expect("int8 weights");
+    assert_eq!(enc["encoding"]["storage"], "i8");
+    assert!(enc["encoding"]["axis"].is_u64(), "per channel: {enc}");
+    // With quantized I/O, inspect shows the binary's input encoding.
+    let bin = dir.join("cnn.qdq.bin");
+    let out = qnnx(&[
+        "compile",
+        s(&qdq),
+        "--quantized-io",
+        "--soc",
+        "QCS6490",
+        "-o",
+        s(&bin),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = qnnx(&["--json", "inspect", s(&bin)]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let input = &v["graphs"][0]["inputs"][0];
+    assert_eq!(input["dtype"], "qu8", "{v}");
+    assert!(
+        input["encoding"]["scale"].as_f64().unwrap() > 0.0,
+        "{input}"
+    );
     // It compiles for QCS6490, where the float model is refused, and runs close to the float
     // reference (one 8-bit step of the output range is about 0.4% of it).
     let outd = dir.join("out");

@@ -77,6 +77,8 @@ pub(crate) struct BackendInner {
     /// whose emulator computes wrong outputs or hangs otherwise
     /// ([`qnn_sys::releases::Release::htp_concurrent_execute`]).
     pub(crate) serial_execute: bool,
+    /// The tested release this library is, by build id.
+    pub(crate) release: Option<&'static qnn_sys::releases::Release>,
 }
 
 // SAFETY: the handles are opaque values owned by this struct; QNN calls made through them are
@@ -169,6 +171,18 @@ impl Backend {
             let _ = unsafe { qnn_call!(api, logFree(log)) };
             return Err(with_missing_device_files(e, kind, &path, || None));
         }
+        // The release is known from the build id before any device, context or graph config is
+        // laid out; a release outside the tested table is used with the newest layouts.
+        let mut id: *const c_char = std::ptr::null();
+        // SAFETY: valid out-pointer; the string is owned by the library.
+        let build_id = match unsafe { qnn_call!(api, backendGetBuildId(&mut id)) } {
+            Ok(()) => owned_str(id),
+            Err(_) => String::new(),
+        };
+        let release = qnn_sys::releases::by_build_id(&build_id);
+        if release.is_none() {
+            warn_untested_release(&build_id, &path);
+        }
         let serial_execute = match kind {
             BackendKind::Htp => {
                 !qnn_sys::releases::htp_executes_concurrently(api_version.backend_api_version)
@@ -189,6 +203,7 @@ impl Backend {
                 system: OnceLock::new(),
                 build_lock: Mutex::new(()),
                 serial_execute,
+                release,
             }),
         })
     }
@@ -224,6 +239,13 @@ impl Backend {
         // SAFETY: valid out-pointer; the string is owned by the library.
         unsafe { qnn_call!(self.inner.api, backendGetBuildId(&mut id)) }?;
         Ok(owned_str(id))
+    }
+
+    /// The tested QNN release this library belongs to (by its build id), or `None` for a
+    /// release qnnx has not been tested with (a warning was logged when it was opened, and the
+    /// newest known struct layouts are used: [`qnn_sys::releases`]).
+    pub fn release(&self) -> Option<&'static qnn_sys::releases::Release> {
+        self.inner.release
     }
 
     /// `backendGetSupportedOperations`.
@@ -407,6 +429,26 @@ pub(crate) fn with_missing_device_files(
 /// `backendCreate` succeeds). Never panics.
 pub fn probe(kind: BackendKind) -> bool {
     Backend::new(kind).is_ok()
+}
+
+/// Logs, once per process and build id, that a library is a release outside
+/// [`qnn_sys::releases::TESTED`].
+fn warn_untested_release(build_id: &str, path: &Path) {
+    static WARNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if warned.iter().any(|w| w == build_id) {
+        return;
+    }
+    warned.push(build_id.to_string());
+    let tested: Vec<&str> = qnn_sys::releases::TESTED.iter().map(|r| r.qnn).collect();
+    tracing::warn!(
+        target: "qnn",
+        "{} is QNN build {:?}, a release qnnx has not been tested with (tested: {}); struct \
+         layouts and config options of the newest tested release are used",
+        path.display(),
+        build_id,
+        tested.join(", ")
+    );
 }
 
 #[cfg(test)]

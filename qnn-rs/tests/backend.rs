@@ -28,6 +28,17 @@ fn htp_identity_and_supported_ops() {
     let v = backend.api_version();
     assert_eq!(v.core_api_version.major, 2);
     assert!(v.core_api_version.minor >= 27);
+    // The library is one of the tested releases, known by its build id, and declares the
+    // API versions the table has for it.
+    let release = backend.release().expect("a tested release");
+    assert_eq!(release.build_id, id);
+    assert_eq!(release.core_api, v.core_api_version);
+    assert_eq!(release.htp_api, v.backend_api_version);
+    // scripts/test-matrix names the release it installed: the tests must run on that one, not
+    // on another library the search found first.
+    if let Ok(want) = std::env::var("QNNX_EXPECT_QNN") {
+        assert_eq!(release.qnn, want, "{}", backend.library_path().display());
+    }
     let ops = backend.supported_operations().unwrap();
     for op in [
         "Conv2d",

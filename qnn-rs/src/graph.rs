@@ -440,6 +440,12 @@ impl GraphBuilder {
         let b = &self.ctx.backend;
         {
             let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
+            // QNN 2.47 to 2.49 print their finalize stages on stdout, which is a program's
+            // output (`qnnx --json`): send it to stderr around the call.
+            let _stdout = b
+                .release
+                .is_some_and(|r| b.kind == qnnx_types::BackendKind::Htp && r.htp_finalize_prints)
+                .then(qnn_sys::loader::stdout_to_stderr);
             // SAFETY: live graph handle; no profile or signal.
             unsafe {
                 qnn_call!(b.api, graphFinalize(self.handle, std::ptr::null_mut(), std::ptr::null_mut());

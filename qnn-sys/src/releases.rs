@@ -6,6 +6,28 @@
 //! libraries that can be downloaded without an account), whose `libQnnHtp.so` is the HTP
 //! emulator. How each fact was measured is said at the field; `scripts/test-matrix` runs the
 //! live tests against each release.
+//!
+//! # Which layout each release takes
+//!
+//! The library's versions are read when it is opened, before any struct is passed to it: the
+//! providers' core and backend API versions (`QnnInterface_getProviders`: a core major other than
+//! ours is refused by name, [`crate::loader`]) and `backendGetBuildId`, which names the release
+//! in this table (`qnn::Backend::release`). A library outside the table is used with the newest
+//! layouts, and a warning says so (once per build id, and again for the device config when one
+//! is given: [`crate::htp::device_config_layout`]).
+//!
+//! | struct | 2.47.0 | 2.48.40 | 2.49.40 | 2.50.40 | 2.51.0 | how it is known |
+//! |---|---|---|---|---|---|---|
+//! | `QnnHtpDevice_CustomConfig_t` ([`crate::htp::DeviceCustomConfig`], `..Packed`) | union at 8 | at 8 | **at 4** | at 8 | at 8 | `deviceCreate` with SoC 60 in each layout: 14001 for the wrong one ([`Release::htp_device_config`]); offset asserts for both |
+//! | `Qnn_Tensor_t` ([`crate::types::Tensor`], version 2 only is written) | v2 | v2 | v2 | v2 | v2 | every graph of the live tests is built with v2 tensors, on each release (`scripts/test-matrix`) |
+//! | HTP graph custom config ([`crate::htp::GraphCustomConfig`]: precision, optimization level) | same | same | same | same | same | the live tests set fp16 precision (`qnn-rs/tests/context.rs`) and the optimization level (`qnn-rs/tests/graph.rs`) on each release and compare outputs; the VTCM size option is not exercised |
+//! | HTP context custom config ([`crate::htp::ContextCustomConfig`]: weight sharing) | same | same | same | same | same | `qnn-rs/tests/context.rs` weight-sharing tests on each release (one copy of equal weights, outputs bit for bit) |
+//! | `QnnSystemContext_BinaryInfo_t` ([`crate::system::BinaryInfo`]) | v3 | v3 | v3 | v3 | v3 | `qnn-rs/tests/context.rs` asserts version 3 for its own binaries, on each release; v1 and v2 are read too (older SDKs) |
+//! | HTP graph blob info ([`crate::htp::GraphBlobInfoV2`]) | v1+v2 | v1+v2 | v1+v2 | v1+v2 | v1+v2 | the binary-info tests of `qnn-rs/tests/context.rs` on each release |
+//! | `graphExecute` of two graphs at once | serialised | serialised | concurrent | concurrent | concurrent | [`Release::htp_concurrent_execute`] |
+//!
+//! `cargo build -p qnn-sys --features bindgen` with `QNN_SDK_ROOT` set compares every struct
+//! here with that SDK's headers (`bindgen_check.rs`): the way to check a release not listed.
 
 use crate::htp::DeviceConfigLayout;
 use crate::types::Version;
@@ -44,6 +66,11 @@ pub struct Release {
     /// graph executes was correct on both. 2.49, 2.50 and 2.51 were correct in every case.
     /// Not measured on a device library.
     pub htp_concurrent_execute: bool,
+    /// Whether the HTP library's `graphFinalize` prints its stages on stdout ("Starting stage:
+    /// Graph Preparation Initializing", ...) whatever the log level: 2.47, 2.48 and 2.49 do
+    /// (seen as non-JSON output of `qnnx --json compile`, with `QNN_LOG_LEVEL=error` too), 2.50
+    /// and 2.51 do not. `qnn-rs` sends stdout to stderr around the call for those.
+    pub htp_finalize_prints: bool,
 }
 
 const fn v(major: u32, minor: u32, patch: u32) -> Version {
@@ -66,6 +93,7 @@ pub const TESTED: &[Release] = &[
         system_api: v(1, 11, 0),
         cpu_api: Some(v(1, 1, 0)),
         htp_device_config: DeviceConfigLayout::UnionAt8,
+        htp_finalize_prints: true,
         htp_concurrent_execute: false,
     },
     Release {
@@ -77,6 +105,7 @@ pub const TESTED: &[Release] = &[
         system_api: v(1, 12, 0),
         cpu_api: None,
         htp_device_config: DeviceConfigLayout::UnionAt8,
+        htp_finalize_prints: true,
         htp_concurrent_execute: false,
     },
     Release {
@@ -88,6 +117,7 @@ pub const TESTED: &[Release] = &[
         system_api: v(1, 13, 0),
         cpu_api: None,
         htp_device_config: DeviceConfigLayout::UnionAt4,
+        htp_finalize_prints: true,
         htp_concurrent_execute: true,
     },
     Release {
@@ -99,6 +129,7 @@ pub const TESTED: &[Release] = &[
         system_api: v(1, 14, 0),
         cpu_api: None,
         htp_device_config: DeviceConfigLayout::UnionAt8,
+        htp_finalize_prints: false,
         htp_concurrent_execute: true,
     },
     Release {
@@ -110,6 +141,7 @@ pub const TESTED: &[Release] = &[
         system_api: v(1, 15, 0),
         cpu_api: None,
         htp_device_config: DeviceConfigLayout::UnionAt8,
+        htp_finalize_prints: false,
         htp_concurrent_execute: true,
     },
 ];
@@ -174,6 +206,16 @@ mod tests {
             // The HTP backend API minor is the QNN minor in every release so far.
             assert_eq!(r.qnn.split('.').nth(1), Some(&*r.htp_api.minor.to_string()));
         }
+    }
+
+    #[test]
+    fn finalize_prints_on_stdout_up_to_2_49() {
+        let printing: Vec<&str> = TESTED
+            .iter()
+            .filter(|r| r.htp_finalize_prints)
+            .map(|r| r.qnn)
+            .collect();
+        assert_eq!(printing, ["2.47.0", "2.48.40", "2.49.40"]);
     }
 
     #[test]

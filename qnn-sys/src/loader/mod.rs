@@ -67,6 +67,7 @@ use crate::system::{
 };
 use crate::types::{ApiVersion, Version};
 use quiet::open_quietly;
+pub use quiet::{stdout_to_stderr, StdoutSilencer};
 
 /// Which QNN library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -31,8 +31,9 @@ fn open_raw(path: &Path) -> Result<libloading::Library, libloading::Error> {
     unsafe { Library::load_with_flags(path, LOAD_WITH_ALTERED_SEARCH_PATH) }.map(Into::into)
 }
 
-/// Redirects fd 1 to `/dev/null` while alive. Process-wide, so a global lock serialises users.
-struct StdoutSilencer {
+/// Redirects fd 1 to `/dev/null` (or stderr) while alive. Process-wide, so a global lock
+/// serialises users.
+pub struct StdoutSilencer {
     #[cfg(unix)]
     saved: Option<i32>,
     #[cfg(unix)]
@@ -45,24 +46,32 @@ static STDOUT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 impl StdoutSilencer {
     #[cfg(unix)]
     fn new() -> StdoutSilencer {
+        // SAFETY: a fresh fd we own, or -1 (then stdout is left alone).
+        let devnull = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY) };
+        StdoutSilencer::redirect_to(devnull, true)
+    }
+
+    /// Points fd 1 at `fd` (closed here when `close` says it is ours) while alive.
+    #[cfg(unix)]
+    fn redirect_to(fd: i32, close: bool) -> StdoutSilencer {
         use std::io::Write;
         let guard = STDOUT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let _ = std::io::stdout().flush();
         // SAFETY: plain fd syscalls on fds we own; every failure leaves stdout untouched.
         let saved = unsafe {
-            let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
-            if devnull < 0 {
+            libc::fflush(std::ptr::null_mut());
+            if fd < 0 {
                 None
             } else {
                 let saved = libc::dup(1);
-                if saved >= 0 && libc::dup2(devnull, 1) < 0 {
-                    libc::close(saved);
-                    libc::close(devnull);
-                    None
-                } else {
-                    libc::close(devnull);
-                    (saved >= 0).then_some(saved)
+                let moved = saved >= 0 && libc::dup2(fd, 1) >= 0;
+                if close {
+                    libc::close(fd);
                 }
+                if !moved && saved >= 0 {
+                    libc::close(saved);
+                }
+                (moved && saved >= 0).then_some(saved)
             }
         };
         StdoutSilencer {
@@ -88,5 +97,21 @@ impl Drop for StdoutSilencer {
                 libc::close(saved);
             }
         }
+    }
+}
+
+/// Sends what is written to stdout (fd 1) to stderr until the guard is dropped: for QNN calls
+/// of releases that print progress on stdout (the HTP `graphFinalize` of QNN 2.47 to 2.49,
+/// [`crate::releases::Release::htp_finalize_prints`]), where stdout is a program's output
+/// (`qnnx --json`). Process-wide: another thread's stdout goes to stderr meanwhile; nothing is
+/// lost. On Windows nothing is redirected.
+pub fn stdout_to_stderr() -> StdoutSilencer {
+    #[cfg(unix)]
+    {
+        StdoutSilencer::redirect_to(2, false)
+    }
+    #[cfg(not(unix))]
+    {
+        StdoutSilencer::new()
     }
 }

@@ -243,6 +243,8 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
             Ok(b) => {
                 let dev = Device::new(&b);
                 let platform = b.platform_info().ok().and_then(|d| d.first().cloned());
+                let v = b.api_version().backend_api_version;
+                let backend_api = format!("{}.{}.{}", v.major, v.minor, v.patch);
                 json!({
                     "backend": format!("{kind:?}"),
                     "ok": dev.is_ok(),
@@ -250,6 +252,10 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
                     "build_id": b.build_id().ok(),
                     "provider": b.provider_name(),
                     "core_api": format!("{:?}", b.api_version().core_api_version),
+                    "backend_api": backend_api,
+                    // The tested release this library is (qnn_sys::releases), by build id.
+                    "qnn_release": b.release().map(|r| r.qnn),
+                    "tested": b.release().is_some(),
                     "device": dev.err().map(|e| e.to_string()).unwrap_or_else(|| "created".into()),
                     "platform_soc_model": platform.as_ref().and_then(|p| p.htp.map(|h| h.soc_model)),
                     "platform_arch": platform.as_ref().and_then(|p| p.htp.map(|h| h.arch)),
@@ -273,9 +279,14 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
         .filter(|&a| a > 0);
     let (device_files, device_files_text) = htp_device_files(htp_library.as_deref(), htp_arch);
     let cache = cache::summary(cli);
+    let tested: Vec<Value> = qnn::qnn_sys::releases::TESTED
+        .iter()
+        .map(|r| json!({ "qnn": r.qnn, "wheel": r.wheel, "build_id": r.build_id }))
+        .collect();
     let report = json!({
         "libraries": libs,
         "backends": backends,
+        "tested_releases": tested,
         "htp_device_files": device_files,
         "cache": cache,
     });
@@ -289,10 +300,16 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
         for b in &backends {
             let name = b["backend"].as_str().unwrap_or("");
             if b["ok"] == true {
+                let release = match b["qnn_release"].as_str() {
+                    Some(q) => format!("QNN {q}, tested"),
+                    None => "a release qnnx has not been tested with".to_string(),
+                };
                 s += &format!(
-                    "  {name:<4} ok: build {} ({}), platform SoC {} arch v{}\n",
+                    "  {name:<4} ok: build {} ({release}; {}, backend API {}), platform SoC {} \
+                     arch v{}\n",
                     b["build_id"].as_str().unwrap_or("?"),
                     b["provider"].as_str().unwrap_or("?"),
+                    b["backend_api"].as_str().unwrap_or("?"),
                     b["platform_soc_model"],
                     b["platform_arch"]
                 );
@@ -303,6 +320,19 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
                     .unwrap_or("failed");
                 s += &format!("  {name:<4} unavailable: {why}\n");
             }
+        }
+        s += "Tested QNN releases (scripts/setup-runtime --qnn Q installs one):\n";
+        for r in qnn::qnn_sys::releases::TESTED {
+            let loaded = backends
+                .iter()
+                .any(|b| b["qnn_release"].as_str() == Some(r.qnn));
+            s += &format!(
+                "  QNN {:<8} onnxruntime-qnn {}  {}{}\n",
+                r.qnn,
+                r.wheel,
+                r.build_id,
+                if loaded { "  (loaded)" } else { "" }
+            );
         }
         s += &device_files_text;
         s += &format!("Cache:\n  {}\n", cache::describe(&cache));

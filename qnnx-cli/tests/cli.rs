@@ -103,10 +103,26 @@ fn doctor_reports_the_htp_backend() {
     assert_eq!(htp["ok"], true, "{v}");
     assert!(htp["build_id"].as_str().unwrap().starts_with('v'));
     assert!(v["libraries"][0]["found"].is_string());
+    // The loaded library is a tested release (the one the test matrix asked for, if any), and
+    // the tested matrix is listed.
+    let qnn = htp["qnn_release"]
+        .as_str()
+        .expect("a tested release")
+        .to_string();
+    assert_eq!(htp["tested"], true);
+    if let Ok(want) = std::env::var("QNNX_EXPECT_QNN") {
+        assert_eq!(qnn, want);
+    }
+    assert_eq!(v["tested_releases"].as_array().unwrap().len(), 5, "{v}");
     // Text mode too, and the library's load banner must not reach our stdout.
     let text = String::from_utf8(qnnx(&["doctor"]).stdout).unwrap();
     assert!(
         text.contains("Htp") && !text.contains("LIBNATIVE"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("QNN {qnn}, tested")), "{text}");
+    assert!(
+        text.contains("  (loaded)") && text.contains("QNN 2.47.0"),
         "{text}"
     );
 }

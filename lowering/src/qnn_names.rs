@@ -62,6 +62,7 @@ pub mod op {
     pub const GROUP_NORM: &str = "GroupNorm";
     pub const HARD_SWISH: &str = "HardSwish";
     pub const INSTANCE_NORM: &str = "InstanceNorm";
+    pub const L2_NORM: &str = "L2Norm";
     pub const LAYER_NORM: &str = "LayerNorm";
     pub const LOG_SOFTMAX: &str = "LogSoftmax";
     pub const MAT_MUL: &str = "MatMul";

@@ -60,6 +60,10 @@ def main(out):
     case(out, "einsum_matmul", "Einsum", f32(2, 3, 4), [("w", f32(2, 4, 5))], {"equation": "bij,bjk->bik"})
     case(out, "group_norm", "GroupNormalization", f32(1, c, 3, 3), [("scale", f32(c)), ("bias", f32(c))],
          {"num_groups": 2}, opset=21)
+    # p = 2 is QNN L2Norm; values whose sum of squares overflows fp16 (the reference's p = 1 forgets
+    # the absolute value, so only p = 2 is checked here; the node tests cover p = 1).
+    case(out, "lp_normalization_large", "LpNormalization", f32(2, 64, 3, scale=300.0), [],
+         {"axis": 1, "p": 2})
     case(out, "resize_nearest", "Resize", f32(1, 2, 3, 4),
          [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
          # HTP validates nearest Resize only in this combination (the default half_pixel /

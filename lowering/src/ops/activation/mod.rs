@@ -48,7 +48,6 @@ pub const OPS: &[OpDef] = &[
     composite::TAN,
     composite::MEAN,
     composite::IS_NAN,
-    composite::LP_NORMALIZATION,
     CELU,
     SOFTSIGN,
 ];

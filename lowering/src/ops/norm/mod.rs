@@ -11,6 +11,7 @@ pub mod batch_norm;
 pub mod group_norm;
 pub mod instance_norm;
 pub mod layer_norm;
+pub mod lp_normalization;
 pub mod rms_norm;
 
 /// Inferred only: no op table lists it.
@@ -27,6 +28,7 @@ pub const OPS: &[OpDef] = &[
     group_norm::GROUP_NORMALIZATION,
     instance_norm::INSTANCE_NORMALIZATION,
     layer_norm::LAYER_NORMALIZATION,
+    lp_normalization::LP_NORMALIZATION,
     rms_norm::RMS_NORMALIZATION,
     LRN,
 ];

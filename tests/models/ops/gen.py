@@ -64,6 +64,15 @@ def main(out):
     # the absolute value, so only p = 2 is checked here; the node tests cover p = 1).
     case(out, "lp_normalization_large", "LpNormalization", f32(2, 64, 3, scale=300.0), [],
          {"axis": 1, "p": 2})
+    # The expanded reductions, axes as a constant input (opset 18); the node tests pass them as
+    # graph inputs. ReduceL2's sums of squares pass fp16's range (see reduce_composite.rs).
+    ax = lambda *a: ("axes", np.array(a, np.int64))
+    case(out, "reduce_l1", "ReduceL1", f32(2, 5, 7), [ax(1)], {"keepdims": 0}, opset=18)
+    case(out, "reduce_l2_large", "ReduceL2", f32(2, 3, 1024, scale=20.0), [ax(-1)], opset=18)
+    case(out, "reduce_sum_square", "ReduceSumSquare", f32(2, 5, 7), [ax(0, 2)], opset=18)
+    case(out, "reduce_log_sum_exp", "ReduceLogSumExp", f32(3, 9, scale=5.0), [ax(1)], opset=18)
+    case(out, "reduce_prod", "ReduceProd", (np.abs(f32(3, 6, 5)) * 0.5 + 0.6).astype(np.float32),
+         [ax(1)], {"keepdims": 0}, opset=18)
     case(out, "resize_nearest", "Resize", f32(1, 2, 3, 4),
          [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
          # HTP validates nearest Resize only in this combination (the default half_pixel /

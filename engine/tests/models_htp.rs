@@ -279,6 +279,26 @@ fn small_cnn_dynamo() {
 }
 
 #[test]
+fn normalize_torchscript() {
+    run_case(Case {
+        name: "normalize",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn normalize_dynamo() {
+    run_case(Case {
+        name: "normalize",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
 fn resnet18_torchscript() {
     run_case(Case {
         name: "resnet18",

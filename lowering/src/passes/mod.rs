@@ -13,6 +13,7 @@ pub mod expand;
 pub mod fold_batchnorm;
 pub mod fp16;
 pub mod fuse_gelu;
+pub mod fuse_l2norm;
 pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
 pub mod layout;
@@ -88,7 +89,7 @@ fn fmt_dims(d: &[Option<usize>]) -> String {
     format!("[{}]", v.join(", "))
 }
 
-/// Runs every pass in order: infer+fold, simplify, dce, fusions (batchnorm, RMSNorm, GELU, linear
+/// Runs every pass in order: infer+fold, the L2Norm fusion, expansions, simplify, dce, fusions (batchnorm, RMSNorm, GELU, linear
 /// bias), layout, int64 narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let mut g = model.graph.clone();
@@ -96,6 +97,8 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
     // Errors of the first sweep are reported again by the second one (or the node is gone).
     let _ = const_fold::run(&mut g);
+    // Before the expansions, which would expand its ReduceL2.
+    fuse_l2norm::run(&mut g);
     let table = OpTable::get(opts.backend)?;
     // An expansion's inputs are known only once the nodes before it are inferred, which may
     // need an earlier expansion (Attention feeding Attention).

@@ -2,9 +2,12 @@
 //! (`axis` default -1, `p` 1 or 2).
 //!
 //! p = 2 is QNN `L2Norm`: in[0] data; params `axes` UINT_32 `[1]` = `axis` and `epsilon`
-//! FLOAT_32 scalar (QNN computes `x / sqrt(max(sum(x²), epsilon))`; ONNX has no epsilon, so the
-//! smallest normal fp16, which only changes an all-zero row from NaN to 0). p = 1 is expanded
-//! into `x / ReduceSum(|x|)` over `axis`. Other `p` are refused.
+//! FLOAT_32 scalar (QNN computes `x / sqrt(max(sum(x²), epsilon))`). ONNX has no epsilon: 1e-24
+//! (`F.normalize`'s default 1e-12, squared) turns an all-zero row into 0 as the reference does,
+//! and the HTP applies it in a wider type than fp16 (a row of 5e-6 values, whose squares fp16
+//! flushes to zero, is normalised correctly; an fp16-sized 6e-5 gives 0.13 for 0.25). p = 1 is
+//! expanded into `x / ReduceSum(|x|)` over `axis`. Other `p` are refused. `passes/fuse_l2norm.rs`
+//! turns `F.normalize`'s exported pattern into this op.
 
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
@@ -23,8 +26,8 @@ pub const LP_NORMALIZATION: OpDef = OpDef {
     lower: Some(lp_normalization),
 };
 
-/// QNN L2Norm's epsilon: fp16's smallest normal number (see the module doc).
-const EPSILON: f32 = 6.103_515_6e-5;
+/// QNN L2Norm's epsilon (see the module doc).
+const EPSILON: f32 = 1e-24;
 
 /// `p` and the normalised axis.
 fn params(node: &Node, rank: usize) -> Result<(i64, usize)> {
@@ -97,7 +100,7 @@ mod tests {
         let d = lower(&model(&[("axis", A::I(1))])).dump();
         assert!(
             d.contains(
-                "L2Norm(x:f32[2, 3, 4]) axes=u32[1]{1} epsilon=0.000061035156f -> y:f32[2, 3, 4]"
+                "L2Norm(x:f32[2, 3, 4]) axes=u32[1]{1} epsilon=0.000000000000000000000001f -> y:f32[2, 3, 4]"
             ),
             "{d}"
         );

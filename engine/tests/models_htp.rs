@@ -299,6 +299,26 @@ fn normalize_dynamo() {
 }
 
 #[test]
+fn group_norm_torchscript() {
+    run_case(Case {
+        name: "group_norm",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn group_norm_dynamo() {
+    run_case(Case {
+        name: "group_norm",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
 fn resnet18_torchscript() {
     run_case(Case {
         name: "resnet18",

@@ -73,6 +73,15 @@ def main(out):
     case(out, "reduce_log_sum_exp", "ReduceLogSumExp", f32(3, 9, scale=5.0), [ax(1)], opset=18)
     case(out, "reduce_prod", "ReduceProd", (np.abs(f32(3, 6, 5)) * 0.5 + 0.6).astype(np.float32),
          [ax(1)], {"keepdims": 0}, opset=18)
+    # Instance and group normalisation of the ranks QNN's InstanceNorm/GroupNorm do not take
+    # (nn.GroupNorm exports a rank-3 InstanceNormalization; the node tests are all 4-D).
+    case(out, "instance_norm_3d", "InstanceNormalization", f32(2, 3, 10), [("s", f32(3)), ("b", f32(3))])
+    case(out, "instance_norm_5d", "InstanceNormalization", f32(2, 3, 2, 3, 4), [("s", f32(3)), ("b", f32(3))],
+         {"epsilon": 1e-3})
+    case(out, "group_norm_3d", "GroupNormalization", f32(2, 6, 5), [("scale", f32(6)), ("bias", f32(6))],
+         {"num_groups": 2}, opset=21)
+    case(out, "group_norm_3d_per_group", "GroupNormalization", f32(2, 6, 5), [("scale", f32(3)), ("bias", f32(3))],
+         {"num_groups": 3}, opset=18)
     case(out, "resize_nearest", "Resize", f32(1, 2, 3, 4),
          [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
          # HTP validates nearest Resize only in this combination (the default half_pixel /

@@ -319,6 +319,26 @@ fn group_norm_dynamo() {
 }
 
 #[test]
+fn scatter_torchscript() {
+    run_case(Case {
+        name: "scatter",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn scatter_dynamo() {
+    run_case(Case {
+        name: "scatter",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
 fn resnet18_torchscript() {
     run_case(Case {
         name: "resnet18",

@@ -58,6 +58,7 @@ pub mod op {
     pub const FULLY_CONNECTED: &str = "FullyConnected";
     pub const GATHER: &str = "Gather";
     pub const GATHER_ELEMENTS: &str = "GatherElements";
+    pub const GATHER_ND: &str = "GatherNd";
     pub const GELU: &str = "Gelu";
     pub const GROUP_NORM: &str = "GroupNorm";
     pub const HARD_SWISH: &str = "HardSwish";
@@ -80,6 +81,8 @@ pub mod op {
     pub const RESHAPE: &str = "Reshape";
     pub const RESIZE: &str = "Resize";
     pub const RMS_NORM: &str = "RmsNorm";
+    pub const SCATTER_ELEMENTS: &str = "ScatterElements";
+    pub const SCATTER_ND: &str = "ScatterNd";
     pub const SIGMOID: &str = "Sigmoid";
     pub const SOFTMAX: &str = "Softmax";
     pub const SPACE_TO_DEPTH: &str = "SpaceToDepth";
@@ -98,6 +101,7 @@ pub mod param {
     pub const ALPHA: &str = "alpha";
     pub const AXES: &str = "axes";
     pub const AXIS: &str = "axis";
+    pub const BATCH_DIMS: &str = "batch_dims";
     pub const BEGIN_MASK: &str = "begin_mask";
     pub const BETA: &str = "beta";
     pub const BLOCK_SIZE: &str = "block_size";
@@ -126,6 +130,7 @@ pub mod param {
     pub const PAD_CONSTANT_VALUE: &str = "pad_constant_value";
     pub const PERM: &str = "perm";
     pub const RANGES: &str = "ranges";
+    pub const REDUCTION: &str = "reduction";
     pub const REVERSE: &str = "reverse";
     pub const ROUNDING_MODE: &str = "rounding_mode";
     pub const SCHEME: &str = "scheme";
@@ -182,6 +187,14 @@ pub mod resize {
     pub const ROUND_PREFER_CEIL: u32 = 1;
     pub const FLOOR: u32 = 2;
     pub const CEIL: u32 = 3;
+}
+
+/// `QNN_OP_SCATTER_ELEMENTS_REDUCTION_*` (ScatterNd has the first three).
+pub mod scatter_reduction {
+    pub const NONE: u32 = 0;
+    pub const ADD: u32 = 1;
+    pub const MUL: u32 = 2;
+    pub const MAX: u32 = 3;
 }
 
 /// `QNN_OP_DEPTH_TO_SPACE_MODE_*` / `QNN_OP_SPACE_TO_DEPTH_MODE_*`.

@@ -82,6 +82,14 @@ def main(out):
          {"num_groups": 2}, opset=21)
     case(out, "group_norm_3d_per_group", "GroupNormalization", f32(2, 6, 5), [("scale", f32(3)), ("bias", f32(3))],
          {"num_groups": 3}, opset=18)
+    # Constant (and negative) indices, wrapped on the host; ScatterElements' add runs as a
+    # ScatterNd over host-built index tuples (the HTP's ScatterElements reduces by none only).
+    case(out, "gather_nd_const", "GatherND", f32(3, 4, 5), [("i", np.array([[0, -1], [2, 1]], np.int64))])
+    case(out, "scatter_elements_add_const", "ScatterElements", f32(3, 5),
+         [("i", np.array([[0, -1, 0], [4, 4, 2]], np.int64)), ("u", f32(2, 3))],
+         {"axis": 1, "reduction": "add"}, opset=18)
+    case(out, "scatter_nd_mul_const", "ScatterND", f32(4, 3),
+         [("i", np.array([[1], [-1], [1]], np.int64)), ("u", f32(3, 3))], {"reduction": "mul"}, opset=18)
     case(out, "resize_nearest", "Resize", f32(1, 2, 3, 4),
          [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
          # HTP validates nearest Resize only in this combination (the default half_pixel /

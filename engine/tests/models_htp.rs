@@ -339,6 +339,26 @@ fn scatter_dynamo() {
 }
 
 #[test]
+fn rnn_torchscript() {
+    run_case(Case {
+        name: "rnn",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn rnn_dynamo() {
+    run_case(Case {
+        name: "rnn",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
 fn resnet18_torchscript() {
     run_case(Case {
         name: "resnet18",

@@ -24,10 +24,12 @@ def f32(*shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=()):
-    """One `op` node reading graph input `x` then the initializers, in order."""
-    inits = [(k, v) for k, v in inits]
+def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=(), want=None):
+    """One `op` node reading graph input `x` then the initializers, in order (an empty name
+    skips an optional input). `want`: the expected outputs, where the reference evaluator does
+    not implement the case."""
     names = ["x"] + [k for k, _ in inits]
+    inits = [(k, v) for k, v in inits if k]
     outs = [f"y{i}" for i in range(outputs)]
     nodes = [helper.make_node(op, names, outs, **(attrs or {}))] + list(extra_nodes)
     g = helper.make_graph(
@@ -43,8 +45,64 @@ def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=(
     os.makedirs(d, exist_ok=True)
     onnx.save(m, os.path.join(d, "model.onnx"))
     np.save(os.path.join(d, "input_0.npy"), x)
-    for i, y in enumerate(ReferenceEvaluator(m).run(None, {"x": x})):
+    if want is None:
+        want = ReferenceEvaluator(m).run(None, {"x": x})
+    for i, y in enumerate(want):
         np.save(os.path.join(d, f"output_{i}.npy"), y)
+
+
+def recurrent(op, x, w, r, b=None, h0=None, c0=None, p=None, direction="forward", layout=0,
+              clip=None, activations=None, lbr=0):
+    """ONNX LSTM/GRU/RNN in numpy (float64), for what onnx's reference evaluator leaves out:
+    reverse and bidirectional directions, clip, activations, initial states with layout 1."""
+    acts = {"Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Tanh": np.tanh,
+            "Relu": lambda v: np.maximum(v, 0), "Softsign": lambda v: v / (1 + np.abs(v))}
+    if layout:
+        x = x.transpose(1, 0, 2)
+        h0 = None if h0 is None else h0.transpose(1, 0, 2)
+        c0 = None if c0 is None else c0.transpose(1, 0, 2)
+    t_len, batch, _ = x.shape
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    h_size = w.shape[1] // gates
+    defaults = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}[op]
+    rev = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
+    names = activations or defaults * len(rev)
+    cl = (lambda v: np.clip(v, -clip, clip)) if clip else (lambda v: v)
+    y = np.zeros((t_len, len(rev), batch, h_size))
+    finals = [np.zeros((len(rev), batch, h_size)) for _ in range(2)]
+    for d, backwards in enumerate(rev):
+        f, g, hh = ([acts[n] for n in names[len(defaults) * d:len(defaults) * (d + 1)]] + [None] * 2)[:3]
+        wd, rd = w[d].astype(np.float64), r[d].astype(np.float64)
+        bd = np.zeros(2 * gates * h_size) if b is None else b[d].astype(np.float64)
+        wb, rb = bd[:gates * h_size], bd[gates * h_size:]
+        h = np.zeros((batch, h_size)) if h0 is None else h0[d].astype(np.float64)
+        c = np.zeros((batch, h_size)) if c0 is None else c0[d].astype(np.float64)
+        pd = np.zeros(3 * h_size) if p is None else p[d].astype(np.float64)
+        for t in (range(t_len - 1, -1, -1) if backwards else range(t_len)):
+            xt = x[t].astype(np.float64)
+            k = lambda v, i: v[:, i * h_size:(i + 1) * h_size]
+            if op == "LSTM":
+                a = xt @ wd.T + h @ rd.T + wb + rb
+                i_g = f(cl(k(a, 0) + pd[:h_size] * c))
+                f_g = f(cl(k(a, 2) + pd[2 * h_size:] * c))
+                c = f_g * c + i_g * g(cl(k(a, 3)))
+                h = f(cl(k(a, 1) + pd[h_size:2 * h_size] * c)) * hh(c)
+            elif op == "GRU":
+                xw = xt @ wd.T + wb
+                z = f(cl(k(xw, 0) + h @ rd[:h_size].T + rb[:h_size]))
+                rr = f(cl(k(xw, 1) + h @ rd[h_size:2 * h_size].T + rb[h_size:2 * h_size]))
+                rec = rr * (h @ rd[2 * h_size:].T + rb[2 * h_size:]) if lbr else (rr * h) @ rd[2 * h_size:].T + rb[2 * h_size:]
+                n = g(cl(k(xw, 2) + rec))
+                h = (1 - z) * n + z * h
+            else:
+                h = f(cl(xt @ wd.T + h @ rd.T + wb + rb))
+            y[t, d] = h
+        finals[0][d], finals[1][d] = h, c
+    if layout:
+        y = y.transpose(2, 0, 1, 3)
+        finals = [v.transpose(1, 0, 2) for v in finals]
+    outs = [y, finals[0]] + ([finals[1]] if op == "LSTM" else [])
+    return [v.astype(np.float32) for v in outs]
 
 
 def main(out):
@@ -90,6 +148,37 @@ def main(out):
          {"axis": 1, "reduction": "add"}, opset=18)
     case(out, "scatter_nd_mul_const", "ScatterND", f32(4, 3),
          [("i", np.array([[1], [-1], [1]], np.int64)), ("u", f32(3, 3))], {"reduction": "mul"}, opset=18)
+    # Recurrent ops in the variants onnx's reference evaluator does not implement (it runs
+    # forward only and ignores clip and activations): the expected outputs come from recurrent().
+    t_len, batch, i_size, h_size = 5, 2, 3, 4
+    w4, r4, b4, p3 = f32(2, 16, 3, scale=0.5), f32(2, 16, 4, scale=0.5), f32(2, 32, scale=0.5), f32(2, 12, scale=0.5)
+    x = f32(t_len, batch, i_size)
+    case(out, "lstm_bidirectional_peepholes", "LSTM", x,
+         [("w", w4), ("r", r4), ("b", b4), ("", None), ("", None), ("", None), ("p", p3)],
+         {"hidden_size": h_size, "direction": "bidirectional"}, opset=14, outputs=3,
+         want=recurrent("LSTM", x, w4, r4, b4, p=p3, direction="bidirectional"))
+    xb = f32(batch, t_len, i_size, scale=4.0)
+    case(out, "lstm_reverse_layout1_clip", "LSTM", xb, [("w", w4[:1]), ("r", r4[:1]), ("b", b4[:1])],
+         {"hidden_size": h_size, "direction": "reverse", "layout": 1, "clip": 0.5}, opset=14, outputs=3,
+         want=recurrent("LSTM", xb, w4[:1], r4[:1], b4[:1], direction="reverse", layout=1, clip=0.5))
+    acts = ["Sigmoid", "Relu", "Softsign"]
+    case(out, "lstm_activations", "LSTM", x, [("w", w4[:1]), ("r", r4[:1]), ("b", b4[:1])],
+         {"hidden_size": h_size, "activations": acts}, opset=14,
+         want=recurrent("LSTM", x, w4[:1], r4[:1], b4[:1], activations=acts)[:1])
+    w3, r3, b3 = f32(2, 12, 3, scale=0.5), f32(2, 12, 4, scale=0.5), f32(2, 24, scale=0.5)
+    for lbr in (0, 1):
+        case(out, f"gru_bidirectional_lbr{lbr}", "GRU", x, [("w", w3), ("r", r3), ("b", b3)],
+             {"hidden_size": h_size, "direction": "bidirectional", "linear_before_reset": lbr}, opset=14,
+             outputs=2, want=recurrent("GRU", x, w3, r3, b3, direction="bidirectional", lbr=lbr))
+    case(out, "gru_reverse_layout1_clip", "GRU", xb, [("w", w3[:1]), ("r", r3[:1])],
+         {"hidden_size": h_size, "direction": "reverse", "layout": 1, "clip": 0.7,
+          "linear_before_reset": 1}, opset=14, outputs=2,
+         want=recurrent("GRU", xb, w3[:1], r3[:1], direction="reverse", layout=1, clip=0.7, lbr=1))
+    w1, r1, b1 = f32(2, 4, 3, scale=0.5), f32(2, 4, 4, scale=0.5), f32(2, 8, scale=0.5)
+    case(out, "rnn_bidirectional_activations", "RNN", x, [("w", w1), ("r", r1), ("b", b1)],
+         {"hidden_size": h_size, "direction": "bidirectional", "activations": ["Tanh", "Relu"]},
+         opset=14, outputs=2,
+         want=recurrent("RNN", x, w1, r1, b1, direction="bidirectional", activations=["Tanh", "Relu"]))
     case(out, "resize_nearest", "Resize", f32(1, 2, 3, 4),
          [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
          # HTP validates nearest Resize only in this combination (the default half_pixel /

@@ -105,6 +105,14 @@ def recurrent(op, x, w, r, b=None, h0=None, c0=None, p=None, direction="forward"
     return [v.astype(np.float32) for v in outs]
 
 
+def lrn(x, size, alpha, beta, bias):
+    """ONNX LRN in numpy: onnx's reference evaluator sums the squares of the first N channels
+    only (its loop runs over the batch dim)."""
+    sq, c = x.astype(np.float64) ** 2, x.shape[1]
+    s = np.stack([sq[:, max(0, k - (size - 1) // 2):k + size // 2 + 1].sum(1) for k in range(c)], 1)
+    return [(x / (bias + alpha / size * s) ** beta).astype(np.float32)]
+
+
 def main(out):
     c = 4
     case(out, "batchnorm", "BatchNormalization", f32(1, c, 5, 5), [
@@ -179,6 +187,9 @@ def main(out):
          {"hidden_size": h_size, "direction": "bidirectional", "activations": ["Tanh", "Relu"]},
          opset=14, outputs=2,
          want=recurrent("RNN", x, w1, r1, b1, direction="bidirectional", activations=["Tanh", "Relu"]))
+    xl = f32(2, 7, 4, 5, scale=2.0)
+    case(out, "lrn", "LRN", xl, [], {"size": 5, "alpha": 1.0, "beta": 0.75, "bias": 1.0}, opset=13,
+         want=lrn(xl, 5, 1.0, 0.75, 1.0))
     case(out, "resize_nearest", "Resize", f32(1, 2, 3, 4),
          [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
          # HTP validates nearest Resize only in this combination (the default half_pixel /

@@ -3,7 +3,6 @@
 use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
-use crate::ops::infer::same;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
@@ -13,16 +12,8 @@ pub mod group_norm;
 pub mod instance_norm;
 pub mod layer_norm;
 pub mod lp_normalization;
+pub mod lrn;
 pub mod rms_norm;
-
-/// Inferred only: no op table lists it.
-pub const LRN: OpDef = OpDef {
-    op_type: "LRN",
-    infer: same,
-    fold: None,
-    expand: None,
-    lower: None,
-};
 
 pub const OPS: &[OpDef] = &[
     batch_norm::BATCH_NORMALIZATION,
@@ -31,7 +22,7 @@ pub const OPS: &[OpDef] = &[
     layer_norm::LAYER_NORMALIZATION,
     lp_normalization::LP_NORMALIZATION,
     rms_norm::RMS_NORMALIZATION,
-    LRN,
+    lrn::LRN,
 ];
 
 /// A per-channel parameter input that must be constant, returned as f64s.

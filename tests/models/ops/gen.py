@@ -190,6 +190,11 @@ def main(out):
     xl = f32(2, 7, 4, 5, scale=2.0)
     case(out, "lrn", "LRN", xl, [], {"size": 5, "alpha": 1.0, "beta": 0.75, "bias": 1.0}, opset=13,
          want=lrn(xl, 5, 1.0, 0.75, 1.0))
+    # Adaptive sampling (ratio 0) and a spatial scale; the node tests use ratio 2, scale 1.
+    rois = np.array([[2, 4, 20, 18], [0, 0, 31, 23], [6.6, 8.2, 15.4, 16.4]], np.float32)
+    case(out, "roi_align_adaptive", "RoiAlign", f32(2, 3, 12, 16),
+         [("rois", rois), ("idx", np.array([1, 0, 1], np.int64))],
+         {"output_height": 3, "output_width": 4, "sampling_ratio": 0, "spatial_scale": 0.5}, opset=16)
     case(out, "resize_nearest", "Resize", f32(1, 2, 3, 4),
          [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
          # HTP validates nearest Resize only in this combination (the default half_pixel /

@@ -359,6 +359,26 @@ fn rnn_dynamo() {
 }
 
 #[test]
+fn rotary_torchscript() {
+    run_case(Case {
+        name: "rotary",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn rotary_dynamo() {
+    run_case(Case {
+        name: "rotary",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
 fn resnet18_torchscript() {
     run_case(Case {
         name: "resnet18",

@@ -9,6 +9,7 @@ use crate::LowerOptions;
 
 pub mod const_fold;
 pub mod dce;
+pub mod empty;
 pub mod expand;
 pub mod fold_batchnorm;
 pub mod fp16;
@@ -89,7 +90,7 @@ fn fmt_dims(d: &[Option<usize>]) -> String {
     format!("[{}]", v.join(", "))
 }
 
-/// Runs every pass in order: infer+fold, the L2Norm fusion, expansions, simplify, dce, fusions (batchnorm, RMSNorm, GELU, linear
+/// Runs every pass in order: infer+fold, the L2Norm fusion, expansions, empty tensors, simplify, dce, fusions (batchnorm, RMSNorm, GELU, linear
 /// bias), layout, int64 narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let mut g = model.graph.clone();
@@ -111,6 +112,7 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
         }
         let _ = const_fold::run(&mut g);
     }
+    empty::run(&mut g);
     simplify::run(&mut g);
     dce::run(&mut g);
     fold_batchnorm::run(&mut g);

@@ -195,6 +195,10 @@ def main(out):
     case(out, "roi_align_adaptive", "RoiAlign", f32(2, 3, 12, 16),
          [("rois", rois), ("idx", np.array([1, 0, 1], np.int64))],
          {"output_height": 3, "output_width": 4, "sampling_ratio": 0, "spatial_scale": 0.5}, opset=16)
+    # Constant position ids (the caches gathered on the host); the node tests pass them as inputs.
+    case(out, "rotary_embedding_const_positions", "RotaryEmbedding", f32(1, 2, 3, 8),
+         [("cos", f32(16, 2)), ("sin", f32(16, 2)), ("pos", np.array([[0, 5, 9]], np.int64))],
+         {"rotary_embedding_dim": 4, "interleaved": 1}, opset=23)
     case(out, "resize_nearest", "Resize", f32(1, 2, 3, 4),
          [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
          # HTP validates nearest Resize only in this combination (the default half_pixel /

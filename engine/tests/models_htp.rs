@@ -379,6 +379,26 @@ fn rotary_dynamo() {
 }
 
 #[test]
+fn rank6_torchscript() {
+    run_case(Case {
+        name: "rank6",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn rank6_dynamo() {
+    run_case(Case {
+        name: "rank6",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
 fn resnet18_torchscript() {
     run_case(Case {
         name: "resnet18",

@@ -19,6 +19,7 @@ pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
 pub mod layout;
 pub mod narrow_int64;
+pub mod rank6;
 pub mod simplify;
 pub mod tile_batch_broadcast;
 
@@ -90,7 +91,7 @@ fn fmt_dims(d: &[Option<usize>]) -> String {
     format!("[{}]", v.join(", "))
 }
 
-/// Runs every pass in order: infer+fold, the L2Norm fusion, expansions, empty tensors, simplify, dce, fusions (batchnorm, RMSNorm, GELU, linear
+/// Runs every pass in order: infer+fold, the L2Norm fusion, expansions, empty tensors, simplify, rank-6 transposes, dce, fusions (batchnorm, RMSNorm, GELU, linear
 /// bias), layout, int64 narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let mut g = model.graph.clone();
@@ -115,6 +116,7 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     empty::run(&mut g);
     simplify::run(&mut g);
     dce::run(&mut g);
+    rank6::run(&mut g);
     fold_batchnorm::run(&mut g);
     fuse_rmsnorm::run(&mut g);
     fuse_gelu::run(&mut g);

@@ -275,7 +275,7 @@ fn symbolic_dims_need_input_shapes() {
     let e = lower(b.bytes(), &LowerOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("input 'x' has symbolic dims [?, 4]"), "{e}");
+    assert!(e.contains("input 'x' has symbolic dims [N, 4]"), "{e}");
     let mut o = LowerOptions::default();
     o.input_shapes.insert("x".into(), vec![3, 4]);
     let p = lower(b.bytes(), &o).unwrap();
@@ -290,6 +290,36 @@ fn symbolic_dims_need_input_shapes() {
         check(&m, Backend::Htp).is_empty(),
         "check assumes 1 for symbolic dims"
     );
+}
+
+/// Paddle and older exporters write a dynamic dim as `dim_value: -1`: symbolic, and
+/// `input_shapes` gives it.
+#[test]
+fn minus_one_dims_take_input_shapes() {
+    let mut b = ModelBuilder::new(17)
+        .input("x", DType::F32, &[1, 4])
+        .node("Relu", &["x"], &["y"], &[])
+        .output("y");
+    let dim = &mut b.model.graph.as_mut().unwrap().input[0]
+        .r#type
+        .as_mut()
+        .unwrap()
+        .tensor_type
+        .as_mut()
+        .unwrap()
+        .shape
+        .as_mut()
+        .unwrap()
+        .dim[0];
+    dim.value = Some(lowering::onnx::DimensionValue::DimValue(-1));
+    let e = lower(b.bytes(), &LowerOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("input 'x' has symbolic dims [?, 4]"), "{e}");
+    let mut o = LowerOptions::default();
+    o.input_shapes.insert("x".into(), vec![6, 4]);
+    let p = lower(b.bytes(), &o).unwrap();
+    assert_eq!(p.tensors[p.inputs[0].tensor].shape, vec![6, 4]);
 }
 
 #[test]

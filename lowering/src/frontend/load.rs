@@ -24,8 +24,52 @@ pub struct Model {
     pub ir_version: i64,
     pub producer: String,
     /// Declared dims of each graph input (parallel to `graph.inputs`); `None` is a symbolic or
-    /// missing dim that `LowerOptions::input_shapes` must fill.
+    /// missing dim that `LowerOptions::input_shapes` must fill: a `dim_param`, no value, or
+    /// `-1` (as Paddle and older exporters write a dynamic dim).
     pub input_dims: Vec<Option<Vec<Option<usize>>>>,
+    /// The `dim_param` name of each symbolic input dim (parallel to `input_dims`; `None` for a
+    /// static dim and for a dynamic one without a name), for messages.
+    pub input_dim_params: Vec<Vec<Option<String>>>,
+}
+
+impl Model {
+    /// The declared dims of graph input `k` for people: `[batch, 3, ?, 224]`, or `None` when
+    /// the input declares no shape.
+    pub fn describe_input_dims(&self, k: usize) -> Option<String> {
+        let dims = self.input_dims.get(k)?.as_ref()?;
+        let params = self.input_dim_params.get(k);
+        let d: Vec<String> = dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match d {
+                Some(v) => v.to_string(),
+                None => params
+                    .and_then(|p| p.get(i).cloned().flatten())
+                    .unwrap_or_else(|| "?".into()),
+            })
+            .collect();
+        Some(format!("[{}]", d.join(", ")))
+    }
+
+    /// The graph inputs with a symbolic or missing dim (or no shape at all), by name, with
+    /// their declared dims as [`Model::describe_input_dims`] writes them.
+    pub fn symbolic_inputs(&self) -> Vec<(String, String)> {
+        self.graph
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| match self.input_dims.get(*k) {
+                Some(Some(d)) => d.iter().any(Option::is_none),
+                _ => true,
+            })
+            .map(|(k, &v)| {
+                let dims = self
+                    .describe_input_dims(k)
+                    .unwrap_or_else(|| "no shape".into());
+                (self.graph.value(v).name.clone(), dims)
+            })
+            .collect()
+    }
 }
 
 /// Where a model comes from. External data is resolved relative to the model's directory.
@@ -122,13 +166,14 @@ impl Model {
             ));
         }
         let mut ext = ExternalData::new(base_dir);
-        let (mut graph, input_dims) = convert_graph(gp, &mut ext)?;
+        let (mut graph, input_dims, input_dim_params) = convert_graph(gp, &mut ext)?;
         graph.opsets = opsets;
         Ok(Model {
             graph,
             ir_version,
             producer: proto.producer_name.clone().unwrap_or_default(),
             input_dims,
+            input_dim_params,
         })
     }
 }
@@ -415,8 +460,14 @@ fn convert_attr(
     })
 }
 
-/// Name, element type and declared dims (`None` when the shape or a dim is symbolic).
-type ValueType = (String, DType, Option<Vec<Option<usize>>>);
+/// Name, element type, declared dims (`None` when the shape or a dim is symbolic) and the
+/// `dim_param` name of each dim that has one.
+type ValueType = (
+    String,
+    DType,
+    Option<Vec<Option<usize>>>,
+    Vec<Option<String>>,
+);
 
 fn value_type(vi: &onnx::ValueInfoProto, what: &str) -> Result<ValueType> {
     let name = vi.name.clone().unwrap_or_default();
@@ -437,6 +488,9 @@ fn value_type(vi: &onnx::ValueInfoProto, what: &str) -> Result<ValueType> {
             s.dim
                 .iter()
                 .map(|d| match &d.value {
+                    // Paddle and older exporters write a dynamic dim as -1: symbolic, like a
+                    // dim_param.
+                    Some(onnx::DimensionValue::DimValue(-1)) => Ok(None),
                     Some(onnx::DimensionValue::DimValue(v)) => usize::try_from(*v)
                         .map(Some)
                         .map_err(|_| invalid(format!("{what} '{name}' has negative dim {v}"))),
@@ -445,12 +499,25 @@ fn value_type(vi: &onnx::ValueInfoProto, what: &str) -> Result<ValueType> {
                 .collect::<Result<Vec<_>>>()?,
         ),
     };
-    Ok((name, dtype, dims))
+    let params = tt
+        .shape
+        .iter()
+        .flat_map(|s| &s.dim)
+        .map(|d| match &d.value {
+            Some(onnx::DimensionValue::DimParam(p)) if !p.is_empty() => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    Ok((name, dtype, dims, params))
 }
 
 type InputDims = Vec<Option<Vec<Option<usize>>>>;
+type InputDimParams = Vec<Vec<Option<String>>>;
 
-fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph, InputDims)> {
+fn convert_graph(
+    gp: &onnx::GraphProto,
+    ext: &mut ExternalData,
+) -> Result<(Graph, InputDims, InputDimParams)> {
     let mut g = Graph::default();
     let mut ids: HashMap<String, ValueId> = HashMap::new();
     let define = |g: &mut Graph, ids: &mut HashMap<String, ValueId>, v: Value| -> Result<ValueId> {
@@ -492,8 +559,9 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
         inits.iter().map(|(n, _)| n.as_str()).collect();
 
     let mut input_dims = Vec::new();
+    let mut input_dim_params = Vec::new();
     for vi in &gp.input {
-        let (name, dtype, dims) = value_type(vi, "graph input")?;
+        let (name, dtype, dims, params) = value_type(vi, "graph input")?;
         // Before IR 4 initializers were also listed as inputs; they are constants here.
         if init_names.contains(name.as_str()) {
             continue;
@@ -516,6 +584,7 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
         )?;
         g.inputs.push(id);
         input_dims.push(dims);
+        input_dim_params.push(params);
     }
     for (name, t) in inits {
         define(&mut g, &mut ids, konst(&name, t))?;
@@ -625,7 +694,7 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
     }
     g.reserve_names();
     g.toposort()?;
-    Ok((g, input_dims))
+    Ok((g, input_dims, input_dim_params))
 }
 
 fn constant_value(name: &str, attrs: &BTreeMap<String, Attr>) -> Result<Tensor> {
@@ -972,6 +1041,55 @@ mod tests {
             .output("y");
         let m = b.load();
         assert_eq!(m.graph.inputs.len(), 1);
+    }
+
+    /// A model whose input `x` declares dims `dims` as `dim_value`s (negative ones included).
+    fn dim_value_model(dims: &[i64]) -> onnx::ModelProto {
+        let mut m = relu_model().model;
+        let shape = m.graph.as_mut().unwrap().input[0]
+            .r#type
+            .as_mut()
+            .unwrap()
+            .tensor_type
+            .as_mut()
+            .unwrap()
+            .shape
+            .as_mut()
+            .unwrap();
+        shape.dim = dims
+            .iter()
+            .map(|&d| onnx::Dimension {
+                value: Some(onnx::DimensionValue::DimValue(d)),
+                denotation: None,
+            })
+            .collect();
+        m
+    }
+
+    #[test]
+    fn minus_one_dims_are_symbolic() {
+        let m = Model::from_proto(&dim_value_model(&[-1, 4]), None).unwrap();
+        assert_eq!(m.input_dims, vec![Some(vec![None, Some(4)])]);
+        assert_eq!(m.describe_input_dims(0).unwrap(), "[?, 4]");
+        assert_eq!(
+            m.symbolic_inputs(),
+            vec![("x".to_string(), "[?, 4]".to_string())]
+        );
+        assert!(!m.graph.value(m.graph.inputs[0]).known);
+        // Only -1 means "dynamic"; other negative dims stay invalid.
+        let e = Model::from_proto(&dim_value_model(&[-2, 4]), None).unwrap_err();
+        assert!(e.to_string().contains("negative dim -2"), "{e}");
+    }
+
+    #[test]
+    fn dim_params_are_named() {
+        let m = ModelBuilder::new(17)
+            .input("x", DType::F32, &[-1, 4])
+            .node("Relu", &["x"], &["y"], &[])
+            .output("y")
+            .load();
+        assert_eq!(m.input_dim_params, vec![vec![Some("N".to_string()), None]]);
+        assert_eq!(m.describe_input_dims(0).unwrap(), "[N, 4]");
     }
 
     #[test]

@@ -51,7 +51,7 @@ fn set_input_shapes(g: &mut Graph, model: &Model, opts: &LowerOptions) -> Result
                 Some(Some(d)) => {
                     return Err(invalid(format!(
                         "input '{name}' has symbolic dims {}; give a static shape in LowerOptions::input_shapes",
-                        fmt_dims(d)
+                        model.describe_input_dims(k).unwrap_or_else(|| fmt_dims(d))
                     )))
                 }
                 _ => {

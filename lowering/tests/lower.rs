@@ -241,6 +241,65 @@ fn check_reports_every_unsupported_node() {
     }
 }
 
+/// What `onnxruntime.quantization.quantize_dynamic` writes: DynamicQuantizeLinear on the
+/// activation, MatMulInteger / ConvInteger on int8 weights (or ONNX Runtime's contrib op
+/// DynamicQuantizeMatMul). Each node is refused naming the alternatives.
+#[test]
+fn dynamic_quantization_names_the_alternatives() {
+    let i8w = |shape: &[usize]| {
+        Tensor::from_i64_as(DType::I8, shape.to_vec(), &vec![1; shape.iter().product()])
+    };
+    let mut b = ModelBuilder::new(17)
+        .input("x", DType::F32, &[2, 8])
+        .input("img", DType::F32, &[1, 3, 8, 8])
+        .init("w", i8w(&[8, 4]))
+        .init("k", i8w(&[4, 3, 3, 3]))
+        .node("DynamicQuantizeLinear", &["x"], &["xq", "xs", "xz"], &[])
+        .node("MatMulInteger", &["xq", "w", "xz"], &["acc"], &[])
+        .node("Cast", &["acc"], &["accf"], &[("to", A::I(1))])
+        .node("Mul", &["accf", "xs"], &["y"], &[])
+        .node("DynamicQuantizeLinear", &["img"], &["iq", "is", "iz"], &[])
+        .node("ConvInteger", &["iq", "k", "iz"], &["c"], &[])
+        .node("DynamicQuantizeMatMul", &["x", "w", "xs"], &["z"], &[])
+        .output("y")
+        .output("c")
+        .output("z");
+    let g = b.model.graph.as_mut().unwrap();
+    g.node.last_mut().unwrap().domain = Some("com.microsoft".into());
+    b.model
+        .opset_import
+        .push(lowering::onnx::OperatorSetIdProto {
+            domain: Some("com.microsoft".into()),
+            version: Some(1),
+        });
+    let m = Model::load(b.bytes()).unwrap();
+    let list = check(&m, Backend::Htp);
+    let refused: Vec<&str> = list.iter().map(|u| u.op_type.as_str()).collect();
+    assert_eq!(
+        refused,
+        [
+            "DynamicQuantizeLinear",
+            "MatMulInteger",
+            "DynamicQuantizeLinear",
+            "ConvInteger",
+            "DynamicQuantizeMatMul"
+        ],
+        "{list:#?}"
+    );
+    for u in &list {
+        assert!(
+            u.reason.contains("dynamically quantized")
+                && u.reason.contains("float model")
+                && u.reason.contains("QuantizeLinear / DequantizeLinear pairs"),
+            "{}",
+            u.reason
+        );
+    }
+    assert!(list[4]
+        .reason
+        .contains("DynamicQuantizeMatMul is not supported on HTP: "));
+}
+
 #[test]
 fn check_on_gpu_uses_gpu_table() {
     let b = ModelBuilder::new(17)

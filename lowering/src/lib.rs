@@ -39,6 +39,11 @@ pub struct LowerOptions {
     pub fp16: bool,
     /// Static shapes for graph inputs, by name. Required for inputs with symbolic dims.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// Graph inputs fixed to a constant at compile time, by name, with their value as the
+    /// front ends spell it (`3`, `0.5`, `true`, `1,2,3`; see [`passes::fix_inputs::parse_value`];
+    /// the dtype is the input's). They leave the compiled graph and are listed in
+    /// [`Plan::assumed_inputs`].
+    pub fix_inputs: BTreeMap<String, String>,
 }
 
 impl Default for LowerOptions {
@@ -47,6 +52,7 @@ impl Default for LowerOptions {
             backend: Backend::Htp,
             fp16: false,
             input_shapes: BTreeMap::new(),
+            fix_inputs: BTreeMap::new(),
         }
     }
 }
@@ -175,7 +181,11 @@ fn lower_graph(
             }
         }
     }
-    (cx.finish(&p.output_host_dtypes), vec![])
+    let plan = cx.finish(&p.output_host_dtypes).map(|mut plan| {
+        plan.assumed_inputs = p.assumed.clone();
+        plan
+    });
+    (plan, vec![])
 }
 
 /// Why `node` reached lowering without a rule for `backend`.

@@ -39,6 +39,12 @@ pub struct BuildArgs {
     /// Static shape for an input with symbolic dims, as NAME=D,D,... (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS")]
     pub input_shapes: Vec<String>,
+    /// Fix a small input (a scalar or a short 1-D tensor: a flag, a sample rate, a shape) to a
+    /// value at compile time, as NAME=VALUE with VALUE like 3, 0.5, true or 1,2,3 (the dtype is
+    /// the model's); repeatable. The input leaves the compiled graph; a value passed for it at
+    /// run time must be this one.
+    #[arg(long = "fix-input", value_name = "NAME=VALUE")]
+    pub fix_inputs: Vec<String>,
     /// Use the context-binary cache: load a binary compiled earlier for the same model, target
     /// and settings, or store the new one (see --cache-dir).
     #[arg(long)]
@@ -101,6 +107,23 @@ pub(crate) fn parse_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<usiz
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| bad())?;
         out.insert(name.to_string(), dims);
+    }
+    Ok(out)
+}
+
+/// `--fix-input NAME=VALUE` flags by input name; the value is parsed against the model's
+/// declared input type when the model is lowered.
+pub(crate) fn parse_fixed(specs: &[String]) -> Result<BTreeMap<String, String>, Failure> {
+    let mut out = BTreeMap::new();
+    for spec in specs {
+        let (name, value) = spec.split_once('=').filter(|(n, _)| !n.is_empty()).ok_or_else(|| {
+            Failure::usage(format!(
+                "--fix-input {spec:?}: expected NAME=VALUE such as mode=1, scale=0.5, flag=true or shape=1,3,224,224"
+            ))
+        })?;
+        if out.insert(name.to_string(), value.to_string()).is_some() {
+            return Err(Failure::usage(format!("--fix-input gives {name:?} twice")));
+        }
     }
     Ok(out)
 }
@@ -184,10 +207,14 @@ pub fn compile_failure(e: Error, model: &Path, backend: BackendKind) -> Failure 
         );
     }
     let text = e.to_string();
-    let hint = if text.contains("LowerOptions::input_shapes") {
-        "\nhint: give static shapes with --input-shape NAME=D,D,... (for example x=1,3,224,224)"
+    let (text, hint) = if text.contains("LowerOptions::input_shapes") {
+        (
+            text.replace("in LowerOptions::input_shapes", "with --input-shape")
+                .replace("LowerOptions::input_shapes", "--input-shape"),
+            "\nhint: give static shapes with --input-shape NAME=D,D,... (for example x=1,3,224,224)",
+        )
     } else {
-        ""
+        (text.replace("fix_inputs", "--fix-input"), "")
     };
     Failure::new(format!("{}: {text}{hint}", model.display()))
 }
@@ -320,6 +347,7 @@ pub fn build(
 ) -> Result<Built, Failure> {
     let target = crate::target::resolve(cli, &args.target, None)?;
     let input_shapes = parse_shapes(&args.input_shapes)?;
+    let fix_inputs = parse_fixed(&args.fix_inputs)?;
     let progress = Progress::new(cli.json);
     progress.stage("reading the model");
     let file = load_onnx(model)?;
@@ -328,6 +356,7 @@ pub fn build(
         name: graph_name.to_string(),
         fp16: args.precision == Precision::Fp16,
         input_shapes,
+        fix_inputs,
         opt_level: args.opt_level,
         base_dir: Some(file.dir.clone()),
     };
@@ -374,6 +403,43 @@ pub fn io_json(e: &qnnx_engine::Emitted) -> (Vec<Value>, Vec<Value>) {
     )
 }
 
+/// The model inputs a compiled graph does not take (fixed, or resolved from declared shapes):
+/// name, dtype, shape, value, and where the value comes from.
+pub fn assumed_json(e: &qnnx_engine::Emitted) -> Vec<Value> {
+    use lowering::plan::Origin;
+    e.assumed
+        .iter()
+        .map(|a| {
+            json!({
+                "name": a.onnx_name,
+                "dtype": a.value.dtype.name(),
+                "shape": a.value.shape,
+                "value": lowering::plan::assumed::fmt_value(&a.value),
+                "origin": match &a.origin {
+                    Origin::Fixed => "--fix-input".to_string(),
+                    Origin::Declared { node, value } => {
+                        format!("the declared shape of {value:?} (node {node:?})")
+                    }
+                },
+            })
+        })
+        .collect()
+}
+
+/// Text lines of [`assumed_json`].
+pub fn assumed_text(list: &[Value]) -> String {
+    list.iter()
+        .map(|a| {
+            format!(
+                "  assumed {:<23} {} (from {}; not a graph input, checked when passed)\n",
+                a["name"].as_str().unwrap_or(""),
+                a["value"].as_str().unwrap_or(""),
+                a["origin"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
 pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
     if args.models.len() > 1 {
         return crate::compile_many::compile_many(cli, args);
@@ -406,9 +472,11 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
     let written = Written::write(&output, &binary, &c.runtime.backend, &built.target)?;
     let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let (inputs, outputs) = io_json(&c.emitted);
+    let assumed = assumed_json(&c.emitted);
     let report = json!({
         "model": model,
         "output": output,
+        "assumed_inputs": assumed,
         "size": binary.len(),
         "backend": built.target.backend.name(),
         "soc_model": soc_model,
@@ -458,6 +526,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
                 );
             }
         }
+        s += &assumed_text(&assumed);
         s
     });
     Ok(ExitCode::SUCCESS)

@@ -7,6 +7,8 @@ mod compiled;
 mod errors;
 mod log;
 
+use std::collections::BTreeMap;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -190,9 +192,11 @@ fn warn_all(warnings: &[String]) {
 
 /// Lowers and compiles an ONNX model for `device` (releases the GIL while working). With
 /// `cache_dir`, a binary compiled earlier for the same model, target and settings is loaded
-/// instead (no lowering, no finalize), and a new one is stored.
+/// instead (no lowering, no finalize), and a new one is stored. `input_shapes` gives inputs with
+/// symbolic dims a static shape; `fix_inputs` fixes inputs to a value at compile time (name to
+/// value as the `qnnx` command spells it: `3`, `0.5`, `true`, `1,2,3`).
 #[pyfunction]
-#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None))]
+#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None, input_shapes = None, fix_inputs = None))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
@@ -204,6 +208,8 @@ fn compile(
     opt_level: Option<u8>,
     name: &str,
     cache_dir: Option<&str>,
+    input_shapes: Option<BTreeMap<String, Vec<usize>>>,
+    fix_inputs: Option<BTreeMap<String, String>>,
 ) -> PyResult<Compiled> {
     let t = target(device, soc_model, htp_arch)?;
     let cache = open_cache(py, cache_dir)?;
@@ -211,6 +217,8 @@ fn compile(
         name: name.to_string(),
         fp16,
         opt_level,
+        input_shapes: input_shapes.unwrap_or_default(),
+        fix_inputs: fix_inputs.unwrap_or_default(),
         ..Default::default()
     };
     let compiled = py

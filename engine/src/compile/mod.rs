@@ -27,6 +27,9 @@ pub struct CompileOptions {
     pub fp16: bool,
     /// [`LowerOptions::input_shapes`]: static shapes for inputs with symbolic dims.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// [`LowerOptions::fix_inputs`]: inputs fixed to a value at compile time (name to value as
+    /// written, `3`, `0.5`, `true`, `1,2,3`).
+    pub fix_inputs: BTreeMap<String, String>,
     /// HTP finalize optimization level 1 to 3 ([`qnn::HtpGraphConfig::opt_level`]); an HTP
     /// setting, refused for other backends.
     pub opt_level: Option<u8>,
@@ -136,19 +139,26 @@ fn cache_unless_external<'c, 'm>(
     cache.filter(|_| !external)
 }
 
+/// What one model is lowered with besides the backend and precision.
+pub(crate) struct ModelInputs<'a> {
+    pub input_shapes: &'a BTreeMap<String, Vec<usize>>,
+    pub fix_inputs: &'a BTreeMap<String, String>,
+}
+
 /// Lowers one model for `backend`, timed in milliseconds.
 fn lower_timed(
     backend: BackendKind,
     onnx: &[u8],
     base_dir: Option<&Path>,
     fp16: bool,
-    input_shapes: &BTreeMap<String, Vec<usize>>,
+    inputs: ModelInputs,
 ) -> Result<(Plan, f64)> {
     let start = Instant::now();
     let lower_opts = LowerOptions {
         backend,
         fp16,
-        input_shapes: input_shapes.clone(),
+        input_shapes: inputs.input_shapes.clone(),
+        fix_inputs: inputs.fix_inputs.clone(),
     };
     // Parsed from the caller's bytes: copying them first cost 30 ms for resnet18's 46 MB.
     let model = lowering::Model::from_bytes(onnx, base_dir)?;
@@ -223,7 +233,10 @@ pub fn compile_with_progress(
             onnx,
             opts.base_dir.as_deref(),
             opts.fp16,
-            &opts.input_shapes,
+            ModelInputs {
+                input_shapes: &opts.input_shapes,
+                fix_inputs: &opts.fix_inputs,
+            },
         )?;
         target.check_plan(&l.0)?;
         Some(l)
@@ -278,7 +291,10 @@ fn compile_lowered(
                 onnx,
                 opts.base_dir.as_deref(),
                 opts.fp16,
-                &opts.input_shapes,
+                ModelInputs {
+                    input_shapes: &opts.input_shapes,
+                    fix_inputs: &opts.fix_inputs,
+                },
             )?
         }
     };

@@ -4,12 +4,14 @@ use crate::dtype::DType;
 use crate::error::{invalid, LowerError, Result};
 use crate::frontend::load::Model;
 use crate::ir::Graph;
+use crate::plan::AssumedInput;
 use crate::table::OpTable;
 use crate::LowerOptions;
 
 pub mod const_fold;
 pub mod dce;
 pub mod expand;
+pub mod fix_inputs;
 pub mod fold_batchnorm;
 pub mod fp16;
 pub mod fuse_gelu;
@@ -28,11 +30,26 @@ pub struct Prepared {
     /// The model's own I/O dtypes (before int64 narrowing), parallel to graph inputs/outputs.
     pub input_host_dtypes: Vec<DType>,
     pub output_host_dtypes: Vec<DType>,
+    /// Model inputs that left the graph with an assumed value, in ONNX order.
+    pub assumed: Vec<AssumedInput>,
 }
 
+/// Gives every graph input its static shape: the declared one, or `opts.input_shapes` for
+/// symbolic dims. Inputs already fixed to a constant keep their value's shape.
 fn set_input_shapes(g: &mut Graph, model: &Model, opts: &LowerOptions) -> Result<()> {
-    for (k, &v) in g.inputs.clone().iter().enumerate() {
+    for (k, &v) in model.graph.inputs.iter().enumerate() {
         let name = g.values[v].name.clone();
+        if !g.inputs.contains(&v) {
+            let fixed = &g.values[v].shape;
+            match opts.input_shapes.get(&name) {
+                Some(s) if s != fixed => {
+                    return Err(invalid(format!(
+                        "input '{name}': input_shapes gives {s:?} but its fixed value has shape {fixed:?}"
+                    )))
+                }
+                _ => continue,
+            }
+        }
         let shape = match opts.input_shapes.get(&name) {
             Some(s) => {
                 if let Some(Some(decl)) = model.input_dims.get(k) {
@@ -71,7 +88,12 @@ fn set_input_shapes(g: &mut Graph, model: &Model, opts: &LowerOptions) -> Result
         val.known = true;
     }
     for name in opts.input_shapes.keys() {
-        if !g.inputs.iter().any(|&v| &g.values[v].name == name) {
+        if !model
+            .graph
+            .inputs
+            .iter()
+            .any(|&v| &g.values[v].name == name)
+        {
             return Err(invalid(format!(
                 "LowerOptions::input_shapes names '{name}', which is not a graph input"
             )));
@@ -92,10 +114,11 @@ fn fmt_dims(d: &[Option<usize>]) -> String {
 /// bias), layout, int64 narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let mut g = model.graph.clone();
+    let assumed = fix_inputs::run(&mut g, model, &opts.fix_inputs)?;
     set_input_shapes(&mut g, model, opts)?;
-    let input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
     // Errors of the first sweep are reported again by the second one (or the node is gone).
     let _ = const_fold::run(&mut g);
+    let input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
     let table = OpTable::get(opts.backend)?;
     // An expansion's inputs are known only once the nodes before it are inferred, which may
     // need an earlier expansion (Attention feeding Attention).
@@ -150,5 +173,6 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
         node_errors,
         input_host_dtypes,
         output_host_dtypes,
+        assumed,
     })
 }

@@ -88,6 +88,8 @@ def compile(
     opt_level: Optional[int] = None,
     name: str = "qnnx",
     cache_dir: Optional[str] = None,
+    input_shapes: Optional[dict[str, list[int]]] = None,
+    fix_inputs: Optional[dict[str, str]] = None,
 ) -> Compiled: ...
 def compile_many(
     onnx_list: list[bytes],

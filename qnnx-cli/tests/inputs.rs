@@ -1,0 +1,189 @@
+//! Inputs that are not plain graph inputs, end to end: inputs fixed at compile time
+//! (`--fix-input`), checked when `run` is given them. Models come from
+//! `lowering::testing::ModelBuilder`; the tests that compile skip without the HTP library (fail
+//! with `QNNX_REQUIRE_HTP=1`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use lowering::dtype::DType;
+use lowering::testing::ModelBuilder;
+use serde_json::Value;
+
+fn qnnx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qnnx"))
+        .args(args)
+        .output()
+        .expect("run qnnx")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(out)
+        )
+    })
+}
+
+fn ok_json(args: &[&str]) -> Value {
+    let out = qnnx(args);
+    assert!(
+        out.status.success(),
+        "qnnx {args:?} failed ({:?}): {}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    json(&out)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("qnnx-inputs-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn htp_available() -> bool {
+    match qnn::Backend::new(qnn::BackendKind::Htp) {
+        Ok(_) => true,
+        Err(e) if std::env::var_os("QNNX_REQUIRE_HTP").is_some() => {
+            panic!("HTP unavailable: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped: HTP library unavailable ({e})");
+            false
+        }
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Writes a C-order .npy of `descr` (`<f4`, `<i8`) with raw little-endian `data`.
+fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The f32 values of a .npy written by `run -o`.
+fn read_f32_npy(path: &Path) -> Vec<f32> {
+    let b = std::fs::read(path).unwrap();
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    b[10 + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// x [2, 6] reshaped to a `shape` input and scaled by a `scale` input.
+fn reshape_scale_model() -> ModelBuilder {
+    ModelBuilder::new(17)
+        .input("x", DType::F32, &[2, 6])
+        .input("shape", DType::I64, &[2])
+        .input("scale", DType::F32, &[])
+        .node("Reshape", &["x", "shape"], &["r"], &[])
+        .node("Mul", &["r", "scale"], &["y"], &[])
+        .output("y")
+}
+
+#[test]
+fn fixed_inputs_leave_the_graph_and_are_checked_at_run_time() {
+    let dir = temp_dir("fixed");
+    let model = dir.join("m.onnx");
+    std::fs::write(&model, reshape_scale_model().bytes()).unwrap();
+
+    for bad in [["--fix-input", "shape=3,4,1"], ["--fix-input", "nope=1"]] {
+        let mut args = vec!["compile", s(&model)];
+        args.extend(bad);
+        let out = qnnx(&args);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}");
+        assert!(stderr(&out).contains("--fix-input"), "{}", stderr(&out));
+    }
+    let out = qnnx(&["compile", s(&model), "--fix-input", "shape"]);
+    assert_eq!(out.status.code(), Some(2));
+    let fix = ["--fix-input", "shape=3,4", "--fix-input", "scale=0.5"];
+
+    if !htp_available() {
+        return;
+    }
+    let bin = dir.join("m.bin");
+    let mut args = vec!["compile", s(&model), "-o", s(&bin), "--json"];
+    args.extend(fix);
+    let v = ok_json(&args);
+    assert_eq!(v["inputs"].as_array().unwrap().len(), 1);
+    assert_eq!(v["assumed_inputs"][0]["name"], "shape");
+    assert_eq!(v["assumed_inputs"][0]["value"], "[3, 4]");
+    assert_eq!(v["assumed_inputs"][1]["value"], "0.5");
+
+    let x: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let xf = dir.join("x.npy");
+    write_npy(&xf, "<f4", &[2, 6], &f32_bytes(&x));
+    let good = dir.join("scale.npy");
+    write_npy(&good, "<f4", &[], &f32_bytes(&[0.5]));
+    let bad = dir.join("scale2.npy");
+    write_npy(&bad, "<f4", &[], &f32_bytes(&[2.0]));
+    let out_dir = dir.join("out");
+    let (xs, gs, bs) = (
+        format!("x={}", s(&xf)),
+        format!("scale={}", s(&good)),
+        format!("scale={}", s(&bad)),
+    );
+    for given in [vec![&xs], vec![&xs, &gs]] {
+        let mut args = vec!["run", s(&model), "--runs", "1", "-o", s(&out_dir), "--json"];
+        args.extend(fix);
+        for g in given {
+            args.extend(["--input", g.as_str()]);
+        }
+        let v = ok_json(&args);
+        assert_eq!(v["outputs"][0]["shape"], serde_json::json!([3, 4]));
+        let y = read_f32_npy(&out_dir.join("y.npy"));
+        assert!(
+            y.iter().zip(&x).all(|(a, b)| (a - b * 0.5).abs() < 1e-2),
+            "{y:?}"
+        );
+    }
+    let mut args = vec![
+        "run",
+        s(&model),
+        "--runs",
+        "1",
+        "--input",
+        &xs,
+        "--input",
+        &bs,
+    ];
+    args.extend(fix);
+    let out = qnnx(&args);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("input \"scale\" is 2 but the compiled graph assumes 0.5"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

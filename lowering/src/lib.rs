@@ -95,28 +95,23 @@ pub fn lower(model: impl Into<LowerInput>, opts: &LowerOptions) -> Result<Plan, 
     }
 }
 
-/// Every node of `model` that cannot run on `backend`, without touching QNN. Symbolic input
-/// dims are taken as 1; a model-level problem is reported as one entry with an empty node.
+/// Every node of `model` that cannot run on `backend`, without touching QNN. A model-level
+/// problem is one entry with an empty node. An input with symbolic dims is such a problem: no
+/// size is guessed for it (a guess of 1 makes kernels and concatenations that fit at the real
+/// size look unsupported); [`check_with`] takes their shapes.
 pub fn check(model: &Model, backend: Backend) -> Vec<Unsupported> {
-    let mut opts = LowerOptions {
+    let opts = LowerOptions {
         backend,
         ..Default::default()
     };
-    for (k, &v) in model.graph.inputs.iter().enumerate() {
-        if let Some(Some(dims)) = model.input_dims.get(k) {
-            opts.input_shapes.insert(
-                model.graph.value(v).name.clone(),
-                dims.iter().map(|d| d.unwrap_or(1)).collect(),
-            );
-        }
-    }
     match check_with(model, &opts) {
         Ok(v) => v,
         Err(e) => e.to_unsupported("", ""),
     }
 }
 
-/// Like [`check`] with explicit options; model-level problems are errors.
+/// Like [`check`] with explicit options (input shapes, fixed inputs); model-level problems are
+/// errors.
 pub fn check_with(model: &Model, opts: &LowerOptions) -> Result<Vec<Unsupported>, LowerError> {
     let prepared = passes::prepare(model, opts)?;
     let (_, errors) = lower_graph(&prepared, opts.backend);

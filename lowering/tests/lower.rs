@@ -344,11 +344,20 @@ fn symbolic_dims_need_input_shapes() {
         .unwrap_err()
         .to_string()
         .contains("does not match the declared dims"));
+    // check guesses no size: the symbolic input is the problem it reports.
     let m = Model::load(b.bytes()).unwrap();
+    let list = check(&m, Backend::Htp);
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0].node, "");
     assert!(
-        check(&m, Backend::Htp).is_empty(),
-        "check assumes 1 for symbolic dims"
+        list[0]
+            .reason
+            .contains("input 'x' has symbolic dims [N, 4]"),
+        "{list:?}"
     );
+    let mut o = LowerOptions::default();
+    o.input_shapes.insert("x".into(), vec![3, 4]);
+    assert!(lowering::check_with(&m, &o).unwrap().is_empty());
 }
 
 /// Paddle and older exporters write a dynamic dim as `dim_value: -1`: symbolic, and

@@ -90,6 +90,13 @@ pub struct CheckArgs {
     /// QNN backend to check against: htp, gpu.
     #[arg(long, value_name = "NAME", default_value = "htp", value_parser = parse_backend)]
     pub backend: BackendKind,
+    /// Static shape for an input with symbolic dims, as NAME=D,D,... (repeatable). Without
+    /// one for each such input, check lists them instead of guessing sizes.
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    pub input_shapes: Vec<String>,
+    /// Fix an input to a value, as NAME=VALUE (as for `compile`; repeatable).
+    #[arg(long = "fix-input", value_name = "NAME=VALUE")]
+    pub fix_inputs: Vec<String>,
 }
 
 pub(crate) fn parse_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<usize>>, Failure> {
@@ -532,10 +539,70 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The failure of `check` for a model whose inputs `symbolic` (name, declared dims) have no
+/// static shape: sizes decide whether kernels fit, concatenations agree and reshapes are valid,
+/// so none is guessed.
+fn symbolic_failure(model: &Path, symbolic: &[(String, String)]) -> Failure {
+    let lines: Vec<String> = symbolic.iter().map(|(n, d)| format!("  {n} {d}")).collect();
+    let flags: Vec<String> = symbolic
+        .iter()
+        .map(|(n, d)| {
+            let dims = d
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .split(", ")
+                .map(|x| {
+                    if x.parse::<usize>().is_ok() {
+                        x.to_string()
+                    } else {
+                        format!("<{x}>")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            format!("--input-shape {n}={dims}")
+        })
+        .collect();
+    Failure {
+        code: crate::EXIT_FAILURE,
+        msg: format!(
+            "{}: {} input(s) have symbolic dims, and whether a node lowers depends on sizes \
+             (kernels that fit, concatenations that agree), so check guesses none:\n{}\nhint: \
+             give the sizes the model runs at: {}",
+            model.display(),
+            symbolic.len(),
+            lines.join("\n"),
+            flags.join(" ")
+        ),
+        details: Some(json!({
+            "symbolic_inputs": symbolic
+                .iter()
+                .map(|(n, d)| json!({ "name": n, "dims": d }))
+                .collect::<Vec<_>>(),
+        })),
+    }
+}
+
 pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
     let file = load_onnx(&args.model)?;
     let backend = args.backend;
-    let unsupported = lowering::check(&file.model, backend);
+    let opts = lowering::LowerOptions {
+        backend,
+        input_shapes: parse_shapes(&args.input_shapes)?,
+        fix_inputs: parse_fixed(&args.fix_inputs)?,
+        ..Default::default()
+    };
+    let symbolic: Vec<(String, String)> = file
+        .model
+        .symbolic_inputs()
+        .into_iter()
+        .filter(|(n, _)| !opts.input_shapes.contains_key(n) && !opts.fix_inputs.contains_key(n))
+        .collect();
+    if !symbolic.is_empty() {
+        return Err(symbolic_failure(&args.model, &symbolic));
+    }
+    let unsupported = lowering::check_with(&file.model, &opts)
+        .map_err(|e| compile_failure(Error::Lower(e), &args.model, backend))?;
     let bad: BTreeMap<&str, &Unsupported> = unsupported
         .iter()
         .filter(|u| !u.node.is_empty())

@@ -1,13 +1,14 @@
-//! Inputs that are not plain graph inputs, end to end: inputs fixed at compile time
-//! (`--fix-input`), checked when `run` is given them. Models come from
-//! `lowering::testing::ModelBuilder`; the tests that compile skip without the HTP library (fail
-//! with `QNNX_REQUIRE_HTP=1`).
+//! Inputs that are not plain graph inputs, end to end: symbolic dims (`dim_param` and `-1`)
+//! that `check` and `compile` need sizes for (`--input-shape`), and inputs fixed at compile
+//! time (`--fix-input`), checked when `run` is given them. Models come from `lowering::testing::ModelBuilder`; the
+//! tests that compile skip without the HTP library (fail with `QNNX_REQUIRE_HTP=1`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use lowering::dtype::DType;
-use lowering::testing::ModelBuilder;
+use lowering::onnx;
+use lowering::testing::{ModelBuilder, A};
 use serde_json::Value;
 
 fn qnnx(args: &[&str]) -> Output {
@@ -100,6 +101,101 @@ fn read_f32_npy(path: &Path) -> Vec<f32> {
         .collect()
 }
 
+/// Sets dim `i` of graph input `k` to `dim_value: -1`, as Paddle writes a dynamic dim.
+fn minus_one(b: &mut ModelBuilder, k: usize, i: usize) {
+    let dim = &mut b.model.graph.as_mut().unwrap().input[k]
+        .r#type
+        .as_mut()
+        .unwrap()
+        .tensor_type
+        .as_mut()
+        .unwrap()
+        .shape
+        .as_mut()
+        .unwrap()
+        .dim[i];
+    dim.value = Some(onnx::DimensionValue::DimValue(-1));
+}
+
+/// A 3x3 convolution without padding: at a guessed size of 1 its kernel would not fit.
+fn conv_model() -> ModelBuilder {
+    let w = lowering::tensor::Tensor::from_f32(vec![4, 3, 3, 3], &[0.1; 108]);
+    let mut b = ModelBuilder::new(17)
+        .input("image", DType::F32, &[-1, 3, 8, 8])
+        .init("w", w)
+        .node(
+            "Conv",
+            &["image", "w"],
+            &["y"],
+            &[("kernel_shape", A::Is(vec![3, 3]))],
+        )
+        .output("y");
+    minus_one(&mut b, 0, 2);
+    minus_one(&mut b, 0, 3);
+    b
+}
+
+#[test]
+fn check_lists_symbolic_inputs_instead_of_guessing() {
+    let dir = temp_dir("symbolic");
+    let model = dir.join("conv.onnx");
+    std::fs::write(&model, conv_model().bytes()).unwrap();
+
+    let out = qnnx(&["check", s(&model)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("1 input(s) have symbolic dims"), "{err}");
+    assert!(err.contains("  image [N, 3, ?, ?]"), "{err}");
+    assert!(err.contains("--input-shape image=<N>,3,<?>,<?>"), "{err}");
+    assert!(!err.contains("does not fit"), "a size was guessed: {err}");
+
+    let out = qnnx(&["check", s(&model), "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = json(&out);
+    assert_eq!(v["symbolic_inputs"][0]["name"], "image");
+    assert_eq!(v["symbolic_inputs"][0]["dims"], "[N, 3, ?, ?]");
+
+    // At the real size every node lowers; the -1 dims take the given sizes.
+    let v = ok_json(&[
+        "check",
+        s(&model),
+        "--input-shape",
+        "image=1,3,32,32",
+        "--json",
+    ]);
+    assert_eq!(v["supported"], true, "{v}");
+    // A size that does not fit is reported as the node's problem.
+    let out = qnnx(&[
+        "check",
+        s(&model),
+        "--input-shape",
+        "image=1,3,2,2",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    // A declared dim is still checked.
+    let out = qnnx(&["check", s(&model), "--input-shape", "image=1,4,32,32"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("does not match the declared dims"),
+        "{}",
+        stderr(&out)
+    );
+
+    if htp_available() {
+        let v = ok_json(&[
+            "compile",
+            s(&model),
+            "--input-shape",
+            "image=2,3,10,12",
+            "--json",
+        ]);
+        assert_eq!(v["inputs"][0]["shape"], serde_json::json!([2, 3, 10, 12]));
+        assert_eq!(v["outputs"][0]["shape"], serde_json::json!([2, 4, 8, 10]));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// x [2, 6] reshaped to a `shape` input and scaled by a `scale` input.
 fn reshape_scale_model() -> ModelBuilder {
     ModelBuilder::new(17)
@@ -117,16 +213,30 @@ fn fixed_inputs_leave_the_graph_and_are_checked_at_run_time() {
     let model = dir.join("m.onnx");
     std::fs::write(&model, reshape_scale_model().bytes()).unwrap();
 
+    let out = qnnx(&["check", s(&model), "--json"]);
+    assert_eq!(out.status.code(), Some(3));
+    let reason = json(&out)["unsupported"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        reason.contains("input 'shape' must be a constant"),
+        "{reason}"
+    );
+    let fix = ["--fix-input", "shape=3,4", "--fix-input", "scale=0.5"];
+    let mut args = vec!["check", s(&model), "--json"];
+    args.extend(fix);
+    assert_eq!(ok_json(&args)["supported"], true);
+
     for bad in [["--fix-input", "shape=3,4,1"], ["--fix-input", "nope=1"]] {
-        let mut args = vec!["compile", s(&model)];
+        let mut args = vec!["check", s(&model)];
         args.extend(bad);
         let out = qnnx(&args);
         assert_eq!(out.status.code(), Some(1), "{bad:?}");
         assert!(stderr(&out).contains("--fix-input"), "{}", stderr(&out));
     }
-    let out = qnnx(&["compile", s(&model), "--fix-input", "shape"]);
+    let out = qnnx(&["check", s(&model), "--fix-input", "shape"]);
     assert_eq!(out.status.code(), Some(2));
-    let fix = ["--fix-input", "shape=3,4", "--fix-input", "scale=0.5"];
 
     if !htp_available() {
         return;

@@ -141,15 +141,32 @@ fn build_id(py: Python<'_>, device: &str) -> PyResult<String> {
 }
 
 /// Every node of an ONNX model that `device` cannot run, as (node, op_type, reason), without
-/// touching QNN: the lowering's own decision, the one `qnnx check` reports.
+/// touching QNN: the lowering's own decision, the one `qnnx check` reports. `input_shapes` and
+/// `fix_inputs` as for `compile`.
 #[pyfunction]
-fn check(py: Python<'_>, onnx: &[u8], device: &str) -> PyResult<Vec<(String, String, String)>> {
+#[pyo3(signature = (onnx, device, *, input_shapes = None, fix_inputs = None))]
+fn check(
+    py: Python<'_>,
+    onnx: &[u8],
+    device: &str,
+    input_shapes: Option<BTreeMap<String, Vec<usize>>>,
+    fix_inputs: Option<BTreeMap<String, String>>,
+) -> PyResult<Vec<(String, String, String)>> {
     let backend = backend_kind(device)?;
     let model = py
         .detach(|| lowering::Model::from_bytes(onnx, None))
         .map_err(|e| engine_error(py, e.into()))?;
-    Ok(py
-        .detach(|| lowering::check(&model, backend))
+    let opts = lowering::LowerOptions {
+        backend,
+        input_shapes: input_shapes.unwrap_or_default(),
+        fix_inputs: fix_inputs.unwrap_or_default(),
+        ..Default::default()
+    };
+    let list = match py.detach(|| lowering::check_with(&model, &opts)) {
+        Ok(list) => list,
+        Err(e) => e.to_unsupported("", ""),
+    };
+    Ok(list
         .into_iter()
         .map(|u| (u.node, u.op_type, u.reason))
         .collect())

@@ -1,6 +1,7 @@
 //! Inputs that are not plain graph inputs, end to end: symbolic dims (`dim_param` and `-1`)
-//! that `check` and `compile` need sizes for (`--input-shape`), and inputs fixed at compile
-//! time (`--fix-input`), checked when `run` is given them. Models come from `lowering::testing::ModelBuilder`; the
+//! that `check` and `compile` need sizes for (`--input-shape`), inputs fixed at compile time
+//! (`--fix-input`) and shape-defining inputs resolved from the model's declared shapes, both
+//! checked when `run` is given them. Models come from `lowering::testing::ModelBuilder`; the
 //! tests that compile skip without the HTP library (fail with `QNNX_REQUIRE_HTP=1`).
 
 use std::path::{Path, PathBuf};
@@ -8,7 +9,7 @@ use std::process::{Command, Output};
 
 use lowering::dtype::DType;
 use lowering::onnx;
-use lowering::testing::{ModelBuilder, A};
+use lowering::testing::{value_info, ModelBuilder, A};
 use serde_json::Value;
 
 fn qnnx(args: &[&str]) -> Output {
@@ -88,6 +89,10 @@ fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) {
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn i64_bytes(v: &[i64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
@@ -223,6 +228,7 @@ fn fixed_inputs_leave_the_graph_and_are_checked_at_run_time() {
         reason.contains("input 'shape' must be a constant"),
         "{reason}"
     );
+    assert!(reason.contains("--fix-input shape="), "{reason}");
     let fix = ["--fix-input", "shape=3,4", "--fix-input", "scale=0.5"];
     let mut args = vec!["check", s(&model), "--json"];
     args.extend(fix);
@@ -295,5 +301,63 @@ fn fixed_inputs_leave_the_graph_and_are_checked_at_run_time() {
         "{}",
         stderr(&out)
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The ONNX node tests' pattern: a Reshape whose `shape` is a graph input, with the output's
+/// shape declared. The declared shape decides the graph; the input is checked at run time.
+#[test]
+fn shape_inputs_are_resolved_from_declared_shapes() {
+    let dir = temp_dir("declared");
+    let model = dir.join("m.onnx");
+    let mut b = ModelBuilder::new(17)
+        .input("x", DType::F32, &[2, 3, 4])
+        .input("shape", DType::I64, &[2])
+        .node("Reshape", &["x", "shape"], &["y"], &[]);
+    b.model
+        .graph
+        .as_mut()
+        .unwrap()
+        .output
+        .push(value_info("y", DType::F32, &[6, 4]));
+    std::fs::write(&model, b.bytes()).unwrap();
+    let v = ok_json(&["check", s(&model), "--json"]);
+    assert_eq!(v["supported"], true, "{v}");
+    if !htp_available() {
+        return;
+    }
+    let v = ok_json(&["compile", s(&model), "-o", s(&dir.join("m.bin")), "--json"]);
+    assert_eq!(v["inputs"].as_array().unwrap().len(), 1);
+    assert_eq!(v["assumed_inputs"][0]["value"], "[6, 4]");
+    let origin = v["assumed_inputs"][0]["origin"].as_str().unwrap();
+    assert!(origin.contains("declared shape of \"y\""), "{origin}");
+    let x: Vec<f32> = (0..24).map(|i| i as f32 * 0.1).collect();
+    let xf = dir.join("x.npy");
+    write_npy(&xf, "<f4", &[2, 3, 4], &f32_bytes(&x));
+    let xs = format!("x={}", s(&xf));
+    for (spec, ok) in [(&[6i64, 4][..], true), (&[-1, 4], true), (&[4, 6], false)] {
+        let f = dir.join("shape.npy");
+        write_npy(&f, "<i8", &[2], &i64_bytes(spec));
+        let ss = format!("shape={}", s(&f));
+        let out = qnnx(&[
+            "run",
+            s(&model),
+            "--runs",
+            "1",
+            "--input",
+            &xs,
+            "--input",
+            &ss,
+        ]);
+        assert_eq!(out.status.success(), ok, "{spec:?}: {}", stderr(&out));
+        if !ok {
+            let e = stderr(&out);
+            assert!(
+                e.contains("input \"shape\" is [4, 6] but the compiled graph assumes [6, 4]")
+                    && e.contains("reshapes [2, 3, 4] to [6, 4]"),
+                "{e}"
+            );
+        }
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -30,6 +30,10 @@ pub struct Model {
     /// The `dim_param` name of each symbolic input dim (parallel to `input_dims`; `None` for a
     /// static dim and for a dynamic one without a name), for messages.
     pub input_dim_params: Vec<Vec<Option<String>>>,
+    /// The shapes the model declares for graph outputs and `value_info` entries, by value name
+    /// (a dim is `None` when symbolic). Lowering infers every shape itself; these only resolve
+    /// shape-defining inputs given at run time (`passes::declared_shapes`).
+    pub declared_shapes: HashMap<String, Vec<Option<usize>>>,
 }
 
 impl Model {
@@ -174,6 +178,7 @@ impl Model {
             producer: proto.producer_name.clone().unwrap_or_default(),
             input_dims,
             input_dim_params,
+            declared_shapes: declared_shapes(gp),
         })
     }
 }
@@ -509,6 +514,39 @@ fn value_type(vi: &onnx::ValueInfoProto, what: &str) -> Result<ValueType> {
         })
         .collect();
     Ok((name, dtype, dims, params))
+}
+
+/// The declared shapes of `gp`'s outputs and `value_info` (see [`Model::declared_shapes`]).
+/// Entries that are not tensors, have no shape, or have a negative dim other than `-1` are
+/// left out: a declaration only helps, so a bad one is no reason to refuse the model.
+fn declared_shapes(gp: &onnx::GraphProto) -> HashMap<String, Vec<Option<usize>>> {
+    let mut out = HashMap::new();
+    for vi in gp.output.iter().chain(&gp.value_info) {
+        let Some(name) = vi.name.clone().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let Some(shape) = vi
+            .r#type
+            .as_ref()
+            .and_then(|t| t.tensor_type.as_ref())
+            .and_then(|t| t.shape.as_ref())
+        else {
+            continue;
+        };
+        let dims: Option<Vec<Option<usize>>> = shape
+            .dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(onnx::DimensionValue::DimValue(-1)) => Some(None),
+                Some(onnx::DimensionValue::DimValue(v)) => usize::try_from(*v).ok().map(Some),
+                _ => Some(None),
+            })
+            .collect();
+        if let Some(dims) = dims {
+            out.insert(name, dims);
+        }
+    }
+    out
 }
 
 type InputDims = Vec<Option<Vec<Option<usize>>>>;

@@ -10,6 +10,7 @@ use crate::LowerOptions;
 
 pub mod const_fold;
 pub mod dce;
+pub mod declared_shapes;
 pub mod expand;
 pub mod fix_inputs;
 pub mod fold_batchnorm;
@@ -114,10 +115,27 @@ fn fmt_dims(d: &[Option<usize>]) -> String {
 /// bias), layout, int64 narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let mut g = model.graph.clone();
-    let assumed = fix_inputs::run(&mut g, model, &opts.fix_inputs)?;
+    let mut assumed = fix_inputs::run(&mut g, model, &opts.fix_inputs)?;
     set_input_shapes(&mut g, model, opts)?;
     // Errors of the first sweep are reported again by the second one (or the node is gone).
     let _ = const_fold::run(&mut g);
+    // Shape-defining graph inputs resolved from the declared shapes; each one resolved can
+    // make the next node's inputs known.
+    let declared = declared_shapes::declared(model, &g);
+    let index: std::collections::HashMap<_, _> = model
+        .graph
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| (v, k))
+        .collect();
+    for _ in 0..8 {
+        if declared_shapes::run(&mut g, &declared, &index, &mut assumed) == 0 {
+            break;
+        }
+        let _ = const_fold::run(&mut g);
+    }
+    assumed.sort_by_key(|a| a.index);
     let input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
     let table = OpTable::get(opts.backend)?;
     // An expansion's inputs are known only once the nodes before it are inferred, which may
@@ -139,7 +157,8 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     fuse_linear_bias::run(&mut g, table);
     dce::run(&mut g);
     layout::run(&mut g, table);
-    let errs = const_fold::run(&mut g);
+    let mut errs = const_fold::run(&mut g);
+    declared_shapes::annotate(&g, &mut errs);
     simplify::run(&mut g);
     tile_batch_broadcast::run(&mut g);
     dce::run(&mut g);

@@ -45,3 +45,34 @@ def test_stubtest_finds_no_mismatch(tmp_path):
     )
     assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-2000:]
     assert "Success" in out.stdout, out.stdout
+
+
+@pytest.mark.htp
+def test_compile_takes_input_shapes_and_fix_inputs():
+    """Dims written as -1 (Paddle, older exporters) are symbolic: input_shapes gives them; an
+    input fixed with fix_inputs leaves the graph but is still listed, in the model's dtype."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    x.type.tensor_type.shape.dim[0].dim_value = -1
+    s = helper.make_tensor_value_info("s", TensorProto.FLOAT, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "g", [x, s], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 10
+    data = m.SerializeToString()
+    with pytest.raises(qnnx_backend.LoweringError, match=r"symbolic dims \[\?, 4\]"):
+        _native.compile(data)
+    c = _native.compile(data, input_shapes={"x": [3, 4]}, fix_inputs={"s": "2"})
+    assert c.inputs == [("x", "f32", [3, 4], "f32"), ("s", "f32", [], "f32")]
+    assert _native.check(data, "npu") and not _native.check(data, "npu", input_shapes={"x": [3, 4]})
+    xs = np.arange(12, dtype=np.float32).reshape(3, 4)
+    two = np.array(2.0, dtype=np.float32)
+    out = np.zeros((3, 4), dtype=np.float32)
+    c.run([(xs.ctypes.data, xs.nbytes), (two.ctypes.data, two.nbytes)], [(out.ctypes.data, out.nbytes)])
+    np.testing.assert_allclose(out, xs * 2, rtol=1e-2)
+    three = np.array(3.0, dtype=np.float32)
+    with pytest.raises(qnnx_backend.exceptions.InputError, match="assumes 2"):
+        c.run([(xs.ctypes.data, xs.nbytes), (three.ctypes.data, three.nbytes)], [(out.ctypes.data, out.nbytes)])

@@ -556,6 +556,41 @@ fn convert_graph(
     gp: &onnx::GraphProto,
     ext: &mut ExternalData,
 ) -> Result<(Graph, InputDims, InputDimParams)> {
+    let c = convert_scope(gp, ext, false)?;
+    Ok((c.graph, c.input_dims, c.input_dim_params))
+}
+
+/// A graph as converted: the IR graph, its declared input dims, and (for a subgraph) the names
+/// of the enclosing graphs' values it reads, whose placeholders follow its formal inputs in
+/// `graph.inputs`.
+struct Converted {
+    graph: Graph,
+    input_dims: InputDims,
+    input_dim_params: InputDimParams,
+    captures: Vec<String>,
+}
+
+/// A subgraph attribute (If branch, Loop or Scan body) as an [`Attr::Graph`], and the names of
+/// the outer values it reads, which become inputs of its node.
+fn convert_subgraph(
+    gp: &onnx::GraphProto,
+    ext: &mut ExternalData,
+) -> Result<(crate::ir::SubGraph, Vec<String>)> {
+    let c = convert_scope(gp, ext, true)?;
+    let formal = c.graph.inputs.len() - c.captures.len();
+    Ok((
+        crate::ir::SubGraph {
+            graph: c.graph,
+            formal,
+            captures: vec![],
+        },
+        c.captures,
+    ))
+}
+
+/// Converts a graph; with `sub`, names it reads but does not define are values of an
+/// enclosing graph (captures) rather than errors.
+fn convert_scope(gp: &onnx::GraphProto, ext: &mut ExternalData, sub: bool) -> Result<Converted> {
     let mut g = Graph::default();
     let mut ids: HashMap<String, ValueId> = HashMap::new();
     let define = |g: &mut Graph, ids: &mut HashMap<String, ValueId>, v: Value| -> Result<ValueId> {
@@ -640,8 +675,36 @@ fn convert_graph(
             _ => format!("{op_type}_{idx}"),
         };
         let mut attrs = BTreeMap::new();
+        let mut reads: Vec<String> = np.input.clone();
         for a in &np.attribute {
             let an = a.name.clone().unwrap_or_default();
+            let is_graph = match a.r#type {
+                Some(t) if t != at::UNDEFINED => t == at::GRAPH,
+                _ => a.g.is_some(),
+            };
+            if let (true, Some(sg)) = (is_graph, a.g.as_deref()) {
+                // A subgraph that does not load (a Loop body over sequences, say) is kept as an
+                // attribute that is only reported: its node cannot be lowered either way.
+                let v = match convert_subgraph(sg, ext) {
+                    Ok((mut sub, captures)) => {
+                        for c in captures {
+                            let slot = match reads.iter().skip(np.input.len()).position(|r| *r == c)
+                            {
+                                Some(p) => np.input.len() + p,
+                                None => {
+                                    reads.push(c);
+                                    reads.len() - 1
+                                }
+                            };
+                            sub.captures.push(slot);
+                        }
+                        Attr::Graph(std::sync::Arc::new(sub))
+                    }
+                    Err(_) => Attr::Other("graph"),
+                };
+                attrs.insert(an, v);
+                continue;
+            }
             let v = convert_attr(a, ext).map_err(|e| {
                 invalid(format!(
                     "Node \"{name}\" ({op_type}), attribute '{an}': {e}"
@@ -683,31 +746,51 @@ fn convert_graph(
         node.domain = domain;
         node.attrs = attrs;
         node.outputs = outputs;
-        pending.push((node, &np.input));
+        pending.push((node, reads));
     }
+    // A name a subgraph reads without defining it is an enclosing graph's value: a placeholder.
+    let mut captures: Vec<(String, ValueId)> = Vec::new();
+    let mut capture = |g: &mut Graph, ids: &mut HashMap<String, ValueId>, name: &str| {
+        let id = g.push_value_raw(Value {
+            name: name.to_string(),
+            dtype: DType::F32,
+            shape: vec![],
+            known: false,
+            konst: None,
+        });
+        ids.insert(name.to_string(), id);
+        captures.push((name.to_string(), id));
+        id
+    };
     for (mut node, inputs) in pending {
-        for i in inputs {
+        for i in &inputs {
             if i.is_empty() {
                 node.inputs.push(None);
                 continue;
             }
-            let id = ids.get(i).copied().ok_or_else(|| {
-                invalid(format!(
+            let id = match ids.get(i).copied() {
+                Some(id) => id,
+                None if sub => capture(&mut g, &mut ids, i),
+                None => return Err(invalid(format!(
                     "Node \"{}\" ({}) reads '{i}', which no node, input or initializer produces",
                     node.name, node.op_type
-                ))
-            })?;
+                ))),
+            };
             node.inputs.push(Some(id));
         }
         g.nodes.push(node);
     }
     for vi in &gp.output {
         let name = vi.name.clone().unwrap_or_default();
-        let id = ids.get(&name).copied().ok_or_else(|| {
-            invalid(format!(
-                "graph output '{name}' is not produced by the graph"
-            ))
-        })?;
+        let id = match ids.get(&name).copied() {
+            Some(id) => id,
+            None if sub && !name.is_empty() => capture(&mut g, &mut ids, &name),
+            None => {
+                return Err(invalid(format!(
+                    "graph output '{name}' is not produced by the graph"
+                )))
+            }
+        };
         if g.outputs.contains(&id) {
             return Err(invalid(format!(
                 "graph output '{name}' is listed more than once"
@@ -730,9 +813,15 @@ fn convert_graph(
             }
         }
     }
+    g.inputs.extend(captures.iter().map(|(_, id)| *id));
     g.reserve_names();
     g.toposort()?;
-    Ok((g, input_dims, input_dim_params))
+    Ok(Converted {
+        graph: g,
+        input_dims,
+        input_dim_params,
+        captures: captures.into_iter().map(|(n, _)| n).collect(),
+    })
 }
 
 fn constant_value(name: &str, attrs: &BTreeMap<String, Attr>) -> Result<Tensor> {
@@ -1128,6 +1217,61 @@ mod tests {
             .load();
         assert_eq!(m.input_dim_params, vec![vec![Some("N".to_string()), None]]);
         assert_eq!(m.describe_input_dims(0).unwrap(), "[N, 4]");
+    }
+
+    #[test]
+    fn subgraphs_load_with_their_outer_reads_as_node_inputs() {
+        let then = ModelBuilder::new(17)
+            .node("Mul", &["x", "w"], &["t"], &[])
+            .output("t")
+            .model
+            .graph
+            .unwrap();
+        let els = ModelBuilder::new(17).output("x").model.graph.unwrap();
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2])
+            .input("c", DType::Bool, &[])
+            .init("w", Tensor::from_f32(vec![2], &[1.0, 2.0]))
+            .node(
+                "If",
+                &["c"],
+                &["y"],
+                &[("then_branch", A::G(then)), ("else_branch", A::G(els))],
+            )
+            .output("y");
+        let m = b.load();
+        let g = &m.graph;
+        let n = &g.nodes[0];
+        let names: Vec<&str> = n
+            .inputs
+            .iter()
+            .map(|i| g.value(i.unwrap()).name.as_str())
+            .collect();
+        assert_eq!(names, ["c", "x", "w"]);
+        let Some(Attr::Graph(t)) = n.attrs.get("then_branch") else {
+            panic!("{:?}", n.attrs)
+        };
+        assert_eq!((t.formal, t.captures.clone()), (0, vec![1, 2]));
+        assert_eq!(t.graph.inputs.len(), 2);
+        let Some(Attr::Graph(e)) = n.attrs.get("else_branch") else {
+            panic!()
+        };
+        // The else branch returns the outer x itself.
+        assert_eq!(e.captures, vec![1]);
+        assert_eq!(e.graph.outputs, vec![e.graph.inputs[0]]);
+        // A subgraph that cannot load (a non-tensor formal input) is only reported.
+        let mut body = ModelBuilder::new(17).output("x").model.graph.unwrap();
+        body.input.push(onnx::ValueInfoProto {
+            name: Some("seq".into()),
+            r#type: Some(onnx::TypeProto::default()),
+            ..Default::default()
+        });
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2])
+            .node("Loop", &["", ""], &["y"], &[("body", A::G(body))])
+            .output("y");
+        let m = b.load();
+        assert_eq!(m.graph.nodes[0].attrs["body"], Attr::Other("graph"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod declared_shapes;
 pub mod expand;
 pub mod fix_inputs;
 pub mod fold_batchnorm;
+pub mod fold_if;
 pub mod fp16;
 pub mod fuse_gelu;
 pub mod fuse_linear_bias;
@@ -119,8 +120,8 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     set_input_shapes(&mut g, model, opts)?;
     // Errors of the first sweep are reported again by the second one (or the node is gone).
     let _ = const_fold::run(&mut g);
-    // Shape-defining graph inputs resolved from the declared shapes; each one resolved can
-    // make the next node's inputs known.
+    // If nodes with a known condition inlined, and shape-defining graph inputs resolved from
+    // the declared shapes; each can make the next node's inputs known.
     let declared = declared_shapes::declared(model, &g);
     let index: std::collections::HashMap<_, _> = model
         .graph
@@ -130,7 +131,8 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
         .map(|(k, &v)| (v, k))
         .collect();
     for _ in 0..8 {
-        if declared_shapes::run(&mut g, &declared, &index, &mut assumed) == 0 {
+        let inlined = fold_if::run(&mut g);
+        if inlined + declared_shapes::run(&mut g, &declared, &index, &mut assumed) == 0 {
             break;
         }
         let _ = const_fold::run(&mut g);

@@ -121,6 +121,24 @@ pub fn check_with(model: &Model, opts: &LowerOptions) -> Result<Vec<Unsupported>
         .collect())
 }
 
+/// The dtype and shape lowering infers for every value of `model` it can (after constant
+/// folding, If inlining and the inputs resolved from declared shapes; before fusions, layout
+/// and dtype rewrites), by value name. Values downstream of a node that could not be inferred
+/// are missing.
+pub fn infer_shapes(
+    model: &Model,
+    opts: &LowerOptions,
+) -> Result<BTreeMap<String, (DType, Vec<usize>)>, LowerError> {
+    let inferred = passes::infer(model, opts)?;
+    Ok(inferred
+        .graph
+        .values
+        .iter()
+        .filter(|v| v.known)
+        .map(|v| (v.name.clone(), (v.dtype, v.shape.clone())))
+        .collect())
+}
+
 fn lower_graph(
     p: &passes::Prepared,
     backend: Backend,

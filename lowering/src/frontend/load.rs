@@ -771,10 +771,12 @@ fn convert_scope(gp: &onnx::GraphProto, ext: &mut ExternalData, sub: bool) -> Re
             let id = match ids.get(i).copied() {
                 Some(id) => id,
                 None if sub => capture(&mut g, &mut ids, i),
-                None => return Err(invalid(format!(
+                None => {
+                    return Err(invalid(format!(
                     "Node \"{}\" ({}) reads '{i}', which no node, input or initializer produces",
                     node.name, node.op_type
-                ))),
+                )))
+                }
             };
             node.inputs.push(Some(id));
         }

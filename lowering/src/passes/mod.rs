@@ -115,6 +115,21 @@ fn fmt_dims(d: &[Option<usize>]) -> String {
 /// Runs every pass in order: infer+fold, simplify, dce, fusions (batchnorm, RMSNorm, GELU, linear
 /// bias), layout, int64 narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
+    let Inferred { graph, assumed } = infer(model, opts)?;
+    prepare_inferred(graph, assumed, opts)
+}
+
+/// A model's graph after shape inference and constant folding, before any rewrite: every value
+/// has the dtype and shape the model computes (`known`), unless a node could not be inferred.
+pub struct Inferred {
+    pub graph: Graph,
+    /// Inputs fixed or resolved from declared shapes, in ONNX order.
+    pub assumed: Vec<AssumedInput>,
+}
+
+/// Input shapes and fixed inputs applied, then inference and folding, with If nodes of known
+/// condition inlined and shape-defining inputs resolved from the declared shapes.
+pub fn infer(model: &Model, opts: &LowerOptions) -> Result<Inferred> {
     let mut g = model.graph.clone();
     let mut assumed = fix_inputs::run(&mut g, model, &opts.fix_inputs)?;
     set_input_shapes(&mut g, model, opts)?;
@@ -138,6 +153,14 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
         let _ = const_fold::run(&mut g);
     }
     assumed.sort_by_key(|a| a.index);
+    Ok(Inferred { graph: g, assumed })
+}
+
+fn prepare_inferred(
+    mut g: Graph,
+    assumed: Vec<AssumedInput>,
+    opts: &LowerOptions,
+) -> Result<Prepared> {
     let input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
     let table = OpTable::get(opts.backend)?;
     // An expansion's inputs are known only once the nodes before it are inferred, which may

@@ -2,7 +2,7 @@
 //! tensor params registered by the builder, every op validated by the backend before it is
 //! added (a failure names the ONNX node it came from), then finalize.
 
-use lowering::plan::{Param, Plan, PlanIo, Scalar, TensorKind};
+use lowering::plan::{AssumedInput, Param, Plan, PlanIo, Scalar, TensorKind};
 use lowering::LowerError;
 
 use crate::error::{Error, Result};
@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 /// A finalized QNN graph and the model I/O it binds.
 pub struct Emitted {
     pub graph: qnn::Graph,
-    /// Model inputs in ONNX order.
+    /// The graph's inputs in ONNX order: the model's, less `assumed`.
     pub inputs: Vec<PlanIo>,
     /// Model outputs in ONNX order.
     pub outputs: Vec<PlanIo>,
@@ -19,6 +19,9 @@ pub struct Emitted {
     pub input_slots: Vec<usize>,
     /// Likewise for outputs.
     pub output_slots: Vec<usize>,
+    /// Model inputs the graph does not take ([`Plan::assumed_inputs`]): checked on the host
+    /// when a caller passes them, never handed to QNN.
+    pub assumed: Vec<AssumedInput>,
 }
 
 fn scalar(s: Scalar) -> qnn::Scalar {
@@ -116,5 +119,6 @@ pub fn emit(ctx: &qnn::Context, name: &str, plan: &Plan) -> Result<Emitted> {
         outputs: plan.outputs.clone(),
         input_slots,
         output_slots,
+        assumed: plan.assumed_inputs.clone(),
     })
 }

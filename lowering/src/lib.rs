@@ -49,6 +49,11 @@ pub struct LowerOptions {
     /// calibrating a quantization and comparing layers. Their [`plan::PlanIo::onnx_name`] is the
     /// model value's name (a value may appear more than once, in NCHW and NHWC order).
     pub observe: bool,
+    /// Graph inputs fixed to a constant at compile time, by name, with their value as the
+    /// front ends spell it (`3`, `0.5`, `true`, `1,2,3`; see [`passes::fix_inputs::parse_value`];
+    /// the dtype is the input's). They leave the compiled graph and are listed in
+    /// [`Plan::assumed_inputs`].
+    pub fix_inputs: BTreeMap<String, String>,
 }
 
 impl Default for LowerOptions {
@@ -59,6 +64,7 @@ impl Default for LowerOptions {
             input_shapes: BTreeMap::new(),
             quantized_io: false,
             observe: false,
+            fix_inputs: BTreeMap::new(),
         }
     }
 }
@@ -101,34 +107,47 @@ pub fn lower(model: impl Into<LowerInput>, opts: &LowerOptions) -> Result<Plan, 
     }
 }
 
-/// Every node of `model` that cannot run on `backend`, without touching QNN. Symbolic input
-/// dims are taken as 1; a model-level problem is reported as one entry with an empty node.
+/// Every node of `model` that cannot run on `backend`, without touching QNN. A model-level
+/// problem is one entry with an empty node. An input with symbolic dims is such a problem: no
+/// size is guessed for it (a guess of 1 makes kernels and concatenations that fit at the real
+/// size look unsupported); [`check_with`] takes their shapes.
 pub fn check(model: &Model, backend: Backend) -> Vec<Unsupported> {
-    let mut opts = LowerOptions {
+    let opts = LowerOptions {
         backend,
         ..Default::default()
     };
-    for (k, &v) in model.graph.inputs.iter().enumerate() {
-        if let Some(Some(dims)) = model.input_dims.get(k) {
-            opts.input_shapes.insert(
-                model.graph.value(v).name.clone(),
-                dims.iter().map(|d| d.unwrap_or(1)).collect(),
-            );
-        }
-    }
     match check_with(model, &opts) {
         Ok(v) => v,
         Err(e) => e.to_unsupported("", ""),
     }
 }
 
-/// Like [`check`] with explicit options; model-level problems are errors.
+/// Like [`check`] with explicit options (input shapes, fixed inputs); model-level problems are
+/// errors.
 pub fn check_with(model: &Model, opts: &LowerOptions) -> Result<Vec<Unsupported>, LowerError> {
     let prepared = passes::prepare(model, opts)?;
     let (_, errors) = lower_graph(&prepared, opts.backend, false);
     Ok(errors
         .iter()
         .flat_map(|e| e.to_unsupported("", ""))
+        .collect())
+}
+
+/// The dtype and shape lowering infers for every value of `model` it can (after constant
+/// folding, If inlining and the inputs resolved from declared shapes; before fusions, layout
+/// and dtype rewrites), by value name. Values downstream of a node that could not be inferred
+/// are missing.
+pub fn infer_shapes(
+    model: &Model,
+    opts: &LowerOptions,
+) -> Result<BTreeMap<String, (DType, Vec<usize>)>, LowerError> {
+    let inferred = passes::infer(model, opts)?;
+    Ok(inferred
+        .graph
+        .values
+        .iter()
+        .filter(|v| v.known)
+        .map(|v| (v.name.clone(), (v.dtype, v.shape.clone())))
         .collect())
 }
 
@@ -209,7 +228,11 @@ fn lower_graph(
             }
         }
     }
-    (cx.finish(&p.output_host_dtypes, observe), vec![])
+    let plan = cx.finish(&p.output_host_dtypes, observe).map(|mut plan| {
+        plan.assumed_inputs = p.assumed.clone();
+        plan
+    });
+    (plan, vec![])
 }
 
 /// Why `node` reached lowering without a rule for `backend`.

@@ -44,6 +44,12 @@ pub struct BuildArgs {
     /// converting them in the graph.
     #[arg(long)]
     pub quantized_io: bool,
+    /// Fix a small input (a scalar or a short 1-D tensor: a flag, a sample rate, a shape) to a
+    /// value at compile time, as NAME=VALUE with VALUE like 3, 0.5, true or 1,2,3 (the dtype is
+    /// the model's); repeatable. The input leaves the compiled graph; a value passed for it at
+    /// run time must be this one.
+    #[arg(long = "fix-input", value_name = "NAME=VALUE")]
+    pub fix_inputs: Vec<String>,
     /// Use the context-binary cache: load a binary compiled earlier for the same model, target
     /// and settings, or store the new one (see --cache-dir).
     #[arg(long)]
@@ -93,27 +99,23 @@ pub struct CheckArgs {
     /// (a quantized model lists its I/O and a summary without this).
     #[arg(long)]
     pub tensors: bool,
+    /// Static shape for an input with symbolic dims, as NAME=D,D,... (repeatable). Without
+    /// one for each such input, check lists them instead of guessing sizes.
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    pub input_shapes: Vec<String>,
+    /// Fix an input to a value, as NAME=VALUE (as for `compile`; repeatable).
+    #[arg(long = "fix-input", value_name = "NAME=VALUE")]
+    pub fix_inputs: Vec<String>,
 }
 
 /// The lowered plan's tensors for `check`: all with `all`, else a quantized plan's I/O and the
 /// nodes that compute in float; `None` for a float plan without `all`.
 fn plan_tensors(
     model: &lowering::Model,
-    backend: BackendKind,
+    opts: &lowering::LowerOptions,
     all: bool,
 ) -> Option<(Value, String)> {
-    let mut opts = lowering::LowerOptions {
-        backend,
-        ..Default::default()
-    };
-    for (k, &v) in model.graph.inputs.iter().enumerate() {
-        if let Some(Some(dims)) = model.input_dims.get(k) {
-            let dims = dims.iter().map(|d| d.unwrap_or(1)).collect();
-            opts.input_shapes
-                .insert(model.graph.value(v).name.clone(), dims);
-        }
-    }
-    let plan = lowering::lower(model.clone(), &opts).ok()?;
+    let plan = lowering::lower(model.clone(), opts).ok()?;
     let quantized = plan.tensors.iter().any(|t| t.quant.is_some());
     if !quantized && !all {
         return None;
@@ -202,6 +204,23 @@ pub(crate) fn parse_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<usiz
     Ok(out)
 }
 
+/// `--fix-input NAME=VALUE` flags by input name; the value is parsed against the model's
+/// declared input type when the model is lowered.
+pub(crate) fn parse_fixed(specs: &[String]) -> Result<BTreeMap<String, String>, Failure> {
+    let mut out = BTreeMap::new();
+    for spec in specs {
+        let (name, value) = spec.split_once('=').filter(|(n, _)| !n.is_empty()).ok_or_else(|| {
+            Failure::usage(format!(
+                "--fix-input {spec:?}: expected NAME=VALUE such as mode=1, scale=0.5, flag=true or shape=1,3,224,224"
+            ))
+        })?;
+        if out.insert(name.to_string(), value.to_string()).is_some() {
+            return Err(Failure::usage(format!("--fix-input gives {name:?} twice")));
+        }
+    }
+    Ok(out)
+}
+
 /// A model read from disk and decoded (validated) once.
 pub struct OnnxFile {
     pub bytes: Vec<u8>,
@@ -281,10 +300,14 @@ pub fn compile_failure(e: Error, model: &Path, backend: BackendKind) -> Failure 
         );
     }
     let text = e.to_string();
-    let hint = if text.contains("LowerOptions::input_shapes") {
-        "\nhint: give static shapes with --input-shape NAME=D,D,... (for example x=1,3,224,224)"
+    let (text, hint) = if text.contains("LowerOptions::input_shapes") {
+        (
+            text.replace("in LowerOptions::input_shapes", "with --input-shape")
+                .replace("LowerOptions::input_shapes", "--input-shape"),
+            "\nhint: give static shapes with --input-shape NAME=D,D,... (for example x=1,3,224,224)",
+        )
     } else {
-        ""
+        (text.replace("fix_inputs", "--fix-input"), "")
     };
     Failure::new(format!("{}: {text}{hint}", model.display()))
 }
@@ -417,6 +440,7 @@ pub fn build(
 ) -> Result<Built, Failure> {
     let target = crate::target::resolve(cli, &args.target, None)?;
     let input_shapes = parse_shapes(&args.input_shapes)?;
+    let fix_inputs = parse_fixed(&args.fix_inputs)?;
     let progress = Progress::new(cli.json);
     progress.stage("reading the model");
     let file = load_onnx(model)?;
@@ -425,6 +449,7 @@ pub fn build(
         name: graph_name.to_string(),
         fp16: args.precision == Precision::Fp16,
         input_shapes,
+        fix_inputs,
         opt_level: args.opt_level,
         quantized_io: args.quantized_io,
         observe: false,
@@ -473,6 +498,43 @@ pub fn io_json(e: &qnnx_engine::Emitted) -> (Vec<Value>, Vec<Value>) {
     )
 }
 
+/// The model inputs a compiled graph does not take (fixed, or resolved from declared shapes):
+/// name, dtype, shape, value, and where the value comes from.
+pub fn assumed_json(e: &qnnx_engine::Emitted) -> Vec<Value> {
+    use lowering::plan::Source;
+    e.assumed
+        .iter()
+        .map(|a| {
+            json!({
+                "name": a.onnx_name,
+                "dtype": a.value.dtype.name(),
+                "shape": a.value.shape,
+                "value": lowering::plan::assumed::fmt_value(&a.value),
+                "origin": match &a.origin {
+                    Source::Fixed => "--fix-input".to_string(),
+                    Source::Declared { node, value } => {
+                        format!("the declared shape of {value:?} (node {node:?})")
+                    }
+                },
+            })
+        })
+        .collect()
+}
+
+/// Text lines of [`assumed_json`].
+pub fn assumed_text(list: &[Value]) -> String {
+    list.iter()
+        .map(|a| {
+            format!(
+                "  assumed {:<23} {} (from {}; not a graph input, checked when passed)\n",
+                a["name"].as_str().unwrap_or(""),
+                a["value"].as_str().unwrap_or(""),
+                a["origin"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
 pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
     if args.models.len() > 1 {
         return crate::compile_many::compile_many(cli, args);
@@ -505,9 +567,11 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
     let written = Written::write(&output, &binary, &c.runtime.backend, &built.target)?;
     let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let (inputs, outputs) = io_json(&c.emitted);
+    let assumed = assumed_json(&c.emitted);
     let report = json!({
         "model": model,
         "output": output,
+        "assumed_inputs": assumed,
         "size": binary.len(),
         "backend": built.target.backend.name(),
         "soc_model": soc_model,
@@ -557,15 +621,76 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
                 );
             }
         }
+        s += &assumed_text(&assumed);
         s
     });
     Ok(ExitCode::SUCCESS)
 }
 
+/// The failure of `check` for a model whose inputs `symbolic` (name, declared dims) have no
+/// static shape: sizes decide whether kernels fit, concatenations agree and reshapes are valid,
+/// so none is guessed.
+fn symbolic_failure(model: &Path, symbolic: &[(String, String)]) -> Failure {
+    let lines: Vec<String> = symbolic.iter().map(|(n, d)| format!("  {n} {d}")).collect();
+    let flags: Vec<String> = symbolic
+        .iter()
+        .map(|(n, d)| {
+            let dims = d
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .split(", ")
+                .map(|x| {
+                    if x.parse::<usize>().is_ok() {
+                        x.to_string()
+                    } else {
+                        format!("<{x}>")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            format!("--input-shape {n}={dims}")
+        })
+        .collect();
+    Failure {
+        code: crate::EXIT_FAILURE,
+        msg: format!(
+            "{}: {} input(s) have symbolic dims, and whether a node lowers depends on sizes \
+             (kernels that fit, concatenations that agree), so check guesses none:\n{}\nhint: \
+             give the sizes the model runs at: {}",
+            model.display(),
+            symbolic.len(),
+            lines.join("\n"),
+            flags.join(" ")
+        ),
+        details: Some(json!({
+            "symbolic_inputs": symbolic
+                .iter()
+                .map(|(n, d)| json!({ "name": n, "dims": d }))
+                .collect::<Vec<_>>(),
+        })),
+    }
+}
+
 pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
     let file = load_onnx(&args.model)?;
     let backend = args.backend;
-    let unsupported = lowering::check(&file.model, backend);
+    let opts = lowering::LowerOptions {
+        backend,
+        input_shapes: parse_shapes(&args.input_shapes)?,
+        fix_inputs: parse_fixed(&args.fix_inputs)?,
+        ..Default::default()
+    };
+    let symbolic: Vec<(String, String)> = file
+        .model
+        .symbolic_inputs()
+        .into_iter()
+        .filter(|(n, _)| !opts.input_shapes.contains_key(n) && !opts.fix_inputs.contains_key(n))
+        .collect();
+    if !symbolic.is_empty() {
+        return Err(symbolic_failure(&args.model, &symbolic));
+    }
+    let unsupported = lowering::check_with(&file.model, &opts)
+        .map_err(|e| compile_failure(Error::Lower(e), &args.model, backend))?;
     let bad: BTreeMap<&str, &Unsupported> = unsupported
         .iter()
         .filter(|u| !u.node.is_empty())
@@ -597,7 +722,7 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
     let supported_count = nodes.iter().filter(|n| n["supported"] == true).count();
     let ok = unsupported.is_empty();
     let tensors = ok
-        .then(|| plan_tensors(&file.model, backend, args.tensors))
+        .then(|| plan_tensors(&file.model, &opts, args.tensors))
         .flatten();
     let report = json!({
         "model": args.model,

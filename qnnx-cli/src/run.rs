@@ -88,8 +88,8 @@ fn random_array(io: &Io) -> npy::Array {
     }
 }
 
-/// The input arrays, in `ios` order: from `--input` files or random.
-fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Array>, Failure> {
+/// The `--input NAME=FILE.npy` arrays by name.
+fn given_arrays(specs: &[String]) -> Result<HashMap<String, npy::Array>, Failure> {
     let mut given = HashMap::new();
     for spec in specs {
         let (n, file) = spec
@@ -97,6 +97,29 @@ fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Arr
             .ok_or_else(|| Failure::usage(format!("--input {spec:?}: expected NAME=FILE.npy")))?;
         given.insert(n.to_string(), npy::read(Path::new(file))?);
     }
+    Ok(given)
+}
+
+/// The input arrays, in `ios` order: from `--input` files or random.
+fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Array>, Failure> {
+    let given = given_arrays(specs)?;
+    let (arrays, given) = arrays_for(given, ios, what)?;
+    if let Some(extra) = given.keys().next() {
+        let names: Vec<_> = ios.iter().map(|t| t.name.clone()).collect();
+        return Err(Failure::new(format!(
+            "{what} has no input {extra:?}; its inputs are {names:?}"
+        )));
+    }
+    Ok(arrays)
+}
+
+/// The arrays of `ios` taken from `given` (checked against `ios`) or random; returns what is
+/// left of `given`.
+fn arrays_for(
+    mut given: HashMap<String, npy::Array>,
+    ios: &[Io],
+    what: &str,
+) -> Result<(Vec<npy::Array>, HashMap<String, npy::Array>), Failure> {
     let mut arrays = Vec::new();
     for io in ios {
         let a = match given.remove(&io.name) {
@@ -113,13 +136,7 @@ fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Arr
         };
         arrays.push(a);
     }
-    if let Some(extra) = given.keys().next() {
-        let names: Vec<_> = ios.iter().map(|t| t.name.clone()).collect();
-        return Err(Failure::new(format!(
-            "{what} has no input {extra:?}; its inputs are {names:?}"
-        )));
-    }
-    Ok(arrays)
+    Ok((arrays, given))
 }
 
 struct Timing {
@@ -294,10 +311,11 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     if b.cache
         || b.opt_level.is_some()
         || !b.input_shapes.is_empty()
+        || !b.fix_inputs.is_empty()
         || b.precision != Default::default()
     {
         return Err(Failure::usage(
-            "--cache, --opt-level, --precision and --input-shape apply to ONNX models; a context binary is already compiled",
+            "--cache, --opt-level, --precision, --input-shape and --fix-input apply to ONNX models; a context binary is already compiled",
         ));
     }
     let bytes = crate::read_file(&args.model)?;
@@ -414,15 +432,48 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
             shape: io.shape.clone(),
         })
         .collect();
-    let arrays = input_arrays(&args.inputs, &ios, "the model")?;
-    let hosts: Vec<qnnx_engine::HostTensor> = arrays
-        .into_iter()
-        .map(|a| qnnx_engine::HostTensor {
-            dtype: a.dtype,
-            shape: a.shape,
-            data: a.data,
-        })
-        .collect();
+    let (arrays, mut given) = arrays_for(given_arrays(&args.inputs)?, &ios, "the model")?;
+    let mut arrays = arrays.into_iter();
+    let host = |a: npy::Array| qnnx_engine::HostTensor {
+        dtype: a.dtype,
+        shape: a.shape,
+        data: a.data,
+    };
+    // The model's inputs in ONNX order. An input the graph was compiled for one value of
+    // (--fix-input, or resolved from the model's declared shapes) is checked when a file gives
+    // it, and otherwise takes that value.
+    let mut hosts: Vec<qnnx_engine::HostTensor> = Vec::new();
+    for m in e.model_inputs() {
+        hosts.push(match m {
+            qnnx_engine::io::ModelInput::Graph(_) => {
+                host(arrays.next().expect("one per graph input"))
+            }
+            qnnx_engine::io::ModelInput::Assumed(j) => {
+                let a = &e.assumed[j];
+                match given.remove(&a.onnx_name) {
+                    Some(arr) => host(arr),
+                    None => qnnx_engine::HostTensor {
+                        dtype: a.value.dtype,
+                        shape: a.value.shape.clone(),
+                        data: a.value.bytes().to_vec(),
+                    },
+                }
+            }
+        });
+    }
+    if let Some(extra) = given.keys().next() {
+        let names: Vec<String> = e
+            .model_inputs()
+            .into_iter()
+            .map(|m| match m {
+                qnnx_engine::io::ModelInput::Graph(i) => e.inputs[i].onnx_name.clone(),
+                qnnx_engine::io::ModelInput::Assumed(j) => e.assumed[j].onnx_name.clone(),
+            })
+            .collect();
+        return Err(Failure::new(format!(
+            "the model has no input {extra:?}; its inputs are {names:?}"
+        )));
+    }
     let ins = e
         .graph_inputs(&hosts)
         .map_err(|err| Failure::new(err.to_string()))?;

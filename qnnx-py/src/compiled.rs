@@ -3,6 +3,8 @@
 use pyo3::prelude::*;
 use qnnx_types::tensor_type_name;
 
+use qnnx_engine::io::ModelInput;
+
 use crate::errors::{engine_error, qnn_error, with_attrs, Attrs, InputError};
 
 /// A compiled graph, ready to run.
@@ -72,10 +74,28 @@ impl Compiled {
 
     /// Inputs in ONNX order: (name, graph dtype, graph shape, model dtype). The caller passes
     /// buffers of the graph dtype; it converts from the model dtype where they differ (int64).
+    /// An input the graph was compiled for one value of (fixed, or resolved from the model's
+    /// declared shapes) is listed in the model's dtype and shape: `run` checks its value and
+    /// does not hand it to QNN.
     #[getter]
     fn inputs(&self) -> Vec<IoDesc> {
         let e = &self.inner.emitted;
-        io_descs(&e.inputs, &e.input_slots, e.graph.inputs())
+        let graph = io_descs(&e.inputs, &e.input_slots, e.graph.inputs());
+        e.model_inputs()
+            .into_iter()
+            .map(|m| match m {
+                ModelInput::Graph(i) => graph[i].clone(),
+                ModelInput::Assumed(j) => {
+                    let v = &e.assumed[j].value;
+                    (
+                        e.assumed[j].onnx_name.clone(),
+                        v.dtype.name().to_string(),
+                        v.shape.iter().map(|&d| d as u32).collect(),
+                        v.dtype.name().to_string(),
+                    )
+                }
+            })
+            .collect()
     }
 
     /// Outputs in ONNX order, like `inputs`.
@@ -99,28 +119,56 @@ impl Compiled {
         check_nan: bool,
     ) -> PyResult<()> {
         let e = &self.inner.emitted;
-        if inputs.len() != e.inputs.len() || outputs.len() != e.outputs.len() {
-            return Err(input_error(
-                py,
-                format!(
-                    "the graph takes {} inputs and {} outputs, got {} and {}",
-                    e.inputs.len(),
-                    e.outputs.len(),
-                    inputs.len(),
-                    outputs.len()
-                ),
-            ));
-        }
+        let binding = match e.bind_inputs(inputs.len()) {
+            Ok(b) if outputs.len() == e.outputs.len() => b,
+            _ => {
+                return Err(input_error(
+                    py,
+                    format!(
+                        "the graph takes {} inputs ({} with the assumed ones) and {} outputs, got \
+                         {} and {}",
+                        e.inputs.len(),
+                        e.inputs.len() + e.assumed.len(),
+                        e.outputs.len(),
+                        inputs.len(),
+                        outputs.len()
+                    ),
+                ))
+            }
+        };
         let gi = e.graph.inputs();
         let go = e.graph.outputs();
         let mut ins: Vec<Option<qnn::Input<'_>>> = vec![None; gi.len()];
-        for ((&(addr, len), &slot), io) in inputs.iter().zip(&e.input_slots).zip(&e.inputs) {
+        for (&(addr, len), role) in inputs.iter().zip(binding) {
             if addr == 0 && len != 0 {
                 return Err(input_error(py, "null input buffer".into()));
             }
             // SAFETY: the caller guarantees `addr` is valid for `len` bytes for this call
             // (see the method docs); `execute` checks `len` against the tensor before use.
             let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+            let i = match role {
+                ModelInput::Graph(i) => i,
+                ModelInput::Assumed(j) => {
+                    let v = &e.assumed[j].value;
+                    if len != v.bytes().len() {
+                        return Err(input_error(
+                            py,
+                            format!(
+                                "input {:?}: {len} bytes; the compiled graph assumes {} {:?} ({} \
+                                 bytes)",
+                                e.assumed[j].onnx_name,
+                                v.dtype.name(),
+                                v.shape,
+                                v.bytes().len()
+                            ),
+                        ));
+                    }
+                    e.check_assumed(j, v.dtype, &v.shape, bytes)
+                        .map_err(|err| input_error(py, err.to_string()))?;
+                    continue;
+                }
+            };
+            let (slot, io) = (e.input_slots[i], &e.inputs[i]);
             if check_nan && len == gi[slot].num_bytes() {
                 if let Some(i) = qnn::first_nan(gi[slot].dtype, bytes) {
                     return Err(input_error(

@@ -27,6 +27,9 @@ pub struct CompileOptions {
     pub fp16: bool,
     /// [`LowerOptions::input_shapes`]: static shapes for inputs with symbolic dims.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// [`LowerOptions::fix_inputs`]: inputs fixed to a value at compile time (name to value as
+    /// written, `3`, `0.5`, `true`, `1,2,3`).
+    pub fix_inputs: BTreeMap<String, String>,
     /// HTP finalize optimization level 1 to 3 ([`qnn::HtpGraphConfig::opt_level`]); an HTP
     /// setting, refused for other backends.
     pub opt_level: Option<u8>,
@@ -37,6 +40,18 @@ pub struct CompileOptions {
     /// Where external data files are read from. Without it a model with external data is
     /// rejected; with it such a model is never cached (the key covers the ONNX bytes only).
     pub base_dir: Option<PathBuf>,
+}
+
+impl CompileOptions {
+    /// What the model is lowered with besides the backend and precision.
+    pub(crate) fn model_io(&self) -> ModelIo<'_> {
+        ModelIo {
+            input_shapes: &self.input_shapes,
+            fix_inputs: &self.fix_inputs,
+            quantized_io: self.quantized_io,
+            observe: self.observe,
+        }
+    }
 }
 
 /// The steps of [`compile_with_progress`], reported as each one starts.
@@ -140,23 +155,32 @@ fn cache_unless_external<'c, 'm>(
     cache.filter(|_| !external)
 }
 
+/// What one model is lowered with besides the backend and precision.
+pub(crate) struct ModelIo<'a> {
+    pub input_shapes: &'a BTreeMap<String, Vec<usize>>,
+    pub fix_inputs: &'a BTreeMap<String, String>,
+    /// [`LowerOptions::quantized_io`].
+    pub quantized_io: bool,
+    /// [`LowerOptions::observe`].
+    pub observe: bool,
+}
+
 /// Lowers one model for `backend`, timed in milliseconds.
 fn lower_timed(
     backend: BackendKind,
     onnx: &[u8],
     base_dir: Option<&Path>,
     fp16: bool,
-    input_shapes: &BTreeMap<String, Vec<usize>>,
-    quantized_io: bool,
-    observe: bool,
+    io: ModelIo,
 ) -> Result<(Plan, f64)> {
     let start = Instant::now();
     let lower_opts = LowerOptions {
         backend,
         fp16,
-        input_shapes: input_shapes.clone(),
-        quantized_io,
-        observe,
+        input_shapes: io.input_shapes.clone(),
+        fix_inputs: io.fix_inputs.clone(),
+        quantized_io: io.quantized_io,
+        observe: io.observe,
     };
     // Parsed from the caller's bytes: copying them first cost 30 ms for resnet18's 46 MB.
     let model = lowering::Model::from_bytes(onnx, base_dir)?;
@@ -241,9 +265,7 @@ pub fn compile_with_progress(
             onnx,
             opts.base_dir.as_deref(),
             false,
-            &opts.input_shapes,
-            opts.quantized_io,
-            opts.observe,
+            opts.model_io(),
         )?;
         target.check_plan(&l.0)?;
         Some(l)
@@ -298,9 +320,7 @@ fn compile_lowered(
                 onnx,
                 opts.base_dir.as_deref(),
                 opts.fp16,
-                &opts.input_shapes,
-                opts.quantized_io,
-                opts.observe,
+                opts.model_io(),
             )?
         }
     };

@@ -22,7 +22,7 @@ use qnnx_types::BackendKind;
 
 use super::{
     cache_unless_external, emit_timed, load_entry, lower_timed, store_entry, Compiled, Emitted,
-    Stage,
+    ModelIo, Stage,
 };
 use crate::cache::{Cache, CacheKey};
 use crate::error::{Error, Result};
@@ -41,6 +41,8 @@ pub struct GraphSpec<'a> {
     pub onnx: &'a [u8],
     /// [`lowering::LowerOptions::input_shapes`] for this model.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// [`lowering::LowerOptions::fix_inputs`] for this model.
+    pub fix_inputs: BTreeMap<String, String>,
     /// Where this model's external data files are read from (as
     /// [`super::CompileOptions::base_dir`]).
     pub base_dir: Option<PathBuf>,
@@ -304,9 +306,12 @@ pub fn compile_multi_with_progress(
                 s.onnx,
                 s.base_dir.as_deref(),
                 opts.fp16 && !target.lacks_float(),
-                &s.input_shapes,
-                false,
-                false,
+                ModelIo {
+                    input_shapes: &s.input_shapes,
+                    fix_inputs: &s.fix_inputs,
+                    quantized_io: false,
+                    observe: false,
+                },
             )
             .map_err(of(&s.name))?;
             target.check_plan(&plan).map_err(of(&s.name))?;
@@ -349,9 +354,12 @@ pub fn compile_multi_with_progress(
             s.onnx,
             s.base_dir.as_deref(),
             opts.fp16,
-            &s.input_shapes,
-            false,
-            false,
+            ModelIo {
+                input_shapes: &s.input_shapes,
+                fix_inputs: &s.fix_inputs,
+                quantized_io: false,
+                observe: false,
+            },
         );
         let lowered = lowered.map_err(of(&s.name))?;
         target.check_plan(&lowered.0).map_err(of(&s.name))?;

@@ -76,7 +76,13 @@ class Compiled:
 def is_available(device: str) -> bool: ...
 def unavailable_reason(device: str) -> Optional[str]: ...
 def build_id(device: str) -> str: ...
-def check(onnx: bytes, device: str) -> list[tuple[str, str, str]]: ...
+def check(
+    onnx: bytes,
+    device: str,
+    *,
+    input_shapes: Optional[dict[str, list[int]]] = None,
+    fix_inputs: Optional[dict[str, str]] = None,
+) -> list[tuple[str, str, str]]: ...
 def op_table(device: str) -> dict[str, dict[str, object]]: ...
 def compile(
     onnx: bytes,
@@ -88,6 +94,8 @@ def compile(
     opt_level: Optional[int] = None,
     name: str = "qnnx",
     cache_dir: Optional[str] = None,
+    input_shapes: Optional[dict[str, list[int]]] = None,
+    fix_inputs: Optional[dict[str, str]] = None,
     quantized_io: bool = False,
 ) -> Compiled: ...
 def compile_many(

@@ -55,6 +55,23 @@ impl Emitted {
     /// Runs the graph on host tensors in the model's dtypes, converting at the boundary where
     /// the graph narrowed int64 I/O to int32 (values outside int32 are an error, never wrapped).
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        self.run_with(inputs, None)
+    }
+
+    /// [`Emitted::run`], recording the execute in `profile`.
+    pub fn run_profiled(
+        &self,
+        inputs: &[HostTensor],
+        profile: &qnn::Profile,
+    ) -> Result<Vec<HostTensor>> {
+        self.run_with(inputs, Some(profile))
+    }
+
+    fn run_with(
+        &self,
+        inputs: &[HostTensor],
+        profile: Option<&qnn::Profile>,
+    ) -> Result<Vec<HostTensor>> {
         let converted = self.graph_inputs(inputs)?;
         let mut outs: Vec<Vec<u8>> = self
             .graph
@@ -74,7 +91,10 @@ impl Emitted {
                 .zip(outs.iter_mut())
                 .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
                 .collect();
-            self.graph.execute(&ins, &mut o)?;
+            match profile {
+                Some(p) => self.graph.execute_profiled(&ins, &mut o, p)?,
+                None => self.graph.execute(&ins, &mut o)?,
+            }
         }
         Ok(self.host_outputs(outs))
     }

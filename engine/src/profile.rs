@@ -64,6 +64,33 @@ impl NodeOrigins {
         Ok(NodeOrigins::of_plan(&lowering::lower(model, &lower_opts)?))
     }
 
+    /// As stored beside a cached binary: `{"<QNN node>": ["<QNN op>", "<ONNX node>"], ...}`.
+    pub fn to_json(&self) -> String {
+        let map: serde_json::Map<String, Value> = self
+            .0
+            .iter()
+            .map(|(k, o)| (k.clone(), json!([o.qnn_op, o.onnx_node])))
+            .collect();
+        Value::Object(map).to_string()
+    }
+
+    /// What [`NodeOrigins::to_json`] wrote; `None` if `text` is not that.
+    pub fn from_json(text: &str) -> Option<NodeOrigins> {
+        let v: Value = serde_json::from_str(text).ok()?;
+        let mut out = HashMap::new();
+        for (k, pair) in v.as_object()? {
+            let [op, node] = pair.as_array()?.as_slice() else {
+                return None;
+            };
+            let origin = NodeOrigin {
+                qnn_op: op.as_str()?.to_string(),
+                onnx_node: node.as_str()?.to_string(),
+            };
+            out.insert(k.clone(), origin);
+        }
+        Some(NodeOrigins(out))
+    }
+
     pub fn get(&self, qnn_node: &str) -> Option<&NodeOrigin> {
         self.0.get(qnn_node)
     }
@@ -357,6 +384,16 @@ mod tests {
         let by = p.by_onnx_node();
         assert_eq!(by[0], ("/features/0/Conv".to_string(), 800, 0.8));
         assert_eq!(by.len(), 3);
+    }
+
+    #[test]
+    fn origins_round_trip_through_json() {
+        let o = origins();
+        assert_eq!(NodeOrigins::from_json(&o.to_json()), Some(o));
+        for bad in ["", "[]", r#"{"a": ["x"]}"#, r#"{"a": [1, "y"]}"#, "{"] {
+            assert_eq!(NodeOrigins::from_json(bad), None, "{bad}");
+        }
+        assert_eq!(NodeOrigins::from_json("{}"), Some(NodeOrigins::default()));
     }
 
     #[test]

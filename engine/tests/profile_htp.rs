@@ -75,7 +75,22 @@ fn profiles_are_off_by_default_and_name_onnx_nodes() {
     assert!((share - 1.0).abs() < 1e-9, "{share}");
     assert!(prof.execute_us.is_some_and(|us| us > 0));
 
-    // A graph without its plan (loaded, or from the cache) finds the same origins by lowering.
+    // A graph without its plan (a binary) finds the same origins by lowering.
     let again = NodeOrigins::by_lowering(qnn::BackendKind::Htp, &bytes, &opts).unwrap();
     assert_eq!(again, c.origins);
+
+    // A cache entry keeps them, and a cache hit's stages are the lookup and the load.
+    let dir = std::env::temp_dir().join(format!("qnnx-profile-htp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = qnnx_engine::cache::Cache::open(&dir, None).unwrap();
+    let stored = compile(&target, &bytes, &opts, Some(&cache)).unwrap();
+    assert!(!stored.from_cache && stored.timings.get(CacheStore) > 0.0);
+    assert!(stored.timings.get(Serialization) > 0.0);
+    let hit = compile(&target, &bytes, &opts, Some(&cache)).unwrap();
+    assert!(hit.from_cache);
+    assert_eq!(hit.origins, c.origins);
+    let stages: Vec<Timed> = hit.timings.stages.iter().map(|s| s.0).collect();
+    assert_eq!(stages, [BackendOpen, CacheLookup, CacheLoad]);
+    assert_eq!(qnn::profile::handles_created(), 1);
+    std::fs::remove_dir_all(&dir).ok();
 }

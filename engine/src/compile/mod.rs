@@ -145,8 +145,8 @@ pub struct Compiled {
     pub from_cache: bool,
     /// Every timed stage of this compile (or cache load).
     pub timings: StageTimes,
-    /// The plan op behind each QNN node, for profiles (empty for a graph loaded from the
-    /// cache: [`NodeOrigins::by_lowering`] finds them again).
+    /// The plan op behind each QNN node, for profiles; a cache entry keeps them (one stored
+    /// before they were recorded has none: [`NodeOrigins::by_lowering`] finds them again).
     pub origins: NodeOrigins,
     /// The cache key, when a cache was used.
     pub cache_key: Option<CacheKey>,
@@ -191,7 +191,7 @@ fn store_entry(
     cache: &Cache,
     key: &CacheKey,
     context: &qnn::Context,
-    io: (&str, String),
+    extra: Vec<(&str, String)>,
     times: &mut StageTimes,
 ) -> std::result::Result<(), String> {
     let start = Instant::now();
@@ -201,7 +201,9 @@ fn store_entry(
     times.record(Timed::Serialization, ms_since(start));
     let start = Instant::now();
     let mut entry = NewEntry::from_binary_info(backend.kind().name(), &info);
-    entry.extra.insert(io.0.into(), io.1);
+    for (k, v) in extra {
+        entry.extra.insert(k.into(), v);
+    }
     cache.put(key, &binary, entry).map_err(|e| e.to_string())?;
     times.record(Timed::CacheStore, ms_since(start));
     Ok(())
@@ -286,25 +288,34 @@ pub fn load_cached(
         let graph = context.graph(name).map_err(|e| e.to_string())?;
         let emitted =
             Emitted::from_io_binding(graph, io).ok_or("its I/O binding does not fit the graph")?;
-        Ok((emitted, context))
+        // Entries stored before origins were recorded have none: profiles then lower again.
+        let origins = entry
+            .meta()
+            .extra
+            .get("origins")
+            .and_then(|o| NodeOrigins::from_json(o))
+            .unwrap_or_default();
+        Ok((emitted, context, origins))
     })?;
-    Ok(loaded.map(|((emitted, context), load_ms)| Compiled {
-        emitted,
-        context,
-        runtime: runtime.clone(),
-        lower_ms: 0.0,
-        finalize_ms: 0.0,
-        load_ms,
-        from_cache: true,
-        timings: {
-            let mut t = StageTimes::default();
-            t.record(Timed::CacheLoad, load_ms);
-            t
-        },
-        origins: NodeOrigins::default(),
-        cache_key: Some(key.clone()),
-        warnings: Vec::new(),
-    }))
+    Ok(
+        loaded.map(|((emitted, context, origins), load_ms)| Compiled {
+            emitted,
+            context,
+            runtime: runtime.clone(),
+            lower_ms: 0.0,
+            finalize_ms: 0.0,
+            load_ms,
+            from_cache: true,
+            timings: {
+                let mut t = StageTimes::default();
+                t.record(Timed::CacheLoad, load_ms);
+                t
+            },
+            origins,
+            cache_key: Some(key.clone()),
+            warnings: Vec::new(),
+        }),
+    )
 }
 
 /// [`compile_with_progress`] without progress reports.
@@ -431,10 +442,14 @@ fn compile_lowered(
     let (emitted, emit_times) = emit_timed(&context, &opts.name, &plan)?;
     let finalize_ms = emit_times.total_ms();
     timings.extend(emit_times);
+    let origins = NodeOrigins::of_plan(&plan);
     if let (Some(cache), Some(key)) = (cache, &key) {
         progress(Stage::CacheStore);
-        let io = ("io", emitted.io_binding_json());
-        if let Err(e) = store_entry(backend, cache, key, &context, io, &mut timings) {
+        let extra = vec![
+            ("io", emitted.io_binding_json()),
+            ("origins", origins.to_json()),
+        ];
+        if let Err(e) = store_entry(backend, cache, key, &context, extra, &mut timings) {
             warnings.push(format!(
                 "could not store the compiled graph in the cache: {e}"
             ));
@@ -449,7 +464,7 @@ fn compile_lowered(
         load_ms: 0.0,
         from_cache: false,
         timings,
-        origins: NodeOrigins::of_plan(&plan),
+        origins,
         cache_key: key,
         warnings,
     })

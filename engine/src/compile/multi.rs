@@ -402,7 +402,14 @@ pub fn compile_multi_with_progress(
         );
         // The context's serialization and store belong to no one graph; the log shows them.
         let mut shared = StageTimes::default();
-        if let Err(e) = store_entry(&runtime.backend, cache, key, &context, io, &mut shared) {
+        if let Err(e) = store_entry(
+            &runtime.backend,
+            cache,
+            key,
+            &context,
+            vec![io],
+            &mut shared,
+        ) {
             warnings.push(format!(
                 "could not store the compiled graphs in the cache: {e}"
             ));

@@ -237,6 +237,42 @@ fn compile_timings_list_every_stage() {
         text.contains("QNN graph build") && text.contains("finalize") && text.contains("total"),
         "{text}"
     );
+    // Several models: each graph's own stages.
+    let m2 = dir.join("m2.onnx");
+    std::fs::copy(&m, &m2).unwrap();
+    let both = dir.join("both.bin");
+    let v = ok_json(
+        &[
+            "compile",
+            s(&m),
+            s(&m2),
+            "-o",
+            s(&both),
+            "--no-weight-sharing",
+            "--json",
+        ],
+        &cache,
+    );
+    for g in v["graphs"].as_array().unwrap() {
+        assert_eq!(
+            stages(g),
+            ["load", "passes", "lowering", "QNN graph build", "finalize"],
+            "{g}"
+        );
+    }
+    let text = ok(
+        &[
+            "compile",
+            s(&m),
+            s(&m2),
+            "-o",
+            s(&both),
+            "--no-weight-sharing",
+            "--timings",
+        ],
+        &cache,
+    );
+    assert_eq!(text.matches("QNN graph build").count(), 2, "{text}");
     // QNNX_LOG=info logs the engine's stages as they end.
     let out = Command::new(env!("CARGO_BIN_EXE_qnnx"))
         .args(["compile", s(&m), "-o", s(&bin)])

@@ -92,5 +92,25 @@ fn profiles_are_off_by_default_and_name_onnx_nodes() {
     let stages: Vec<Timed> = hit.timings.stages.iter().map(|s| s.0).collect();
     assert_eq!(stages, [BackendOpen, CacheLookup, CacheLoad]);
     assert_eq!(qnn::profile::handles_created(), 1);
+    assert!(c.finalize_phases.is_empty() && hit.finalize_phases.is_empty());
     std::fs::remove_dir_all(&dir).ok();
+
+    // Asked for, the finalize is profiled: the preparer's phases, within the finalize stage,
+    // and the same graph.
+    let profiled_opts = CompileOptions {
+        profile_finalize: true,
+        ..opts.clone()
+    };
+    let f = compile(&target, &bytes, &profiled_opts, None).unwrap();
+    assert_eq!(qnn::profile::handles_created(), 2);
+    let phases: Vec<&str> = f.finalize_phases.iter().map(|p| p.0.as_str()).collect();
+    assert!(phases.contains(&"Graph Optimizations"), "{phases:?}");
+    let sum: f64 = f.finalize_phases.iter().map(|p| p.1).sum();
+    assert!(
+        sum > 0.0 && sum <= f.timings.get(Finalize),
+        "{sum} {:?}",
+        f.timings
+    );
+    let out = f.emitted.run(std::slice::from_ref(&x)).unwrap();
+    assert_eq!(out[0].data, plain[0].data);
 }

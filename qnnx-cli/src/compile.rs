@@ -425,6 +425,7 @@ pub fn build(
     model: &Path,
     args: &BuildArgs,
     graph_name: &str,
+    profile_finalize: bool,
 ) -> Result<Built, Failure> {
     let target = crate::target::resolve(cli, &args.target, None)?;
     let input_shapes = parse_shapes(&args.input_shapes)?;
@@ -442,6 +443,7 @@ pub fn build(
         quantized_io: args.quantized_io,
         observe: false,
         base_dir: Some(file.dir.clone()),
+        profile_finalize,
     };
     let start = std::time::Instant::now();
     progress.stage("opening the QNN backend");
@@ -515,7 +517,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
             output.display()
         )));
     }
-    let built = build(cli, model, &args.build, &graph_name)?;
+    let built = build(cli, model, &args.build, &graph_name, args.timings)?;
     let c = &built.compiled;
     let mut stages: Vec<(&str, f64)> = vec![("read file", built.read_ms)];
     stages.extend(c.timings.stages.iter().map(|&(t, ms)| (t.name(), ms)));
@@ -554,6 +556,9 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
         "from_cache": c.from_cache,
         "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
         "timings": timings_json(&stages),
+        "finalize_phases": c.finalize_phases.iter()
+            .map(|(phase, ms)| json!({ "phase": phase, "ms": ms }))
+            .collect::<Vec<_>>(),
     });
     emit(cli, &report, || {
         let target = written.describe(&built.target);
@@ -589,6 +594,12 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
         }
         if args.timings {
             s += &timings_text(&stages);
+            if !c.finalize_phases.is_empty() {
+                s += "  finalize, by QNN's preparer (its detailed profile):\n";
+                for (phase, ms) in &c.finalize_phases {
+                    s += &format!("    {phase:<30} {ms:>9.1}\n");
+                }
+            }
         }
         s
     });

@@ -557,7 +557,7 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
             "--graph selects a graph of a context binary; an ONNX model has one",
         ));
     }
-    let built = crate::compile::build(cli, &args.model, &args.build, "qnnx")?;
+    let built = crate::compile::build(cli, &args.model, &args.build, "qnnx", false)?;
     let e = &built.compiled.emitted;
     let ios: Vec<Io> = e
         .inputs

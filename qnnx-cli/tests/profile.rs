@@ -237,6 +237,20 @@ fn compile_timings_list_every_stage() {
         text.contains("QNN graph build") && text.contains("finalize") && text.contains("total"),
         "{text}"
     );
+    // --timings also profiles the finalize: the preparer's phases.
+    assert!(text.contains("Graph Optimizations"), "{text}");
+    let v = ok_json(
+        &["compile", s(&m), "-o", s(&bin), "--timings", "--json"],
+        &cache,
+    );
+    assert!(
+        v["finalize_phases"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty()),
+        "{v}"
+    );
+    let v = ok_json(&["compile", s(&m), "-o", s(&bin), "--json"], &cache);
+    assert_eq!(v["finalize_phases"], serde_json::json!([]));
     // Several models: each graph's own stages.
     let m2 = dir.join("m2.onnx");
     std::fs::copy(&m, &m2).unwrap();

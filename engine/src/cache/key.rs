@@ -171,6 +171,7 @@ mod tests {
                 quantized_io: false,
                 observe: false,
                 base_dir: None,
+                profile_finalize: false,
             };
             assert_eq!(model_key_for(&target, onnx, &opts).as_str(), single);
             let raw = CompileOptions {

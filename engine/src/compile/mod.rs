@@ -18,8 +18,8 @@ use crate::target::Target;
 
 pub mod multi;
 
-/// What [`compile`] builds besides the model. Every field but `base_dir` is part of the cache
-/// key.
+/// What [`compile`] builds besides the model. Every field but `base_dir` and
+/// `profile_finalize` is part of the cache key.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CompileOptions {
     /// The graph's name in the context (the Python package uses `qnnx`).
@@ -38,6 +38,9 @@ pub struct CompileOptions {
     /// Where external data files are read from. Without it a model with external data is
     /// rejected; with it such a model is never cached (the key covers the ONNX bytes only).
     pub base_dir: Option<PathBuf>,
+    /// Record the finalize with a detailed QNN profile, for [`Compiled::finalize_phases`]. Not
+    /// in the cache key either: it changes what is measured, not the binary.
+    pub profile_finalize: bool,
 }
 
 /// The steps of [`compile_with_progress`], reported as each one starts.
@@ -145,6 +148,10 @@ pub struct Compiled {
     pub from_cache: bool,
     /// Every timed stage of this compile (or cache load).
     pub timings: StageTimes,
+    /// With [`CompileOptions::profile_finalize`], the phases of QNN's preparer during finalize
+    /// (name, milliseconds) as its detailed profile reports them ("Graph Optimizations", ...);
+    /// empty otherwise and on a cache hit.
+    pub finalize_phases: Vec<(String, f64)>,
     /// The plan op behind each QNN node, for profiles; a cache entry keeps them (one stored
     /// before they were recorded has none: [`NodeOrigins::by_lowering`] finds them again).
     pub origins: NodeOrigins,
@@ -257,9 +264,14 @@ fn lower_timed(
     Ok((plan, times))
 }
 
-/// [`emit`], timing the graph build and the finalize.
-fn emit_timed(context: &qnn::Context, name: &str, plan: &Plan) -> Result<(Emitted, StageTimes)> {
-    let (emitted, t) = emit_with(context, name, plan, None)?;
+/// [`emit`], timing the graph build and the finalize (recorded in `profile` when given).
+fn emit_timed(
+    context: &qnn::Context,
+    name: &str,
+    plan: &Plan,
+    profile: Option<&qnn::Profile>,
+) -> Result<(Emitted, StageTimes)> {
+    let (emitted, t) = emit_with(context, name, plan, profile)?;
     let mut times = StageTimes::default();
     times.record(Timed::GraphBuild, t.build_ms);
     times.record(Timed::Finalize, t.finalize_ms);
@@ -311,6 +323,7 @@ pub fn load_cached(
                 t.record(Timed::CacheLoad, load_ms);
                 t
             },
+            finalize_phases: Vec::new(),
             origins,
             cache_key: Some(key.clone()),
             warnings: Vec::new(),
@@ -439,9 +452,17 @@ fn compile_lowered(
     Target::of_config(backend.config()).check_plan(&plan)?;
     progress(Stage::Finalize);
     let context = qnn::Context::new(backend, Some(&runtime.device))?;
-    let (emitted, emit_times) = emit_timed(&context, &opts.name, &plan)?;
+    let profile = match opts.profile_finalize {
+        true => Some(qnn::Profile::new(backend, qnn::ProfileLevel::Detailed)?),
+        false => None,
+    };
+    let (emitted, emit_times) = emit_timed(&context, &opts.name, &plan, profile.as_ref())?;
     let finalize_ms = emit_times.total_ms();
     timings.extend(emit_times);
+    let finalize_phases = match &profile {
+        Some(p) => finalize_phases(&p.events()?),
+        None => Vec::new(),
+    };
     let origins = NodeOrigins::of_plan(&plan);
     if let (Some(cache), Some(key)) = (cache, &key) {
         progress(Stage::CacheStore);
@@ -464,10 +485,24 @@ fn compile_lowered(
         load_ms: 0.0,
         from_cache: false,
         timings,
+        finalize_phases,
         origins,
         cache_key: key,
         warnings,
     })
+}
+
+/// The sub-events of the FINALIZE event of a detailed profile, in milliseconds (QNN gives
+/// microseconds).
+fn finalize_phases(events: &[qnn::Event]) -> Vec<(String, f64)> {
+    let finalize = qnn::qnn_sys::profile::event_type::FINALIZE;
+    events
+        .iter()
+        .filter(|e| e.event_type == finalize)
+        .flat_map(|e| &e.sub_events)
+        .filter(|s| s.unit == qnn::EventUnit::Microseconds)
+        .map(|s| (s.identifier.clone(), s.value as f64 / 1e3))
+        .collect()
 }
 
 /// Whether any initializer of the model keeps its data in an external file (or the bytes do

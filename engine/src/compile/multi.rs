@@ -122,6 +122,7 @@ impl MultiCompiled {
                 load_ms,
                 from_cache,
                 timings: g.timings,
+                finalize_phases: Vec::new(),
                 origins: g.origins,
                 cache_key: cache_key.clone(),
                 warnings: std::mem::take(&mut warnings),
@@ -382,7 +383,8 @@ pub fn compile_multi_with_progress(
     for (s, (plan, mut timings)) in specs.iter().zip(plans) {
         progress(Stage::Finalize, Some(&s.name));
         let lower_ms = timings.total_ms();
-        let (emitted, emit_times) = emit_timed(&context, &s.name, &plan).map_err(of(&s.name))?;
+        let (emitted, emit_times) =
+            emit_timed(&context, &s.name, &plan, None).map_err(of(&s.name))?;
         let finalize_ms = emit_times.total_ms();
         timings.stages.extend(emit_times.stages);
         graphs.push(MultiGraph {

@@ -55,6 +55,15 @@ def test_profile_maps_ops_to_modules():
 
 
 @pytest.mark.htp
+def test_compiled_modules_are_profiled_as_the_module_they_wrap():
+    net = Net().eval()
+    x = torch.randn(1, 3, 16, 16)
+    want = [o.onnx_node for o in qnnx_backend.profile(net, x).ops]
+    for wrapped in (torch.compile(net, backend="qnn"), qnnx_backend.compile(net, dynamic=False)):
+        assert [o.onnx_node for o in qnnx_backend.profile(wrapped, x).ops] == want
+
+
+@pytest.mark.htp
 def test_profile_levels_and_inputs(tmp_path):
     net = Net().eval()
     x = torch.randn(1, 3, 16, 16)

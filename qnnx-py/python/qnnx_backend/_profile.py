@@ -145,6 +145,15 @@ def _onnx_of(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> bytes:
         model.train(was_training)
 
 
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module a ``qnnx_backend.compile`` or ``torch.compile`` result wraps."""
+    from ._buckets import QnnCompiledModule
+
+    if isinstance(model, QnnCompiledModule):
+        model = model.compiled
+    return getattr(model, "_orig_mod", model)
+
+
 def profile(
     model: Union[torch.nn.Module, bytes, str, os.PathLike, Any],
     inputs: Union[torch.Tensor, Sequence[torch.Tensor]],
@@ -159,6 +168,9 @@ def profile(
 
     ``model`` is an ``nn.Module`` (exported to ONNX with the TorchScript exporter, so ops map to
     module paths), ONNX bytes or a path to an ``.onnx`` file, or a ``_native.Compiled`` graph.
+    A ``torch.compile``'d or ``qnnx_backend.compile``'d module is profiled as the module it
+    wraps: one graph of the whole module, not dynamo's partitions, compiled with
+    ``compile_options`` rather than the options it was compiled with.
     ``compile_options`` go to ``_native.compile`` (``soc_model``, ``fp16``, ``opt_level``,
     ``cache_dir``, ...). Profiling costs nothing elsewhere: only this call creates a profiler.
     """
@@ -169,7 +181,7 @@ def profile(
         native = model
     else:
         if isinstance(model, torch.nn.Module):
-            onnx = _onnx_of(model, tensors)
+            onnx = _onnx_of(_unwrap(model), tensors)
         elif isinstance(model, (bytes, bytearray)):
             onnx = bytes(model)
         elif isinstance(model, (str, os.PathLike)):

@@ -86,3 +86,12 @@ def test_profile_levels_and_inputs(tmp_path):
         qnnx_backend.profile(42, x)
     with pytest.raises(qnnx_backend.QnnxError, match="shape"):
         qnnx_backend.profile(native, torch.randn(1, 3, 8, 8))
+
+
+@pytest.mark.htp
+def test_torch_compile_logs_the_compile_stages(caplog):
+    net = Net().eval()
+    with caplog.at_level("INFO", logger="qnnx_backend"):
+        torch.compile(net, backend="qnn")(torch.randn(1, 3, 16, 16))
+    lines = [r.getMessage() for r in caplog.records if "compile stages" in r.getMessage()]
+    assert lines and "finalize" in lines[0] and "QNN graph build" in lines[0], caplog.text

@@ -138,6 +138,23 @@ impl Emitted {
     /// `inputs` are the model's in ONNX order, with or without the assumed ones
     /// ([`Emitted::bind_inputs`]).
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        self.run_with(inputs, None)
+    }
+
+    /// [`Emitted::run`], recording the execute in `profile`.
+    pub fn run_profiled(
+        &self,
+        inputs: &[HostTensor],
+        profile: &qnn::Profile,
+    ) -> Result<Vec<HostTensor>> {
+        self.run_with(inputs, Some(profile))
+    }
+
+    fn run_with(
+        &self,
+        inputs: &[HostTensor],
+        profile: Option<&qnn::Profile>,
+    ) -> Result<Vec<HostTensor>> {
         let converted = self.graph_inputs(inputs)?;
         let mut outs: Vec<Vec<u8>> = self
             .graph
@@ -157,7 +174,10 @@ impl Emitted {
                 .zip(outs.iter_mut())
                 .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
                 .collect();
-            self.graph.execute(&ins, &mut o)?;
+            match profile {
+                Some(p) => self.graph.execute_profiled(&ins, &mut o, p)?,
+                None => self.graph.execute(&ins, &mut o)?,
+            }
         }
         Ok(self.host_outputs(outs))
     }

@@ -93,10 +93,33 @@ pub fn lower(model: impl Into<LowerInput>, opts: &LowerOptions) -> Result<Plan, 
         LowerInput::Model(m) => *m,
         LowerInput::Source(s) => Model::load(s)?,
     };
-    let prepared = passes::prepare(&model, opts)?;
+    lower_timed(&model, opts).map(|(plan, _)| plan)
+}
+
+/// Milliseconds [`lower_timed`] spent in each of its two halves.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LowerTimes {
+    /// Shape inference, folding, expansion, layout and the other passes over the IR.
+    pub passes_ms: f64,
+    /// The per-op rules that turn the prepared IR into the plan.
+    pub rules_ms: f64,
+}
+
+/// [`lower`] of a loaded model, timing its passes and its op rules (the compile-time
+/// breakdown of `qnnx compile --timings`).
+pub fn lower_timed(model: &Model, opts: &LowerOptions) -> Result<(Plan, LowerTimes), LowerError> {
+    let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e3;
+    let start = std::time::Instant::now();
+    let prepared = passes::prepare(model, opts)?;
+    let passes_ms = ms(start);
+    let start = std::time::Instant::now();
     let (plan, mut errors) = lower_graph(&prepared, opts.backend, opts.observe);
+    let times = LowerTimes {
+        passes_ms,
+        rules_ms: ms(start),
+    };
     match errors.len() {
-        0 => plan,
+        0 => plan.map(|p| (p, times)),
         1 => Err(errors.pop().expect("len is 1")),
         _ => Err(LowerError::Unsupported(
             errors

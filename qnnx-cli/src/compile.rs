@@ -84,6 +84,11 @@ pub struct CompileArgs {
     /// library cannot.
     #[arg(long)]
     pub no_weight_sharing: bool,
+    /// Print how long each stage took (reading, backend open, cache, load, passes, lowering,
+    /// QNN graph build, finalize, serialization, writing). `QNNX_LOG=info` logs the engine's
+    /// stages as they end; --json always reports them.
+    #[arg(long)]
+    pub timings: bool,
     #[command(flatten)]
     pub build: BuildArgs,
 }
@@ -400,6 +405,12 @@ pub struct Built {
     pub compiled: Compiled,
     pub target: Target,
     pub total_ms: f64,
+    /// Milliseconds spent reading (and parsing) the model file, before the engine's stages.
+    pub read_ms: f64,
+    /// The model's bytes and the options it was compiled with (a profile of a cached graph
+    /// lowers it again to name its nodes).
+    pub onnx: Vec<u8>,
+    pub opts: CompileOptions,
     /// The cache, when `--cache` was given.
     pub cache: Option<Cache>,
 }
@@ -437,13 +448,16 @@ pub fn build(
     model: &Path,
     args: &BuildArgs,
     graph_name: &str,
+    profile_finalize: bool,
 ) -> Result<Built, Failure> {
     let target = crate::target::resolve(cli, &args.target, None)?;
     let input_shapes = parse_shapes(&args.input_shapes)?;
     let fix_inputs = parse_fixed(&args.fix_inputs)?;
     let progress = Progress::new(cli.json);
     progress.stage("reading the model");
+    let read = std::time::Instant::now();
     let file = load_onnx(model)?;
+    let read_ms = read.elapsed().as_secs_f64() * 1e3;
     let cache = if args.cache { open_cache(cli)? } else { None };
     let opts = CompileOptions {
         name: graph_name.to_string(),
@@ -454,6 +468,7 @@ pub fn build(
         quantized_io: args.quantized_io,
         observe: false,
         base_dir: Some(file.dir.clone()),
+        profile_finalize,
     };
     let start = std::time::Instant::now();
     progress.stage("opening the QNN backend");
@@ -473,6 +488,9 @@ pub fn build(
         compiled,
         target,
         total_ms: start.elapsed().as_secs_f64() * 1e3,
+        read_ms,
+        onnx: file.bytes,
+        opts,
         cache,
     })
 }
@@ -561,10 +579,23 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
             output.display()
         )));
     }
-    let built = build(cli, model, &args.build, &graph_name)?;
+    let built = build(cli, model, &args.build, &graph_name, args.timings)?;
     let c = &built.compiled;
+    let mut stages: Vec<(&str, f64)> = vec![("read file", built.read_ms)];
+    stages.extend(c.timings.stages.iter().map(|&(t, ms)| (t.name(), ms)));
+    let start = std::time::Instant::now();
     let binary = built.binary()?;
+    // A cached graph's binary is the entry's file: QNN cannot serialise a loaded context.
+    let cached = c.from_cache || c.timings.get(qnnx_engine::Timed::CacheStore) > 0.0;
+    let what = if cached {
+        "binary from the cache"
+    } else {
+        "serialization"
+    };
+    stages.push((what, start.elapsed().as_secs_f64() * 1e3));
+    let start = std::time::Instant::now();
     let written = Written::write(&output, &binary, &c.runtime.backend, &built.target)?;
+    stages.push(("write", start.elapsed().as_secs_f64() * 1e3));
     let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let (inputs, outputs) = io_json(&c.emitted);
     let assumed = assumed_json(&c.emitted);
@@ -588,6 +619,10 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
         "total_ms": built.total_ms,
         "from_cache": c.from_cache,
         "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
+        "timings": timings_json(&stages),
+        "finalize_phases": c.finalize_phases.iter()
+            .map(|(phase, ms)| json!({ "phase": phase, "ms": ms }))
+            .collect::<Vec<_>>(),
     });
     emit(cli, &report, || {
         let target = written.describe(&built.target);
@@ -622,6 +657,15 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
             }
         }
         s += &assumed_text(&assumed);
+        if args.timings {
+            s += &timings_text(&stages);
+            if !c.finalize_phases.is_empty() {
+                s += "  finalize, by QNN's preparer (its detailed profile):\n";
+                for (phase, ms) in &c.finalize_phases {
+                    s += &format!("    {phase:<30} {ms:>9.1}\n");
+                }
+            }
+        }
         s
     });
     Ok(ExitCode::SUCCESS)
@@ -669,6 +713,26 @@ fn symbolic_failure(model: &Path, symbolic: &[(String, String)]) -> Failure {
                 .collect::<Vec<_>>(),
         })),
     }
+}
+
+/// Stages and their milliseconds as JSON: `[{"stage": name, "ms": ms}, ...]`.
+pub fn timings_json(stages: &[(&str, f64)]) -> Value {
+    stages
+        .iter()
+        .map(|(stage, ms)| json!({ "stage": stage, "ms": ms }))
+        .collect()
+}
+
+/// The `--timings` table: one line per stage with its share of the total.
+pub fn timings_text(stages: &[(&str, f64)]) -> String {
+    let total: f64 = stages.iter().map(|(_, ms)| ms).sum();
+    let mut s = String::from("  stage                    ms  share\n");
+    for (stage, ms) in stages {
+        let share = if total > 0.0 { ms / total * 100.0 } else { 0.0 };
+        s += &format!("  {stage:<21} {ms:>9.1} {share:>5.1}%\n");
+    }
+    s += &format!("  {:<21} {total:>9.1}\n", "total");
+    s
 }
 
 pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {

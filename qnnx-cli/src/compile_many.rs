@@ -209,6 +209,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
                 "outputs": outputs,
                 "lower_ms": g.lower_ms,
                 "finalize_ms": g.finalize_ms,
+                "timings": crate::compile::timings_json(&stages(g)),
                 "own_weights_bytes": htp.map(|h| h.const_size),
             })
         })
@@ -266,6 +267,11 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
                 );
             }
             s += "\n";
+            if args.timings && !compiled.from_cache {
+                if let Some(mg) = compiled.graph(g["name"].as_str().unwrap_or("")) {
+                    s += &crate::compile::timings_text(&stages(mg));
+                }
+            }
             for (what, list) in [("input ", &g["inputs"]), ("output", &g["outputs"])] {
                 for t in list.as_array().into_iter().flatten() {
                     s += &format!(
@@ -285,6 +291,15 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
         s
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// One graph's timed stages by name (the shared serialization and cache store are logged).
+fn stages(g: &qnnx_engine::compile::multi::MultiGraph) -> Vec<(&'static str, f64)> {
+    g.timings
+        .stages
+        .iter()
+        .map(|&(t, ms)| (t.name(), ms))
+        .collect()
 }
 
 #[cfg(test)]

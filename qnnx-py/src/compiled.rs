@@ -118,6 +118,71 @@ impl Compiled {
         outputs: Vec<(usize, usize)>,
         check_nan: bool,
     ) -> PyResult<()> {
+        self.run_with(py, inputs, outputs, check_nan, None)
+    }
+
+    /// The compile's timed stages in order: (stage, milliseconds), as `qnnx compile --timings`
+    /// names them.
+    #[getter]
+    fn timings(&self) -> Vec<(String, f64)> {
+        self.inner
+            .timings
+            .stages
+            .iter()
+            .map(|&(t, ms)| (t.name().to_string(), ms))
+            .collect()
+    }
+
+    /// `run`, with the execute recorded by QNN's profiler at `level` (`"basic"` or
+    /// `"detailed"`). Returns the profile and a Chrome trace (with this graph's compile stages)
+    /// as JSON text: `(profile, trace)`.
+    #[pyo3(signature = (inputs, outputs, level = "detailed", check_nan = true))]
+    fn run_profiled(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<(usize, usize)>,
+        outputs: Vec<(usize, usize)>,
+        level: &str,
+        check_nan: bool,
+    ) -> PyResult<(String, String)> {
+        let level: qnn::ProfileLevel = level
+            .parse()
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let profile = qnn::Profile::new(&self.inner.runtime.backend, level)
+            .map_err(|e| qnn_error(py, e, None))?;
+        self.run_with(py, inputs, outputs, check_nan, Some(&profile))?;
+        let events = profile.events().map_err(|e| qnn_error(py, e, None))?;
+        let p =
+            qnnx_engine::profile::ExecutionProfile::from_events(level, events, &self.inner.origins);
+        let stages: Vec<(&str, f64)> = self
+            .inner
+            .timings
+            .stages
+            .iter()
+            .map(|&(t, ms)| (t.name(), ms))
+            .collect();
+        let trace = p.chrome_trace(self.inner.emitted.graph.name(), &stages);
+        Ok((p.to_json().to_string(), trace.to_string()))
+    }
+
+    /// The context binary (for inspection or an offline cache).
+    fn binary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let bytes = py
+            .detach(|| self.inner.context.to_binary())
+            .map_err(|e| qnn_error(py, e, None))?;
+        Ok(pyo3::types::PyBytes::new(py, &bytes))
+    }
+}
+
+impl Compiled {
+    fn run_with(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<(usize, usize)>,
+        outputs: Vec<(usize, usize)>,
+        check_nan: bool,
+        profile: Option<&qnn::Profile>,
+    ) -> PyResult<()> {
         let e = &self.inner.emitted;
         let binding = match e.bind_inputs(inputs.len()) {
             Ok(b) if outputs.len() == e.outputs.len() => b,
@@ -206,23 +271,19 @@ impl Compiled {
             // Raw pointers are not Send; the slices are only used inside this closure while
             // the caller's Python frame keeps the tensors alive.
             struct Unchecked<T>(T);
-            // SAFETY: see the method docs: the memory outlives the call.
+            // SAFETY: see the method docs: the memory outlives the call. The profile (not Sync)
+            // is used only by the detached closure, while this thread waits for it.
             unsafe impl<T> Send for Unchecked<T> {}
-            let work = Unchecked((ins, &mut outs));
+            let work = Unchecked((ins, &mut outs, profile));
             py.detach(move || {
                 let w = work;
-                let (ins, outs) = w.0;
-                graph.execute(&ins, outs)
+                let (ins, outs, profile) = w.0;
+                match profile {
+                    Some(p) => graph.execute_profiled(&ins, outs, p),
+                    None => graph.execute(&ins, outs),
+                }
             })
         };
         result.map_err(|err| qnn_error(py, err, None))
-    }
-
-    /// The context binary (for inspection or an offline cache).
-    fn binary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let bytes = py
-            .detach(|| self.inner.context.to_binary())
-            .map_err(|e| qnn_error(py, e, None))?;
-        Ok(pyo3::types::PyBytes::new(py, &bytes))
     }
 }

@@ -191,6 +191,7 @@ mod tests {
                 observe: false,
                 base_dir: None,
                 fix_inputs: BTreeMap::new(),
+                profile_finalize: false,
             };
             assert_eq!(model_key_for(&target, onnx, &opts).as_str(), single);
             let raw = CompileOptions {

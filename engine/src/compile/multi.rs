@@ -22,10 +22,11 @@ use qnnx_types::BackendKind;
 
 use super::{
     cache_unless_external, emit_timed, load_entry, lower_timed, store_entry, Compiled, Emitted,
-    ModelIo, Stage,
+    ModelIo, Stage, StageTimes,
 };
 use crate::cache::{Cache, CacheKey};
 use crate::error::{Error, Result};
+use crate::profile::NodeOrigins;
 use crate::registry::{self, Runtime};
 use crate::target::Target;
 
@@ -69,6 +70,10 @@ pub struct MultiGraph {
     pub lower_ms: f64,
     /// Milliseconds spent building and finalizing this graph (0 on a cache hit).
     pub finalize_ms: f64,
+    /// This graph's load, passes, lowering, graph build and finalize (empty on a cache hit).
+    pub timings: StageTimes,
+    /// The plan op behind each QNN node (empty on a cache hit).
+    pub origins: NodeOrigins,
 }
 
 /// Finalized graphs of one context, compiled or loaded from the cache.
@@ -118,6 +123,9 @@ impl MultiCompiled {
                 finalize_ms: g.finalize_ms,
                 load_ms,
                 from_cache,
+                timings: g.timings,
+                finalize_phases: Vec::new(),
+                origins: g.origins,
                 cache_key: cache_key.clone(),
                 warnings: std::mem::take(&mut warnings),
             })
@@ -224,6 +232,8 @@ pub fn bind_graphs(
                 emitted: Emitted::from_io_binding(graph, &io)?,
                 lower_ms: 0.0,
                 finalize_ms: 0.0,
+                timings: StageTimes::default(),
+                origins: NodeOrigins::default(),
             })
         })
         .collect()
@@ -378,14 +388,20 @@ pub fn compile_multi_with_progress(
         Err(e) => return Err(whole(e)),
     };
     let mut graphs = Vec::with_capacity(specs.len());
-    for (s, (plan, lower_ms)) in specs.iter().zip(plans) {
+    for (s, (plan, mut timings)) in specs.iter().zip(plans) {
         progress(Stage::Finalize, Some(&s.name));
-        let (emitted, finalize_ms) = emit_timed(&context, &s.name, &plan).map_err(of(&s.name))?;
+        let lower_ms = timings.total_ms();
+        let (emitted, emit_times) =
+            emit_timed(&context, &s.name, &plan, None).map_err(of(&s.name))?;
+        let finalize_ms = emit_times.total_ms();
+        timings.stages.extend(emit_times.stages);
         graphs.push(MultiGraph {
             name: s.name.clone(),
             emitted,
             lower_ms,
             finalize_ms,
+            timings,
+            origins: NodeOrigins::of_plan(&plan),
         });
     }
     if let (Some(cache), Some(key)) = (cache, &key) {
@@ -394,7 +410,16 @@ pub fn compile_multi_with_progress(
             "io_graphs",
             bindings_json(graphs.iter().map(|g| (g.name.as_str(), &g.emitted))),
         );
-        if let Err(e) = store_entry(&runtime.backend, cache, key, &context, io) {
+        // The context's serialization and store belong to no one graph; the log shows them.
+        let mut shared = StageTimes::default();
+        if let Err(e) = store_entry(
+            &runtime.backend,
+            cache,
+            key,
+            &context,
+            vec![io],
+            &mut shared,
+        ) {
             warnings.push(format!(
                 "could not store the compiled graphs in the cache: {e}"
             ));

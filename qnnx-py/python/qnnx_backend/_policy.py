@@ -153,6 +153,10 @@ class QnnCallable:
                     native.lower_ms,
                     native.finalize_ms,
                 )
+                # The engine's stages, as `qnnx compile --timings` names them.
+                logger.info(
+                    "qnn: compile stages: %s", ", ".join(f"{name} {ms:.1f} ms" for name, ms in native.timings)
+                )
                 return CompiledGraph(native, device, self.out_meta, s.check_nan)
             except _FALLBACK_ERRORS as e:
                 # The native module's errors name everything but the device this loop chose.

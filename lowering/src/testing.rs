@@ -52,7 +52,10 @@ pub enum A {
     S(&'static str),
     Is(Vec<i64>),
     Fs(Vec<f32>),
+    Ss(Vec<String>),
     T(Tensor),
+    /// A subgraph (If branches, Loop bodies).
+    G(onnx::GraphProto),
 }
 
 pub fn attr(name: &str, a: &A) -> onnx::AttributeProto {
@@ -81,9 +84,17 @@ pub fn attr(name: &str, a: &A) -> onnx::AttributeProto {
             p.r#type = Some(at::FLOATS);
             p.floats = v.clone();
         }
+        A::Ss(v) => {
+            p.r#type = Some(at::STRINGS);
+            p.strings = v.iter().map(|s| s.as_bytes().to_vec()).collect();
+        }
         A::T(t) => {
             p.r#type = Some(at::TENSOR);
             p.t = Some(tensor_proto("", t));
+        }
+        A::G(g) => {
+            p.r#type = Some(at::GRAPH);
+            p.g = Some(Box::new(g.clone()));
         }
     }
     p

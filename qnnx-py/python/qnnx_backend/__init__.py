@@ -44,6 +44,7 @@ from .exceptions import (
     UnsupportedOpError,
 )
 from .settings import QnnSettings, parse_options
+from ._profile import Profile, profile
 
 __version__ = versions()["qnnx"]
 
@@ -52,6 +53,8 @@ __all__ = [
     "is_available",
     "qnn_backend",
     "parse_options",
+    "profile",
+    "Profile",
     "QnnSettings",
     "STATS",
     "exceptions",

@@ -54,15 +54,26 @@ pub fn emit(ctx: &qnn::Context, name: &str, plan: &Plan) -> Result<Emitted> {
             TensorKind::Native => (qnn::TensorKind::Native, None),
             TensorKind::Static(bytes) => (qnn::TensorKind::Static, Some(&bytes[..])),
         };
+        let quant = match &t.quant {
+            None => qnn::Quantization::None,
+            Some(q) => match q.axis {
+                None => qnn::Quantization::ScaleOffset {
+                    scale: q.scales[0],
+                    offset: q.offsets[0],
+                },
+                Some(axis) => qnn::Quantization::PerAxis {
+                    axis: axis as i32,
+                    scale_offsets: q
+                        .scales
+                        .iter()
+                        .copied()
+                        .zip(q.offsets.iter().copied())
+                        .collect(),
+                },
+            },
+        };
         let r = g
-            .tensor(
-                &t.name,
-                kind,
-                t.dtype,
-                &t.shape,
-                qnn::Quantization::None,
-                data,
-            )
+            .tensor(&t.name, kind, t.dtype, &t.shape, quant, data)
             .map_err(at(None))?;
         refs.push(r);
     }

@@ -192,70 +192,237 @@ impl Emitted {
     }
 
     /// Binds `graph` (loaded from a context binary) to the model I/O described by
-    /// [`Emitted::io_binding_json`]; `None` if the text does not parse or does not fit the graph.
-    /// Entries written before the model shape was recorded take the graph tensor's shape.
+    /// [`Emitted::io_binding_json`]; `None` if the text does not parse ([`parse_io_binding`]) or
+    /// does not fit the graph ([`IoBinding::fits`], [`IoBinding::bind_shapes`]).
     pub fn from_io_binding(graph: qnn::Graph, json: &str) -> Option<Emitted> {
-        let v: serde_json::Value = serde_json::from_str(json).ok()?;
-        let side = |key: &str, tensors: &[qnn::TensorInfo]| -> Option<(Vec<PlanIo>, Vec<usize>)> {
-            let mut ios = Vec::new();
-            let mut slots = Vec::new();
-            for item in v.get(key)?.as_array()? {
-                let a = item.as_array()?;
-                let slot = usize::try_from(a.get(2)?.as_u64()?).ok()?;
-                let graph_shape: Vec<usize> = tensors
-                    .get(slot)?
-                    .dims
-                    .iter()
-                    .map(|&d| d as usize)
-                    .collect();
-                let shape = match a.get(3) {
-                    Some(s) => s
-                        .as_array()?
-                        .iter()
-                        .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
-                        .collect::<Option<Vec<usize>>>()?,
-                    None => graph_shape.clone(),
-                };
-                if shape.iter().product::<usize>() != graph_shape.iter().product::<usize>() {
-                    return None;
-                }
-                ios.push(PlanIo {
-                    tensor: 0,
-                    onnx_name: a.first()?.as_str()?.to_string(),
-                    host_dtype: DType::from_name(a.get(1)?.as_str()?)?,
-                    shape,
-                });
-                slots.push(slot);
-            }
-            Some((ios, slots))
+        let mut b = parse_io_binding(json)?;
+        let dtypes = |t: &[qnn::TensorInfo]| t.iter().map(|t| t.dtype).collect::<Vec<_>>();
+        let shapes = |t: &[qnn::TensorInfo]| {
+            t.iter()
+                .map(|t| t.dims.iter().map(|&d| d as usize).collect())
+                .collect::<Vec<Vec<usize>>>()
         };
-        let (inputs, input_slots) = side("inputs", graph.inputs())?;
-        let (outputs, output_slots) = side("outputs", graph.outputs())?;
-        // Each graph tensor bound exactly once, to a model tensor it can be converted from.
-        let fits = |ios: &[PlanIo], slots: &[usize], tensors: &[qnn::TensorInfo]| {
-            let mut seen = vec![false; tensors.len()];
-            slots.len() == tensors.len()
-                && ios.iter().zip(slots).all(|(io, &s)| {
-                    let Some(t) = tensors.get(s) else {
-                        return false;
-                    };
-                    let fresh = !std::mem::replace(&mut seen[s], true);
-                    let convertible = io.host_dtype == t.dtype
-                        || (io.host_dtype == DType::I64 && t.dtype == DType::I32);
-                    fresh && convertible
-                })
-        };
-        if !fits(&inputs, &input_slots, graph.inputs())
-            || !fits(&outputs, &output_slots, graph.outputs())
+        if !b.fits(&dtypes(graph.inputs()), &dtypes(graph.outputs()))
+            || !b.bind_shapes(&shapes(graph.inputs()), &shapes(graph.outputs()))
         {
             return None;
         }
         Some(Emitted {
             graph,
-            inputs,
-            outputs,
-            input_slots,
-            output_slots,
+            inputs: b.inputs,
+            outputs: b.outputs,
+            input_slots: b.input_slots,
+            output_slots: b.output_slots,
         })
+    }
+}
+
+/// A model I/O binding as a cache entry stores it ([`Emitted::io_binding_json`]), parsed but not
+/// yet checked against a graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IoBinding {
+    /// Model inputs in ONNX order (`tensor` is 0: a loaded graph has no plan).
+    pub inputs: Vec<PlanIo>,
+    /// The graph input each model input binds to.
+    pub input_slots: Vec<usize>,
+    /// Model outputs in ONNX order.
+    pub outputs: Vec<PlanIo>,
+    /// The graph output each model output binds to.
+    pub output_slots: Vec<usize>,
+    /// The model shape of each input and output as the entry records it (`None` in entries
+    /// written before shapes were recorded: the graph tensor's shape is taken).
+    pub input_shapes: Vec<Option<Vec<usize>>>,
+    pub output_shapes: Vec<Option<Vec<usize>>>,
+}
+
+/// Parses the text of [`Emitted::io_binding_json`]: `{"inputs": [[name, dtype, slot, shape],
+/// ...], "outputs": [...]}` (entries of earlier versions have no shape). `None` unless it has
+/// exactly that form with known dtype names. The text comes from a file in the cache folder, so
+/// nothing about it is trusted.
+pub fn parse_io_binding(json: &str) -> Option<IoBinding> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    type Side = (Vec<PlanIo>, Vec<usize>, Vec<Option<Vec<usize>>>);
+    let side = |key: &str| -> Option<Side> {
+        let mut ios = Vec::new();
+        let mut slots = Vec::new();
+        let mut shapes = Vec::new();
+        for item in v.get(key)?.as_array()? {
+            let a = item.as_array()?;
+            if a.len() > 4 {
+                return None;
+            }
+            ios.push(PlanIo {
+                tensor: 0,
+                onnx_name: a.first()?.as_str()?.to_string(),
+                host_dtype: DType::from_name(a.get(1)?.as_str()?)?,
+                shape: Vec::new(),
+            });
+            slots.push(usize::try_from(a.get(2)?.as_u64()?).ok()?);
+            shapes.push(match a.get(3) {
+                None => None,
+                Some(s) => Some(
+                    s.as_array()?
+                        .iter()
+                        .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+                        .collect::<Option<Vec<usize>>>()?,
+                ),
+            });
+        }
+        Some((ios, slots, shapes))
+    };
+    let (inputs, input_slots, input_shapes) = side("inputs")?;
+    let (outputs, output_slots, output_shapes) = side("outputs")?;
+    Some(IoBinding {
+        inputs,
+        input_slots,
+        outputs,
+        output_slots,
+        input_shapes,
+        output_shapes,
+    })
+}
+
+impl IoBinding {
+    /// Whether the binding fits a graph whose inputs and outputs have these dtypes: each graph
+    /// tensor bound exactly once, to a model tensor it can be converted from (the same dtype, or
+    /// int64 narrowed to int32).
+    pub fn fits(&self, graph_inputs: &[DType], graph_outputs: &[DType]) -> bool {
+        let side = |ios: &[PlanIo], slots: &[usize], tensors: &[DType]| {
+            let mut seen = vec![false; tensors.len()];
+            ios.len() == slots.len()
+                && slots.len() == tensors.len()
+                && ios.iter().zip(slots).all(|(io, &s)| {
+                    let Some(&t) = tensors.get(s) else {
+                        return false;
+                    };
+                    let fresh = !std::mem::replace(&mut seen[s], true);
+                    let convertible =
+                        io.host_dtype == t || (io.host_dtype == DType::I64 && t == DType::I32);
+                    fresh && convertible
+                })
+        };
+        side(&self.inputs, &self.input_slots, graph_inputs)
+            && side(&self.outputs, &self.output_slots, graph_outputs)
+    }
+
+    /// Sets each model tensor's shape: the recorded one if it has as many elements as the graph
+    /// tensor it binds to (a rank-0 value is `[1]` in the graph), else the graph tensor's for an
+    /// entry that records none. False when a recorded shape does not fit; call after
+    /// [`IoBinding::fits`] (slots in range).
+    pub fn bind_shapes(
+        &mut self,
+        graph_inputs: &[Vec<usize>],
+        graph_outputs: &[Vec<usize>],
+    ) -> bool {
+        fn side(
+            ios: &mut [PlanIo],
+            slots: &[usize],
+            recorded: &[Option<Vec<usize>>],
+            graph: &[Vec<usize>],
+        ) -> bool {
+            for ((io, &s), r) in ios.iter_mut().zip(slots).zip(recorded) {
+                let Some(g) = graph.get(s) else { return false };
+                let shape = r.clone().unwrap_or_else(|| g.clone());
+                let n = |v: &[usize]| v.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+                if n(&shape).is_none() || n(&shape) != n(g) {
+                    return false;
+                }
+                io.shape = shape;
+            }
+            true
+        }
+        recorded_len_ok(self)
+            && side(
+                &mut self.inputs,
+                &self.input_slots,
+                &self.input_shapes,
+                graph_inputs,
+            )
+            && side(
+                &mut self.outputs,
+                &self.output_slots,
+                &self.output_shapes,
+                graph_outputs,
+            )
+    }
+}
+
+fn recorded_len_ok(b: &IoBinding) -> bool {
+    b.input_shapes.len() == b.inputs.len() && b.output_shapes.len() == b.outputs.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BINDING: &str = r#"{"inputs":[["ids","i64",1],["x","f32",0]],"outputs":[["y","f32",0]]}"#;
+
+    #[test]
+    fn io_binding_parses_and_fits_its_graph() {
+        let b = parse_io_binding(BINDING).unwrap();
+        assert_eq!(b.input_slots, [1, 0]);
+        assert_eq!(b.inputs[0].onnx_name, "ids");
+        assert_eq!(b.inputs[0].host_dtype, DType::I64);
+        assert!(b.fits(&[DType::F32, DType::I32], &[DType::F32]));
+        assert!(b.fits(&[DType::F32, DType::I64], &[DType::F32]));
+    }
+
+    #[test]
+    fn io_binding_shapes_are_the_recorded_ones_or_the_graphs() {
+        let text = r#"{"inputs":[["s","f32",0,[]],["x","f32",1,[2,3]]],"outputs":[["y","f32",0]]}"#;
+        let mut b = parse_io_binding(text).unwrap();
+        assert!(b.bind_shapes(&[vec![1], vec![6]], &[vec![4, 1]]));
+        assert_eq!(
+            b.inputs[0].shape,
+            Vec::<usize>::new(),
+            "rank 0 is [1] in the graph"
+        );
+        assert_eq!(b.inputs[1].shape, vec![2, 3]);
+        assert_eq!(
+            b.outputs[0].shape,
+            vec![4, 1],
+            "an old entry takes the graph's shape"
+        );
+        let mut b = parse_io_binding(text).unwrap();
+        assert!(
+            !b.bind_shapes(&[vec![1], vec![5]], &[vec![4, 1]]),
+            "6 elements into 5"
+        );
+        let bad = r#"{"inputs":[["x","f32",0,[2,-1]]],"outputs":[]}"#;
+        assert_eq!(parse_io_binding(bad), None);
+        let long = r#"{"inputs":[["x","f32",0,[2],"extra"]],"outputs":[]}"#;
+        assert_eq!(parse_io_binding(long), None);
+    }
+
+    #[test]
+    fn io_binding_that_does_not_fit_is_refused() {
+        let b = parse_io_binding(BINDING).unwrap();
+        // Too few or too many graph tensors, a slot past the end, a dtype it cannot convert.
+        assert!(!b.fits(&[DType::F32], &[DType::F32]));
+        assert!(!b.fits(&[DType::F32, DType::I32, DType::F32], &[DType::F32]));
+        assert!(!b.fits(&[DType::F32, DType::F16], &[DType::F32]));
+        let twice = r#"{"inputs":[["a","f32",0],["b","f32",0]],"outputs":[]}"#;
+        assert!(!parse_io_binding(twice)
+            .unwrap()
+            .fits(&[DType::F32, DType::F32], &[]));
+        let past = r#"{"inputs":[["a","f32",5]],"outputs":[]}"#;
+        assert!(!parse_io_binding(past).unwrap().fits(&[DType::F32], &[]));
+    }
+
+    #[test]
+    fn io_binding_of_another_shape_does_not_parse() {
+        for bad in [
+            "",
+            "[]",
+            "{}",
+            r#"{"inputs":[]}"#,
+            r#"{"inputs":[["x","float99",0]],"outputs":[]}"#,
+            r#"{"inputs":[["x","f32",-1]],"outputs":[]}"#,
+            r#"{"inputs":[["x","f32"]],"outputs":[]}"#,
+            r#"{"inputs":[[0,"f32",0]],"outputs":[]}"#,
+            r#"{"inputs":{"x":0},"outputs":[]}"#,
+        ] {
+            assert_eq!(parse_io_binding(bad), None, "{bad}");
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! ```
 
 pub mod cache;
+pub mod calibrate;
 pub mod compile;
 pub mod emit;
 mod error;

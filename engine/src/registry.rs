@@ -15,6 +15,9 @@ use crate::target::Target;
 pub struct Runtime {
     pub backend: Backend,
     pub device: Device,
+    /// Devices created again for this backend by [`activate`], kept alive for as long as the
+    /// backend (contexts made with `device` keep using it).
+    reasserted: Mutex<Vec<Device>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -32,6 +35,9 @@ struct Key {
 }
 
 static RUNTIMES: Mutex<Option<HashMap<Key, Arc<Runtime>>>> = Mutex::new(None);
+/// The HTP device configuration QNN's HTP library works for now: that of the device created
+/// last in the process (see [`activate`]).
+static ACTIVE_HTP: Mutex<Option<qnn::HtpDeviceConfig>> = Mutex::new(None);
 static LOG_LEVEL: Mutex<Option<LogLevel>> = Mutex::new(None);
 
 /// QNN's log level for backends opened from now on (otherwise `QNN_LOG_LEVEL`, or warnings).
@@ -48,7 +54,9 @@ pub fn runtime(config: &BackendConfig, library: Option<PathBuf>) -> Result<Arc<R
     let mut map = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
     let map = map.get_or_insert_with(HashMap::new);
     if let Some(r) = map.get(&key) {
-        return Ok(r.clone());
+        let r = r.clone();
+        activate(&r)?;
+        return Ok(r);
     }
     let log_level = *LOG_LEVEL.lock().unwrap_or_else(|e| e.into_inner());
     let backend = Backend::open(
@@ -59,9 +67,41 @@ pub fn runtime(config: &BackendConfig, library: Option<PathBuf>) -> Result<Arc<R
         },
     )?;
     let device = Device::new(&backend)?;
-    let r = Arc::new(Runtime { backend, device });
+    if let BackendConfig::Htp(c) = &key.config {
+        *ACTIVE_HTP.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.device);
+    }
+    let r = Arc::new(Runtime {
+        backend,
+        device,
+        reasserted: Mutex::new(Vec::new()),
+    });
     map.insert(key, r.clone());
+    activate(&r)?;
     Ok(r)
+}
+
+/// Makes `rt`'s HTP device configuration the one QNN's HTP library works for before a graph is
+/// validated and finalized on it. The library validates (and finalizes) every backend's graphs
+/// for the SoC of the device created last in the process, whichever backend it belongs to:
+/// measured with QNN 2.51's emulator, a 16-bit MatMul that validates for SoC 60 is refused
+/// ("expected >= 73") once a QCS6490 device exists, and validates again after a device for SoC 60
+/// is created anew (docs/qnn-notes.md §13, "One HTP device configuration per process"). So when
+/// another configuration was created since, a device for this one is created again.
+pub fn activate(rt: &Runtime) -> Result<()> {
+    let BackendConfig::Htp(c) = rt.backend.config() else {
+        return Ok(());
+    };
+    let mut active = ACTIVE_HTP.lock().unwrap_or_else(|e| e.into_inner());
+    if active.as_ref() == Some(&c.device) {
+        return Ok(());
+    }
+    let device = Device::new(&rt.backend)?;
+    rt.reasserted
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(device);
+    *active = Some(c.device);
+    Ok(())
 }
 
 /// The runtime a target compiles and runs on with these HTP graph settings (see

@@ -149,36 +149,82 @@ impl Target {
     }
 
     /// Refuses a float plan for a target without a float path before QNN is asked: QNN's own
-    /// message for it (3110 on the first float op) names neither the SoC nor the way out.
+    /// message for it (3110 on the first float op) names neither the SoC nor the way out. A
+    /// quantized plan may keep float graph inputs and outputs that it converts at the boundary
+    /// (QNN `Quantize` / `Dequantize`): the HTP converts those without a float path.
     pub fn check_plan(&self, plan: &lowering::Plan) -> Result<()> {
         if !self.lacks_float() {
             return Ok(());
         }
-        let floats: Vec<&str> = plan
-            .tensors
-            .iter()
-            .filter(|t| t.dtype.is_float())
-            .map(|t| t.name.as_str())
+        use lowering::plan::TensorKind;
+        let boundary = |t: usize| {
+            let kind = &plan.tensors[t].kind;
+            plan.ops.iter().all(|o| {
+                let reads = o.inputs.contains(&t);
+                let writes = o.outputs.contains(&t);
+                (!reads || (o.type_name == "Quantize" && *kind == TensorKind::Input))
+                    && (!writes || (o.type_name == "Dequantize" && *kind == TensorKind::Output))
+            })
+        };
+        let floats: Vec<usize> = (0..plan.tensors.len())
+            .filter(|&t| plan.tensors[t].dtype.is_float() && !boundary(t))
             .collect();
         if floats.is_empty() {
             return Ok(());
         }
-        let shown: Vec<&str> = floats.iter().take(3).copied().collect();
-        Err(Error::NoFloatPath {
-            message: format!(
+        let quantized = plan.tensors.iter().any(|t| t.quant.is_some());
+        // The ONNX nodes that compute in float, for a quantized model's message.
+        let mut nodes: Vec<&str> = Vec::new();
+        for o in &plan.ops {
+            let float = o
+                .inputs
+                .iter()
+                .chain(&o.outputs)
+                .any(|t| floats.contains(t));
+            if float && !nodes.contains(&o.onnx_node.as_str()) {
+                nodes.push(&o.onnx_node);
+            }
+        }
+        let list = |names: Vec<&str>| {
+            let shown: Vec<&str> = names.iter().take(3).copied().collect();
+            let more = if names.len() > shown.len() {
+                ", ..."
+            } else {
+                ""
+            };
+            format!("{}{more}", shown.join(", "))
+        };
+        let message = if quantized {
+            format!(
+                "{} has no float path (its HTP runs quantized int8/int16 graphs only), and {} \
+                 node(s) of this quantized model compute in float ({}): an op without a \
+                 quantized lowering, or a tensor without an encoding\nhint: give those tensors \
+                 QuantizeLinear/DequantizeLinear pairs, or target an FP16-capable SoC ({})",
+                self.describe(),
+                nodes.len(),
+                list(nodes),
+                soc::fp16_names()
+            )
+        } else {
+            format!(
                 "{} cannot run float models (its HTP has no FP16 path; it runs quantized \
-                 int8/int16 models only), and this model has {} float tensor(s) ({}{})\nhint: \
-                 target an FP16-capable SoC ({}) or quantize the model",
+                 int8/int16 models only), and this model has {} float tensor(s) ({})\nhint: \
+                 quantize it (8a8w runs on every HTP): `qnnx quantize MODEL.onnx --calib DATA \
+                 --scheme 8a8w -o MODEL.qdq.onnx`, or in Python options={{\"quantize\": \
+                 \"8a8w\", \"calibration\": ...}}; or target an FP16-capable SoC ({})",
                 self.describe(),
                 floats.len(),
-                shown.join(", "),
-                if floats.len() > shown.len() {
-                    ", ..."
-                } else {
-                    ""
-                },
+                list(
+                    floats
+                        .iter()
+                        .map(|&t| plan.tensors[t].name.as_str())
+                        .collect()
+                ),
                 soc::fp16_names()
-            ),
+            )
+        };
+        Err(Error::NoFloatPath {
+            message,
             float_tensors: floats.len(),
         })
     }

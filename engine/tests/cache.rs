@@ -824,3 +824,68 @@ fn entries_of_another_user_are_not_used() {
     assert!(err.to_string().contains("owned by uid 65534"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A binary planted in the cache with metadata that agrees with it (key, size, sha256) but
+/// made for another SoC (the folder permissions are what keeps others from doing this; this is
+/// the check behind them). The x86_64 emulator would load and run it (docs/qnn-notes.md
+/// gotcha 12); the binary-info check refuses it, the entry is removed, the model is compiled
+/// again and the new entry is a hit.
+#[test]
+fn a_planted_binary_for_another_soc_is_not_loaded() {
+    use lowering::testing::ModelBuilder;
+    use qnnx_engine::{registry, CompileOptions, Target};
+    use qnnx_types::BackendKind;
+    if common::htp().is_none() {
+        return;
+    }
+    let onnx = ModelBuilder::new(17)
+        .input("x", lowering::DType::F32, &[1, 4])
+        .node("Relu", &["x"], &["y"], &[])
+        .output("y")
+        .bytes();
+    let opts = CompileOptions {
+        name: "qnnx".into(),
+        ..Default::default()
+    };
+    let here = Target::host_default(BackendKind::Htp);
+    let other = Target {
+        soc_model: Some(57),
+        ..here.clone()
+    };
+    assert_ne!(here.soc_model, other.soc_model);
+    let dir = temp_dir("planted");
+    let cache = Cache::open(&dir, None).unwrap();
+    let foreign = qnnx_engine::compile(&other, &onnx, &opts, Some(&cache)).unwrap();
+    let foreign_key = foreign.cache_key.clone().unwrap();
+    let runtime = registry::for_target(&here, None, false).unwrap();
+    let key = qnnx_engine::cache::model_key(&runtime.backend, &onnx, &opts).unwrap();
+    std::fs::create_dir_all(cache.bin_path(&key).parent().unwrap()).unwrap();
+    std::fs::copy(cache.bin_path(&foreign_key), cache.bin_path(&key)).unwrap();
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cache.meta_path(&foreign_key)).unwrap()).unwrap();
+    meta["key"] = key.to_string().into();
+    std::fs::write(cache.meta_path(&key), serde_json::to_vec(&meta).unwrap()).unwrap();
+    assert!(
+        cache.get(&key).unwrap().is_some(),
+        "the cache's own checks pass"
+    );
+
+    let compiled = qnnx_engine::compile(&here, &onnx, &opts, Some(&cache)).unwrap();
+    assert!(!compiled.from_cache, "the planted binary was loaded");
+    assert!(
+        compiled
+            .warnings
+            .iter()
+            .any(|w| w.contains(&key.to_string())
+                && w.contains("is for SoC 57 (SM8650), the target is SoC 60 (SC8380XP)")),
+        "{:?}",
+        compiled.warnings
+    );
+    let again = qnnx_engine::compile(&here, &onnx, &opts, Some(&cache)).unwrap();
+    assert!(
+        again.from_cache && again.warnings.is_empty(),
+        "{:?}",
+        again.warnings
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

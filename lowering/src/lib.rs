@@ -15,6 +15,7 @@ pub mod ops;
 pub mod passes;
 pub mod plan;
 pub mod qnn_names;
+pub mod quantize;
 pub mod table;
 pub mod testing;
 
@@ -39,6 +40,15 @@ pub struct LowerOptions {
     pub fp16: bool,
     /// Static shapes for graph inputs, by name. Required for inputs with symbolic dims.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// In a quantized (QDQ) model, float graph inputs that the model quantizes first and float
+    /// outputs it dequantizes last are passed and returned as their integers (the encoding's
+    /// storage type) instead of being converted in the graph.
+    pub quantized_io: bool,
+    /// Also return every float intermediate that holds a model value (see
+    /// [`plan::PlanTensor::origin`]) as a graph output, after the model's outputs: for
+    /// calibrating a quantization and comparing layers. Their [`plan::PlanIo::onnx_name`] is the
+    /// model value's name (a value may appear more than once, in NCHW and NHWC order).
+    pub observe: bool,
 }
 
 impl Default for LowerOptions {
@@ -47,6 +57,8 @@ impl Default for LowerOptions {
             backend: Backend::Htp,
             fp16: false,
             input_shapes: BTreeMap::new(),
+            quantized_io: false,
+            observe: false,
         }
     }
 }
@@ -76,7 +88,7 @@ pub fn lower(model: impl Into<LowerInput>, opts: &LowerOptions) -> Result<Plan, 
         LowerInput::Source(s) => Model::load(s)?,
     };
     let prepared = passes::prepare(&model, opts)?;
-    let (plan, mut errors) = lower_graph(&prepared, opts.backend);
+    let (plan, mut errors) = lower_graph(&prepared, opts.backend, opts.observe);
     match errors.len() {
         0 => plan,
         1 => Err(errors.pop().expect("len is 1")),
@@ -113,7 +125,7 @@ pub fn check(model: &Model, backend: Backend) -> Vec<Unsupported> {
 /// Like [`check`] with explicit options; model-level problems are errors.
 pub fn check_with(model: &Model, opts: &LowerOptions) -> Result<Vec<Unsupported>, LowerError> {
     let prepared = passes::prepare(model, opts)?;
-    let (_, errors) = lower_graph(&prepared, opts.backend);
+    let (_, errors) = lower_graph(&prepared, opts.backend, false);
     Ok(errors
         .iter()
         .flat_map(|e| e.to_unsupported("", ""))
@@ -123,6 +135,7 @@ pub fn check_with(model: &Model, opts: &LowerOptions) -> Result<Vec<Unsupported>
 fn lower_graph(
     p: &passes::Prepared,
     backend: Backend,
+    observe: bool,
 ) -> (Result<Plan, LowerError>, Vec<LowerError>) {
     let g = &p.graph;
     let table = match table::OpTable::get(backend) {
@@ -130,6 +143,14 @@ fn lower_graph(
         Err(e) => return (Err(e), vec![]),
     };
     let mut errors: Vec<LowerError> = Vec::new();
+    if backend != Backend::Htp && g.nodes.iter().any(|n| n.quantized) {
+        let e = LowerError::InvalidModel(format!(
+            "this model is quantized (QuantizeLinear/DequantizeLinear pairs); quantized graphs run \
+             on the HTP, not on {}: use the HTP, or a float model",
+            backend.label()
+        ));
+        return (Err(e), vec![]);
+    }
     let infer_errors: HashMap<&str, &LowerError> =
         p.node_errors.iter().map(|(n, e)| (n.as_str(), e)).collect();
     let mut cx = match ops::LowerCx::new(g, backend, &p.input_host_dtypes) {
@@ -137,7 +158,20 @@ fn lower_graph(
         Err(e) => return (Err(e), vec![]),
     };
     for node in &g.nodes {
-        if let Err(e) = table.check_node(node, g, backend) {
+        // The `qdq` pass's conversions are not model ops: no table lists them.
+        let internal = ops::quant::is_internal(&node.op_type);
+        // The `qdq` pass says better than the table why a QuantizeLinear or DequantizeLinear
+        // (a dynamic scale, an encoding QNN lacks) cannot be absorbed.
+        let qdq = matches!(node.op_type.as_str(), "QuantizeLinear" | "DequantizeLinear");
+        if let Some(e) = infer_errors.get(node.name.as_str()).filter(|_| qdq) {
+            errors.push(clone_err(e));
+            continue;
+        }
+        if let Err(e) = if internal {
+            Ok(())
+        } else {
+            table.check_node(node, g, backend)
+        } {
             errors.push(e);
             continue;
         }
@@ -175,7 +209,7 @@ fn lower_graph(
             }
         }
     }
-    (cx.finish(&p.output_host_dtypes), vec![])
+    (cx.finish(&p.output_host_dtypes, observe), vec![])
 }
 
 /// Why `node` reached lowering without a rule for `backend`.

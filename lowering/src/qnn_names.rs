@@ -12,6 +12,7 @@ pub mod op {
     pub const BATCHNORM: &str = "Batchnorm";
     pub const CAST: &str = "Cast";
     pub const CONCAT: &str = "Concat";
+    pub const CONVERT: &str = "Convert";
     pub const CONV_2D: &str = "Conv2d";
     pub const CUMULATIVE_SUM: &str = "CumulativeSum";
     pub const DEPTH_TO_SPACE: &str = "DepthToSpace";

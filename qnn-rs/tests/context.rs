@@ -8,7 +8,8 @@ use std::process::Command;
 
 use common::{context, htp, values};
 use qnn::{
-    Context, DType, HtpConfig, HtpContextConfig, HtpGraphConfig, Input, Node, Output, Precision,
+    Context, DType, ExpectedBinary, HtpConfig, HtpContextConfig, HtpDeviceConfig, HtpGraphConfig,
+    Input, Node, Output, Precision,
 };
 
 const K: usize = 16;
@@ -82,6 +83,11 @@ fn binary_info_describes_graphs_and_io() {
 /// Runs the ignored test `test` of this test binary in a child process with
 /// `QNNX_CHILD_BINARY` set to `path`; fails if the child fails, else returns what it printed.
 fn run_child(test: &str, path: &Path) -> String {
+    run_child_env(test, path, &[])
+}
+
+/// [`run_child`] with more environment variables.
+fn run_child_env(test: &str, path: &Path, env: &[(&str, &Path)]) -> String {
     let child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -91,6 +97,7 @@ fn run_child(test: &str, path: &Path) -> String {
             "--test-threads=1",
         ])
         .env("QNNX_CHILD_BINARY", path)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&child.stdout).into_owned();
@@ -349,4 +356,164 @@ fn child_loads_shared_binary() {
             println!("REFUSED {e}");
         }
     }
+}
+
+/// relu(x) for x [1, 4] on a backend configured for `soc`, as a context binary.
+fn relu_binary(soc: u32) -> Option<Vec<u8>> {
+    let (_b, _d, ctx) = common::context_with(HtpConfig {
+        device: HtpDeviceConfig {
+            soc_model: Some(soc),
+            arch: None,
+        },
+        ..HtpConfig::default()
+    })?;
+    let mut g = ctx.build_graph("relu").unwrap();
+    let x = g.input("x", DType::F32, &[1, 4]).unwrap();
+    let y = g.output("y", DType::F32, &[1, 4]).unwrap();
+    g.add_node(&Node::new("relu", "Relu").inputs(&[x]).outputs(&[y]))
+        .unwrap();
+    g.finalize().unwrap();
+    Some(ctx.to_binary().unwrap())
+}
+
+/// The x86_64 library loads a binary whatever SoC it was compiled for (docs/qnn-notes.md
+/// gotcha 12: a SoC 57 binary loads on a device configured for SoC 60), so the SoC is checked
+/// against the binary info when the caller names its target; so is the QNN build.
+#[test]
+fn a_binary_for_another_soc_is_refused_when_the_target_is_known() {
+    let Some(bytes) = relu_binary(57) else { return };
+    let (backend, device) = htp().unwrap();
+    assert!(
+        Context::from_binary(&backend, Some(&device), &bytes).is_ok(),
+        "the emulator loads it when nothing is expected"
+    );
+    let soc = |s| ExpectedBinary {
+        soc_model: Some(s),
+        build_id: None,
+    };
+    let err = Context::from_binary_expecting(&backend, Some(&device), &bytes, &soc(60))
+        .err()
+        .expect("accepted");
+    assert!(matches!(err, qnn::Error::InvalidArgument(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("is for SoC 57 (SM8650), the target is SoC 60 (SC8380XP)"),
+        "{err}"
+    );
+    Context::from_binary_expecting(&backend, Some(&device), &bytes, &soc(57)).unwrap();
+
+    let build = backend.build_id().unwrap();
+    let same = ExpectedBinary {
+        soc_model: Some(57),
+        build_id: Some(build.clone()),
+    };
+    Context::from_binary_expecting(&backend, Some(&device), &bytes, &same).unwrap();
+    let other = ExpectedBinary {
+        build_id: Some("v2.0.0.0".into()),
+        ..same
+    };
+    let path = temp_path("soc57.bin");
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Context::from_file_expecting(&backend, Some(&device), &path, &other)
+        .err()
+        .expect("accepted")
+        .to_string();
+    assert!(
+        err.contains("soc57.bin")
+            && err.contains(&format!("made by QNN {build}, expected QNN v2.0.0.0")),
+        "{err}"
+    );
+    std::fs::remove_file(&path).ok();
+}
+
+/// The folder of an older QNN release's libraries, for the cross-release test:
+/// `$QNNX_OLDER_QNN_LIB_DIR`, else `$QNNX_RUNTIME_DIR/releases/2.3.0/qnn` (QNN 2.47, from the
+/// onnxruntime-qnn 2.3.0 wheel) when it exists.
+fn older_release() -> Option<PathBuf> {
+    let dir = std::env::var_os("QNNX_OLDER_QNN_LIB_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("QNNX_RUNTIME_DIR")
+                .map(|r| PathBuf::from(r).join("releases").join("2.3.0").join("qnn"))
+        })
+        .filter(|d| d.join("libQnnHtp.so").is_file());
+    if dir.is_none() {
+        eprintln!(
+            "skipped: no older QNN release (set QNNX_OLDER_QNN_LIB_DIR to a folder with libQnnHtp.so and libQnnSystem.so)"
+        );
+    }
+    dir
+}
+
+/// Observed with the libraries of the onnxruntime-qnn wheels 2.3.0 to 2.7.0 (QNN 2.47 to 2.51):
+/// each loads and runs the binaries of its own and older releases, and refuses those of newer
+/// ones with 5000 ("Using newer context binary on old SDK"), after parsing them. The binary info
+/// gives the backend API version (5.47 to 5.51), so such a binary is refused before the older
+/// library sees it.
+#[test]
+fn binaries_cross_releases_only_forward() {
+    let Some(older) = older_release() else { return };
+    let Some((bytes, out)) = build_fc() else {
+        return;
+    };
+    let (backend, device) = htp().unwrap();
+    let path = temp_path("new-release.bin");
+    qnn::write_atomic(&path, &bytes).unwrap();
+    let stdout = run_child_env(
+        "child_loads_with_the_older_release",
+        &path,
+        &[("QNN_LIB_DIR", &older)],
+    );
+    let lib = stdout
+        .lines()
+        .find_map(|l| l.split_once("LIBRARY ").map(|s| s.1))
+        .expect("child printed its library");
+    if lib == backend.build_id().unwrap() {
+        eprintln!("skipped: {} is not an older release", older.display());
+        return;
+    }
+    assert!(stdout.contains("REFUSED"), "{stdout}");
+    assert!(stdout.contains("newer than this library"), "{stdout}");
+
+    // The other way: the older release's binary loads and runs here.
+    let old = temp_path("old-release.bin");
+    run_child_env(
+        "child_makes_a_binary_with_the_older_release",
+        &old,
+        &[("QNN_LIB_DIR", &older)],
+    );
+    let ctx = Context::from_file(&backend, Some(&device), &old).unwrap();
+    assert_eq!(ctx.binary_info().unwrap().build_id, lib);
+    let (x, _, _) = weights();
+    let mut got = vec![0f32; N];
+    ctx.graph("fc")
+        .unwrap()
+        .execute(&[Input::new(&x)], &mut [Output::new(&mut got)])
+        .unwrap();
+    assert_eq!(
+        got, out,
+        "the older release's binary computes what ours does"
+    );
+    std::fs::remove_file(&path).ok();
+    std::fs::remove_file(&old).ok();
+}
+
+#[test]
+#[ignore = "run by binaries_cross_releases_only_forward in a child process"]
+fn child_loads_with_the_older_release() {
+    let path = PathBuf::from(std::env::var_os("QNNX_CHILD_BINARY").expect("QNNX_CHILD_BINARY"));
+    let (backend, device) = htp().expect("HTP library");
+    println!("LIBRARY {}", backend.build_id().unwrap());
+    match Context::from_file(&backend, Some(&device), &path) {
+        Ok(_) => println!("LOADED"),
+        Err(e) => println!("REFUSED {e}"),
+    }
+}
+
+#[test]
+#[ignore = "run by binaries_cross_releases_only_forward in a child process"]
+fn child_makes_a_binary_with_the_older_release() {
+    let path = PathBuf::from(std::env::var_os("QNNX_CHILD_BINARY").expect("QNNX_CHILD_BINARY"));
+    let (bytes, _) = build_fc().expect("HTP library");
+    qnn::write_atomic(&path, &bytes).unwrap();
 }

@@ -39,6 +39,11 @@ pub struct BuildArgs {
     /// Static shape for an input with symbolic dims, as NAME=D,D,... (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS")]
     pub input_shapes: Vec<String>,
+    /// For a quantized (QDQ) model: pass the float inputs it quantizes first, and receive the
+    /// float outputs it dequantizes last, as their integers (uint8/uint16...) instead of
+    /// converting them in the graph.
+    #[arg(long)]
+    pub quantized_io: bool,
     /// Use the context-binary cache: load a binary compiled earlier for the same model, target
     /// and settings, or store the new one (see --cache-dir).
     #[arg(long)]
@@ -84,6 +89,98 @@ pub struct CheckArgs {
     /// QNN backend to check against: htp, gpu.
     #[arg(long, value_name = "NAME", default_value = "htp", value_parser = parse_backend)]
     pub backend: BackendKind,
+    /// List every tensor of the lowered graph with its dtype and, when quantized, its encoding
+    /// (a quantized model lists its I/O and a summary without this).
+    #[arg(long)]
+    pub tensors: bool,
+}
+
+/// The lowered plan's tensors for `check`: all with `all`, else a quantized plan's I/O and the
+/// nodes that compute in float; `None` for a float plan without `all`.
+fn plan_tensors(
+    model: &lowering::Model,
+    backend: BackendKind,
+    all: bool,
+) -> Option<(Value, String)> {
+    let mut opts = lowering::LowerOptions {
+        backend,
+        ..Default::default()
+    };
+    for (k, &v) in model.graph.inputs.iter().enumerate() {
+        if let Some(Some(dims)) = model.input_dims.get(k) {
+            let dims = dims.iter().map(|d| d.unwrap_or(1)).collect();
+            opts.input_shapes
+                .insert(model.graph.value(v).name.clone(), dims);
+        }
+    }
+    let plan = lowering::lower(model.clone(), &opts).ok()?;
+    let quantized = plan.tensors.iter().any(|t| t.quant.is_some());
+    if !quantized && !all {
+        return None;
+    }
+    use lowering::plan::TensorKind;
+    let mut rows = Vec::new();
+    let mut text = String::new();
+    let mut by_type: BTreeMap<String, usize> = BTreeMap::new();
+    for t in &plan.tensors {
+        let ty = qnnx_types::tensor_type_name(t.dtype, t.quant.is_some());
+        *by_type.entry(ty.clone()).or_default() += 1;
+        let kind = match t.kind {
+            TensorKind::Input => "input",
+            TensorKind::Output => "output",
+            TensorKind::Native => "native",
+            TensorKind::Static(_) => "static",
+        };
+        let enc = t.quant.as_ref().map(|q| q.to_string()).unwrap_or_default();
+        if all || matches!(t.kind, TensorKind::Input | TensorKind::Output) {
+            text += &format!("  {kind:<6} {:<32} {ty:<5} {:?} {enc}\n", t.name, t.shape);
+        }
+        rows.push(json!({
+            "name": t.name,
+            "kind": kind,
+            "dtype": ty,
+            "shape": t.shape,
+            "encoding": t.quant.as_ref().map(|q| json!({
+                "storage": q.storage.name(),
+                "axis": q.axis,
+                "scales": q.scales,
+                "offsets": q.offsets,
+            })),
+        }));
+    }
+    let float_nodes: Vec<&str> = {
+        let mut v: Vec<&str> = Vec::new();
+        for o in plan
+            .ops
+            .iter()
+            .filter(|o| !matches!(o.type_name, "Quantize" | "Dequantize"))
+        {
+            let float = o
+                .inputs
+                .iter()
+                .chain(&o.outputs)
+                .any(|&t| plan.tensors[t].dtype.is_float());
+            if quantized && float && !v.contains(&o.onnx_node.as_str()) {
+                v.push(&o.onnx_node);
+            }
+        }
+        v
+    };
+    let summary: Vec<String> = by_type.iter().map(|(t, n)| format!("{n} {t}")).collect();
+    let mut head = format!("tensors: {}\n", summary.join(", "));
+    if quantized {
+        head += &match float_nodes.len() {
+            0 => "every op runs on quantized tensors\n".to_string(),
+            n => format!(
+                "{n} node(s) compute in float (impossible on v68 SoCs): {}\n",
+                float_nodes.join(", ")
+            ),
+        };
+    }
+    Some((
+        json!({ "tensors": rows, "float_nodes": float_nodes, "quantized": quantized }),
+        head + &text,
+    ))
 }
 
 pub(crate) fn parse_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<usize>>, Failure> {
@@ -329,6 +426,8 @@ pub fn build(
         fp16: args.precision == Precision::Fp16,
         input_shapes,
         opt_level: args.opt_level,
+        quantized_io: args.quantized_io,
+        observe: false,
         base_dir: Some(file.dir.clone()),
     };
     let start = std::time::Instant::now();
@@ -497,6 +596,9 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
     }
     let supported_count = nodes.iter().filter(|n| n["supported"] == true).count();
     let ok = unsupported.is_empty();
+    let tensors = ok
+        .then(|| plan_tensors(&file.model, backend, args.tensors))
+        .flatten();
     let report = json!({
         "model": args.model,
         "backend": args.backend.name(),
@@ -506,6 +608,7 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
         "ops": ops.iter().map(|(op, (n, bad))| json!({ "op_type": op, "count": n, "unsupported": bad })).collect::<Vec<_>>(),
         "unsupported": unsupported_json(&unsupported),
         "nodes": nodes,
+        "plan": tensors.as_ref().map(|t| t.0.clone()),
     });
     emit(cli, &report, || {
         let name = args.backend.label();
@@ -525,6 +628,9 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
         }
         if ok {
             s += &format!("every node can run on {name}\n");
+            if let Some((_, t)) = &tensors {
+                s += t;
+            }
         } else {
             s += &format!("cannot run on {name}:\n");
             for u in &unsupported {

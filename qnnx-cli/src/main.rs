@@ -11,6 +11,7 @@ mod compile;
 mod compile_many;
 mod npy;
 mod progress;
+mod quantize;
 mod run;
 mod target;
 
@@ -70,6 +71,10 @@ enum Command {
     /// Run a context binary, or an ONNX model compiled in memory, with given or random inputs;
     /// write the outputs as .npy and report latency.
     Run(run::RunArgs),
+    /// Quantize a float ONNX model on calibration data into a standard QDQ ONNX model
+    /// (QuantizeLinear/DequantizeLinear pairs, integer weights) that compiles for every HTP,
+    /// v68 included.
+    Quantize(quantize::QuantizeArgs),
     /// List, clear or prune the context-binary cache.
     Cache {
         #[command(subcommand)]
@@ -149,6 +154,7 @@ fn main() -> ExitCode {
         Command::Check(args) => compile::check(&cli, args),
         Command::Inspect { model } => inspect(&cli, model),
         Command::Run(args) => run::run(&cli, args),
+        Command::Quantize(args) => quantize::quantize(&cli, args),
         Command::Cache { action } => cache::cache(&cli, action),
     };
     match result {
@@ -403,8 +409,55 @@ pub fn dtype_name(t: &qnn::TensorInfo) -> String {
     tensor_type_name(t.dtype, t.quantization.is_quantized())
 }
 
+/// A fixed-point tensor's encoding as `inspect` prints it (`scale=0.02 offset=-128`, or per
+/// axis `axis=3 x64 scale=0.001..0.02`), empty for float and plain integer tensors.
+pub fn encoding_text(q: &qnn::Quantization) -> String {
+    match q {
+        qnn::Quantization::None => String::new(),
+        qnn::Quantization::ScaleOffset { scale, offset } => {
+            format!("scale={scale} offset={offset}")
+        }
+        qnn::Quantization::PerAxis {
+            axis,
+            scale_offsets,
+        } => {
+            let (lo, hi) = scale_offsets
+                .iter()
+                .fold((f32::INFINITY, 0f32), |(l, h), &(s, _)| {
+                    (l.min(s), h.max(s))
+                });
+            format!("axis={axis} x{} scale={lo}..{hi}", scale_offsets.len())
+        }
+        qnn::Quantization::Unparsed { encoding } => format!("encoding {encoding} (not parsed)"),
+    }
+}
+
+fn encoding_json(q: &qnn::Quantization) -> Value {
+    match q {
+        qnn::Quantization::None => Value::Null,
+        qnn::Quantization::ScaleOffset { scale, offset } => {
+            json!({ "scale": scale, "offset": offset })
+        }
+        qnn::Quantization::PerAxis {
+            axis,
+            scale_offsets,
+        } => json!({
+            "axis": axis,
+            "scales": scale_offsets.iter().map(|p| p.0).collect::<Vec<_>>(),
+            "offsets": scale_offsets.iter().map(|p| p.1).collect::<Vec<_>>(),
+        }),
+        qnn::Quantization::Unparsed { encoding } => json!({ "encoding": encoding }),
+    }
+}
+
 pub fn tensor_json(t: &qnn::TensorInfo) -> Value {
-    json!({ "name": t.name, "dtype": dtype_name(t), "shape": t.dims, "id": t.id })
+    json!({
+        "name": t.name,
+        "dtype": dtype_name(t),
+        "shape": t.dims,
+        "id": t.id,
+        "encoding": encoding_json(&t.quantization),
+    })
 }
 
 fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
@@ -500,10 +553,11 @@ fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
             for (what, list) in [("input ", &g.inputs), ("output", &g.outputs)] {
                 for t in list {
                     s += &format!(
-                        "  {what} {:<24} {:<5} {:?}\n",
+                        "  {what} {:<24} {:<5} {:?} {}\n",
                         t.name,
                         dtype_name(t),
-                        t.dims
+                        t.dims,
+                        encoding_text(&t.quantization)
                     );
                 }
             }

@@ -315,14 +315,37 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
             "{e}\nhint: run `qnnx doctor` to see where QNN libraries are looked for"
         ))
     })?;
+    // A SoC named on the command line is the target the binary must be for: the emulator would
+    // run it anyway (docs/qnn-notes.md gotcha 12), and a device may not.
+    let named_soc = b.target.soc.is_some() || b.target.soc_model.is_some();
+    let expected = qnn::ExpectedBinary {
+        soc_model: target.soc_model.filter(|_| named_soc),
+        build_id: None,
+    };
+    let binary_soc = info.as_ref().and_then(|i| i.soc_model).filter(|&s| s != 0);
     let t = Instant::now();
-    let ctx = Context::from_binary(&rt.backend, Some(&rt.device), &bytes).map_err(|e| {
-        Failure::new(format!(
-            "{}: {e}\nhint: `qnnx inspect {}` says whether this is a context binary and for which SoC",
-            args.model.display(),
-            args.model.display()
-        ))
-    })?;
+    let ctx = Context::from_binary_expecting(&rt.backend, Some(&rt.device), &bytes, &expected)
+        .map_err(|e| {
+            let path = args.model.display();
+            match binary_soc {
+                Some(soc) if expected.soc_model.is_some_and(|want| want != soc) => {
+                    let name = qnn::soc::by_model(soc)
+                        .map(|s| format!("--soc {}", s.name))
+                        .unwrap_or_else(|| format!("--soc-model {soc}"));
+                    Failure::unsupported(
+                        format!(
+                            "{path}: {e}\nhint: compile the model again for the target, or run \
+                             the binary as what it was compiled for ({name}, the default)"
+                        ),
+                        None,
+                    )
+                }
+                _ => Failure::new(format!(
+                    "{path}: {e}\nhint: `qnnx inspect {path}` says whether this is a context \
+                     binary and for which SoC"
+                )),
+            }
+        })?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let names = ctx.graph_names();
     let name = match &args.graph {

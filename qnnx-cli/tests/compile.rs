@@ -361,6 +361,51 @@ fn binaries_for_other_socs_inspect_as_those_socs() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The emulator runs a binary whatever SoC it was compiled for (docs/qnn-notes.md gotcha 12):
+/// `run` checks the SoC given on the command line against the binary's own.
+#[test]
+fn run_refuses_a_binary_for_another_soc_than_given() {
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("run-soc");
+    let onnx = dir.join("relu.onnx");
+    std::fs::write(&onnx, relu_model().bytes()).unwrap();
+    let bin = dir.join("relu-sm8650.bin");
+    ok_json(&[
+        "compile",
+        s(&onnx),
+        "-o",
+        s(&bin),
+        "--soc",
+        "SM8650",
+        "--json",
+    ]);
+    for flags in [&["--soc", "SC8380XP"][..], &["--soc-model", "60"][..]] {
+        let mut args = vec!["run", s(&bin), "--runs", "1"];
+        args.extend_from_slice(flags);
+        let out = qnnx(&args);
+        assert_eq!(out.status.code(), Some(3), "{flags:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("is for SoC 57 (SM8650), the target is SoC 60 (SC8380XP)")
+                && err.contains("--soc SM8650"),
+            "{err}"
+        );
+    }
+    for flags in [
+        &["--soc", "SM8650"][..],
+        &["--soc-model", "57"][..],
+        &[][..],
+    ] {
+        let mut args = vec!["run", s(&bin), "--runs", "1", "--json"];
+        args.extend_from_slice(flags);
+        let v = ok_json(&args);
+        assert_eq!(v["prepare"]["soc_model"], 57, "{flags:?}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn float_models_are_refused_for_socs_without_fp16() {
     // Checked before QNN is asked: needs no library.
@@ -670,6 +715,69 @@ fn external_data_models_compile_without_the_cache() {
     );
     let v = ok_json(&["cache", "list", "--cache-dir", s(&cache), "--json"]);
     assert_eq!(v["entries"], serde_json::json!([]));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[cfg(unix)]
+#[test]
+fn check_refuses_a_fifo_as_external_data_promptly() {
+    // Lowering only: needs no QNN library. The old loader opened the FIFO for reading and
+    // waited for a writer forever.
+    use lowering::onnx;
+    let dir = temp_dir("fifo");
+    let fifo = dir.join("w.data");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.as_ref().is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mkfifo failed ({made:?})");
+        return;
+    }
+    let mut m = ModelBuilder::new(17)
+        .input("x", DType::F32, &[2, 4])
+        .node("Add", &["x", "w"], &["y"], &[])
+        .output("y");
+    let entry = |k: &str, v: &str| onnx::StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v.into()),
+    };
+    m.model
+        .graph
+        .as_mut()
+        .unwrap()
+        .initializer
+        .push(onnx::TensorProto {
+            name: Some("w".into()),
+            dims: vec![2, 4],
+            data_type: Some(DType::F32.to_onnx()),
+            data_location: Some(onnx::data_location::EXTERNAL),
+            external_data: vec![entry("location", "w.data"), entry("length", "32")],
+            ..Default::default()
+        });
+    let onnx_path = dir.join("add.onnx");
+    std::fs::write(&onnx_path, m.bytes()).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qnnx"))
+        .args(["check", s(&onnx_path)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("qnnx check blocked on the FIFO for 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("initializer 'w'")
+            && err.contains("is a FIFO, not a regular file")
+            && err.contains(s(&fifo)),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

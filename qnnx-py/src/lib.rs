@@ -192,7 +192,7 @@ fn warn_all(warnings: &[String]) {
 /// `cache_dir`, a binary compiled earlier for the same model, target and settings is loaded
 /// instead (no lowering, no finalize), and a new one is stored.
 #[pyfunction]
-#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None))]
+#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None, quantized_io = false))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
@@ -204,6 +204,7 @@ fn compile(
     opt_level: Option<u8>,
     name: &str,
     cache_dir: Option<&str>,
+    quantized_io: bool,
 ) -> PyResult<Compiled> {
     let t = target(device, soc_model, htp_arch)?;
     let cache = open_cache(py, cache_dir)?;
@@ -211,6 +212,7 @@ fn compile(
         name: name.to_string(),
         fp16,
         opt_level,
+        quantized_io,
         ..Default::default()
     };
     let compiled = py

@@ -15,6 +15,13 @@ fn is_fingerprint(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// The key an alias file's bytes name: 64 lowercase hex digits, surrounding whitespace allowed.
+/// The file is in the cache folder, so nothing about it is trusted; `scripts/fuzz` runs this
+/// (and [`Cache::get_alias`] on a file) on arbitrary bytes.
+pub fn parse_alias(bytes: &[u8]) -> Option<CacheKey> {
+    CacheKey::parse(std::str::from_utf8(bytes).ok()?.trim())
+}
+
 impl Cache {
     fn alias_dir(&self) -> PathBuf {
         self.dir().join("fx")
@@ -33,8 +40,7 @@ impl Cache {
             tracing::warn!("context-binary cache: not using alias {fingerprint}: {why}");
             return None;
         }
-        let text = std::fs::read_to_string(path).ok()?;
-        CacheKey::parse(text.trim())
+        parse_alias(&std::fs::read(path).ok()?)
     }
 
     /// Points alias `fingerprint` at `key`.
@@ -101,5 +107,24 @@ mod tests {
         assert_eq!(cache.remove_dangling_aliases(), 1);
         assert_eq!(cache.get_alias(&fp), None);
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn alias_text_is_a_key_or_nothing() {
+        let k = "ab".repeat(32);
+        assert_eq!(parse_alias(k.as_bytes()), CacheKey::parse(&k));
+        assert_eq!(
+            parse_alias(format!(" {k}\n").as_bytes()),
+            CacheKey::parse(&k)
+        );
+        for bad in [
+            &b""[..],
+            &b"\xff\xfe"[..],
+            k.to_uppercase().as_bytes(),
+            &k.as_bytes()[..63],
+            format!("{k}0").as_bytes(),
+        ] {
+            assert_eq!(parse_alias(bad), None, "{bad:?}");
+        }
     }
 }

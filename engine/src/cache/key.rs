@@ -44,13 +44,19 @@ pub fn model_key(backend: &qnn::Backend, onnx: &[u8], opts: &CompileOptions) -> 
 
 /// The key of `onnx` compiled for `target` with `opts`: the model bytes, the backend, the SoC
 /// and arch, the QNN build id, and the settings `graph_name`, `fp16`, `opt_level` (and
-/// `input_shapes` when given).
+/// `input_shapes`, `quantized_io` and `observe` when given).
 pub fn model_key_for(target: &KeyTarget, onnx: &[u8], opts: &CompileOptions) -> CacheKey {
     let mut b = target_key(target, opts.fp16, opts.opt_level)
         .model(onnx)
         .setting("graph_name", &opts.name);
     if !opts.input_shapes.is_empty() {
         b = b.setting("input_shapes", &shapes_setting(&opts.input_shapes));
+    }
+    if opts.quantized_io {
+        b = b.setting("quantized_io", "true");
+    }
+    if opts.observe {
+        b = b.setting("observe", "true");
     }
     b.build()
 }
@@ -162,9 +168,16 @@ mod tests {
                 fp16,
                 input_shapes: input_shapes.clone(),
                 opt_level,
+                quantized_io: false,
+                observe: false,
                 base_dir: None,
             };
             assert_eq!(model_key_for(&target, onnx, &opts).as_str(), single);
+            let raw = CompileOptions {
+                quantized_io: true,
+                ..opts.clone()
+            };
+            assert_ne!(model_key_for(&target, onnx, &raw).as_str(), single);
             let specs = [
                 GraphSpec {
                     name: "prefill".into(),

@@ -420,6 +420,26 @@ pub struct EntryMeta {
     pub extra: BTreeMap<String, String>,
 }
 
+impl EntryMeta {
+    /// Parses the text of a `.json` and checks what can be checked without the binary: this
+    /// [`FORMAT`] and the entry's `key`. `Err` says what is wrong. The text is a file in the
+    /// cache folder, so nothing about it is trusted; `scripts/fuzz` runs it on arbitrary bytes.
+    pub fn parse(text: &[u8], key: &CacheKey) -> Result<EntryMeta, String> {
+        let meta: EntryMeta =
+            serde_json::from_slice(text).map_err(|e| format!("metadata does not parse: {e}"))?;
+        if meta.format != FORMAT {
+            return Err(format!(
+                "metadata format {} (this build reads {FORMAT})",
+                meta.format
+            ));
+        }
+        if meta.key != key.as_str() {
+            return Err(format!("metadata is for another key ({})", meta.key));
+        }
+        Ok(meta)
+    }
+}
+
 /// A valid cache entry, returned by [`Cache::get`] and [`Cache::put`].
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -438,11 +458,21 @@ impl Entry {
         &self.path
     }
 
-    /// Memory-maps the binary and creates a context from it ([`Context::from_file`], which checks
-    /// the binary info through QnnSystem first). If QNN rejects the binary, call
+    /// Memory-maps the binary and creates a context from it ([`Context::from_file_expecting`]):
+    /// the binary info is read through QnnSystem first and must say what the entry's key says,
+    /// that the binary was made by `backend`'s QNN build for the SoC `backend` is configured
+    /// for. [`Cache::get`] has checked the sha256 against the metadata, but metadata and binary
+    /// could have been planted together. If a check or QNN rejects the binary, call
     /// [`Cache::invalidate`] and compile again.
     pub fn load(&self, backend: &Backend, device: Option<&Device>) -> qnn::Result<Context> {
-        Context::from_file(backend, device, &self.path)
+        let expected = qnn::ExpectedBinary {
+            soc_model: match backend.config() {
+                qnn::BackendConfig::Htp(c) => c.device.soc_model,
+                qnn::BackendConfig::Gpu(_) | qnn::BackendConfig::Cpu => None,
+            },
+            build_id: Some(backend.build_id()?),
+        };
+        Context::from_file_expecting(backend, device, &self.path, &expected)
     }
 }
 
@@ -586,22 +616,10 @@ impl Cache {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Check::Absent),
             Err(e) => return Err(CacheError::new("read", &meta_path)(e)),
         };
-        let meta: EntryMeta = match serde_json::from_slice(&text) {
+        let meta = match EntryMeta::parse(&text, key) {
             Ok(m) => m,
-            Err(e) => return Ok(Check::Bad(format!("metadata does not parse: {e}"))),
+            Err(problem) => return Ok(Check::Bad(problem)),
         };
-        if meta.format != FORMAT {
-            return Ok(Check::Bad(format!(
-                "metadata format {} (this build reads {FORMAT})",
-                meta.format
-            )));
-        }
-        if meta.key != key.as_str() {
-            return Ok(Check::Bad(format!(
-                "metadata is for another key ({})",
-                meta.key
-            )));
-        }
         let bin_path = self.bin_path(key);
         let mut file = match File::open(&bin_path) {
             Ok(f) => f,

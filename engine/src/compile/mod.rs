@@ -30,6 +30,10 @@ pub struct CompileOptions {
     /// HTP finalize optimization level 1 to 3 ([`qnn::HtpGraphConfig::opt_level`]); an HTP
     /// setting, refused for other backends.
     pub opt_level: Option<u8>,
+    /// [`LowerOptions::quantized_io`]: a quantized model's float I/O passed as its integers.
+    pub quantized_io: bool,
+    /// [`LowerOptions::observe`]: intermediates holding model values are outputs too.
+    pub observe: bool,
     /// Where external data files are read from. Without it a model with external data is
     /// rejected; with it such a model is never cached (the key covers the ONNX bytes only).
     pub base_dir: Option<PathBuf>,
@@ -79,7 +83,7 @@ fn ms_since(start: Instant) -> f64 {
 fn load_entry<T>(
     cache: &Cache,
     key: &CacheKey,
-    bind: impl FnOnce(&Entry) -> Option<T>,
+    bind: impl FnOnce(&Entry) -> std::result::Result<T, String>,
 ) -> std::result::Result<Option<(T, f64)>, String> {
     let entry = match cache.get(key) {
         Ok(Some(e)) => e,
@@ -88,11 +92,11 @@ fn load_entry<T>(
     };
     let t = Instant::now();
     match bind(&entry) {
-        Some(loaded) => Ok(Some((loaded, ms_since(t)))),
-        None => {
+        Ok(loaded) => Ok(Some((loaded, ms_since(t)))),
+        Err(why) => {
             let _ = cache.invalidate(key);
             Err(format!(
-                "cache entry {key} could not be loaded; rebuilding it"
+                "cache entry {key} could not be loaded ({why}); rebuilding it"
             ))
         }
     }
@@ -143,12 +147,16 @@ fn lower_timed(
     base_dir: Option<&Path>,
     fp16: bool,
     input_shapes: &BTreeMap<String, Vec<usize>>,
+    quantized_io: bool,
+    observe: bool,
 ) -> Result<(Plan, f64)> {
     let start = Instant::now();
     let lower_opts = LowerOptions {
         backend,
         fp16,
         input_shapes: input_shapes.clone(),
+        quantized_io,
+        observe,
     };
     // Parsed from the caller's bytes: copying them first cost 30 ms for resnet18's 46 MB.
     let model = lowering::Model::from_bytes(onnx, base_dir)?;
@@ -174,10 +182,18 @@ pub fn load_cached(
     name: &str,
 ) -> std::result::Result<Option<Compiled>, String> {
     let loaded = load_entry(cache, key, |entry| {
-        let io = entry.meta().extra.get("io")?;
-        let context = entry.load(&runtime.backend, Some(&runtime.device)).ok()?;
-        let graph = context.graph(name).ok()?;
-        Some((Emitted::from_io_binding(graph, io)?, context))
+        let io = entry
+            .meta()
+            .extra
+            .get("io")
+            .ok_or("its metadata has no I/O binding")?;
+        let context = entry
+            .load(&runtime.backend, Some(&runtime.device))
+            .map_err(|e| e.to_string())?;
+        let graph = context.graph(name).map_err(|e| e.to_string())?;
+        let emitted =
+            Emitted::from_io_binding(graph, io).ok_or("its I/O binding does not fit the graph")?;
+        Ok((emitted, context))
     })?;
     Ok(loaded.map(|((emitted, context), load_ms)| Compiled {
         emitted,
@@ -218,12 +234,16 @@ pub fn compile_with_progress(
     // need not even be present to say so).
     let lowered = if target.lacks_float() {
         progress(Stage::Lower);
+        // No float path, so no fp16 either: the float tensors left are a quantized model's
+        // boundary conversions.
         let l = lower_timed(
             target.backend,
             onnx,
             opts.base_dir.as_deref(),
-            opts.fp16,
+            false,
             &opts.input_shapes,
+            opts.quantized_io,
+            opts.observe,
         )?;
         target.check_plan(&l.0)?;
         Some(l)
@@ -279,6 +299,8 @@ fn compile_lowered(
                 opts.base_dir.as_deref(),
                 opts.fp16,
                 &opts.input_shapes,
+                opts.quantized_io,
+                opts.observe,
             )?
         }
     };

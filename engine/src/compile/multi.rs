@@ -241,10 +241,17 @@ fn load_cached_multi(
 ) -> std::result::Result<Option<MultiCompiled>, String> {
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     let loaded = load_entry(cache, key, |entry| {
-        let io = entry.meta().extra.get("io_graphs")?;
-        let context = entry.load(&runtime.backend, Some(&runtime.device)).ok()?;
-        let graphs = bind_graphs(&context, &names, io)?;
-        Some((context, graphs))
+        let io = entry
+            .meta()
+            .extra
+            .get("io_graphs")
+            .ok_or("its metadata has no I/O binding")?;
+        let context = entry
+            .load(&runtime.backend, Some(&runtime.device))
+            .map_err(|e| e.to_string())?;
+        let graphs =
+            bind_graphs(&context, &names, io).ok_or("its I/O binding does not fit the graphs")?;
+        Ok((context, graphs))
     })?;
     Ok(loaded.map(|((context, graphs), load_ms)| MultiCompiled {
         weight_sharing: context
@@ -296,8 +303,10 @@ pub fn compile_multi_with_progress(
                 target.backend,
                 s.onnx,
                 s.base_dir.as_deref(),
-                opts.fp16,
+                opts.fp16 && !target.lacks_float(),
                 &s.input_shapes,
+                false,
+                false,
             )
             .map_err(of(&s.name))?;
             target.check_plan(&plan).map_err(of(&s.name))?;
@@ -341,6 +350,8 @@ pub fn compile_multi_with_progress(
             s.base_dir.as_deref(),
             opts.fp16,
             &s.input_shapes,
+            false,
+            false,
         );
         let lowered = lowered.map_err(of(&s.name))?;
         target.check_plan(&lowered.0).map_err(of(&s.name))?;

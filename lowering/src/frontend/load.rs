@@ -141,15 +141,32 @@ fn normalize_domain(d: &str) -> String {
     }
 }
 
+/// Reads external data files for one model. A location is a file under the model's folder
+/// (`base`) after every symlink is resolved, a regular file, and the range is inside it; all
+/// three are checked before the file is opened, and the opened file is checked to be the one
+/// that was examined, so a FIFO, a device or a link planted in place of a weights file is
+/// refused instead of blocking the loader or being read as weights (which a MatMul with chosen
+/// inputs would then copy to its output).
 struct ExternalData {
     base: Option<PathBuf>,
-    files: HashMap<PathBuf, File>,
+    /// `base` canonicalised, on first use.
+    root: Option<PathBuf>,
+    /// Open files by canonical path, with their size when checked.
+    files: HashMap<PathBuf, (File, u64)>,
 }
 
 impl ExternalData {
     fn new(base: Option<&Path>) -> Self {
         ExternalData {
-            base: base.map(Path::to_path_buf),
+            // `Path::parent` of a bare file name is "", which names no folder to canonicalise.
+            base: base.map(|b| {
+                if b.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    b.to_path_buf()
+                }
+            }),
+            root: None,
             files: HashMap::new(),
         }
     }
@@ -198,28 +215,124 @@ impl ExternalData {
                 "external data length {length} does not match the {want} bytes the shape needs"
             ));
         }
-        if !self.files.contains_key(&path) {
-            let f =
-                File::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-            self.files.insert(path.clone(), f);
-        }
-        let f = self.files.get_mut(&path).expect("inserted above");
-        let size = f
-            .metadata()
-            .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
-            .len();
-        if offset.checked_add(length).map_or(true, |end| end > size) {
-            return Err(format!(
-                "external data {}[{offset}..+{length}] runs past the end of the file ({size} bytes)",
+        let root = match &self.root {
+            Some(r) => r.clone(),
+            None => {
+                let r = std::fs::canonicalize(base).map_err(|e| {
+                    format!("cannot resolve the model's folder {}: {e}", base.display())
+                })?;
+                self.root.insert(r).clone()
+            }
+        };
+        // Resolves every symlink, of the file and of the folders on the way, without opening
+        // anything.
+        let real = std::fs::canonicalize(&path).map_err(|e| {
+            format!(
+                "external data '{location}': cannot resolve {}: {e}",
                 path.display()
+            )
+        })?;
+        if !real.starts_with(&root) {
+            return Err(format!(
+                "external data '{location}' ({}) resolves to {}, outside the model's folder {}",
+                path.display(),
+                real.display(),
+                root.display()
             ));
         }
+        let in_range = |size: u64| {
+            if offset.checked_add(length).map_or(true, |end| end > size) {
+                return Err(format!(
+                    "external data '{location}' bytes {offset}..+{length} are outside the file {} ({size} bytes)",
+                    real.display()
+                ));
+            }
+            Ok(())
+        };
+        match self.files.get(&real) {
+            Some(&(_, size)) => in_range(size)?,
+            None => {
+                let md = std::fs::metadata(&real)
+                    .map_err(|e| format!("cannot stat {}: {e}", real.display()))?;
+                if !md.is_file() {
+                    return Err(format!(
+                        "external data '{location}' ({}) is {}, not a regular file",
+                        real.display(),
+                        file_kind(&md)
+                    ));
+                }
+                in_range(md.len())?;
+                let f = open_examined(&real, &md)
+                    .map_err(|e| format!("external data '{location}' ({}): {e}", real.display()))?;
+                self.files.insert(real.clone(), (f, md.len()));
+            }
+        }
+        let (f, _) = self.files.get_mut(&real).expect("inserted above");
         let mut buf = vec![0u8; want];
         f.seek(SeekFrom::Start(offset))
             .and_then(|_| f.read_exact(&mut buf))
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            .map_err(|e| format!("cannot read {}: {e}", real.display()))?;
         Ok(buf)
     }
+}
+
+/// What a file that is not a regular file is, for error messages.
+fn file_kind(md: &std::fs::Metadata) -> &'static str {
+    let t = md.file_type();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a special file"
+    }
+}
+
+/// Opens the regular file `path` that `examined` describes and checks that what was opened is
+/// that file. Non-blocking, so that a FIFO swapped in after the check cannot stall the open;
+/// then the device and inode must match, so a file swapped in (a link to another file, a FIFO, a
+/// device) is refused rather than read.
+#[cfg(unix)]
+fn open_examined(path: &Path, examined: &std::fs::Metadata) -> std::result::Result<File, String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let opened = f.metadata().map_err(|e| format!("cannot stat: {e}"))?;
+    if !opened.is_file() || opened.dev() != examined.dev() || opened.ino() != examined.ino() {
+        return Err("the file changed between its check and its opening; not reading it".into());
+    }
+    Ok(f)
+}
+
+/// Windows has no FIFOs or device nodes in folders; the file opened must still be a regular
+/// file (its identity is not compared: that needs unstable APIs or unsafe code).
+#[cfg(not(unix))]
+fn open_examined(path: &Path, _examined: &std::fs::Metadata) -> std::result::Result<File, String> {
+    let f = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let opened = f.metadata().map_err(|e| format!("cannot stat: {e}"))?;
+    if !opened.is_file() {
+        return Err(format!("is {}, not a regular file", file_kind(&opened)));
+    }
+    Ok(f)
 }
 
 fn dims_of(dims: &[i64]) -> std::result::Result<Vec<usize>, String> {
@@ -464,6 +577,8 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
             )));
         }
         let name = v.name.clone();
+        let mut v = v;
+        v.origin = Some(crate::ir::Origin::of(&name));
         let id = g.push_value_raw(v);
         ids.insert(name, id);
         Ok(id)
@@ -474,6 +589,8 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
         shape: t.shape.clone(),
         known: true,
         konst: Some(t),
+        quant: None,
+        origin: None,
     };
 
     let mut inits: Vec<(String, Tensor)> = Vec::new();
@@ -484,8 +601,13 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
         inits.push((name, tensor));
     }
     for s in &gp.sparse_initializer {
-        let (name, t) =
-            sparse_to_dense(s, ext).map_err(|e| invalid(format!("sparse initializer: {e}")))?;
+        let values_name = s.values.as_ref().and_then(|v| v.name.as_deref());
+        let (name, t) = sparse_to_dense(s, ext).map_err(|e| {
+            invalid(format!(
+                "sparse initializer '{}': {e}",
+                values_name.unwrap_or_default()
+            ))
+        })?;
         inits.push((name, t));
     }
     let init_names: std::collections::HashSet<&str> =
@@ -512,6 +634,8 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
                 shape,
                 known,
                 konst: None,
+                quant: None,
+                origin: None,
             },
         )?;
         g.inputs.push(id);
@@ -542,7 +666,19 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
             })?;
             attrs.insert(an, v);
         }
-        let domain = normalize_domain(np.domain.as_deref().unwrap_or(""));
+        let mut domain = normalize_domain(np.domain.as_deref().unwrap_or(""));
+        // ONNX Runtime's contrib QuantizeLinear/DequantizeLinear carry 16-bit types before
+        // opset 21 with the standard ops' semantics.
+        if domain == "com.microsoft"
+            && matches!(op_type.as_str(), "QuantizeLinear" | "DequantizeLinear")
+        {
+            domain = String::new();
+        }
+        if crate::ops::quant::is_internal(&op_type) {
+            return Err(invalid(format!(
+                "Node \"{name}\" has op type {op_type}, which is reserved for qnnx's own conversions"
+            )));
+        }
         if op_type == "Constant" && domain.is_empty() {
             let t = constant_value(&name, &attrs)?;
             let out = np
@@ -567,6 +703,8 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
                         shape: vec![],
                         known: false,
                         konst: None,
+                        quant: None,
+                        origin: None,
                     },
                 )?;
                 outputs.push(Some(id));
@@ -1024,13 +1162,187 @@ mod tests {
         assert_eq!(model.graph.konst(w).unwrap().to_f64(), vec![1.5, -2.0]);
 
         let e = Model::from_proto(&external_model("w.bin", 20, 8), Some(&dir)).unwrap_err();
-        assert!(e.to_string().contains("runs past the end"), "{e}");
+        assert!(e.to_string().contains("outside the file"), "{e}");
         let e = Model::from_proto(&external_model("w.bin", 0, 4), Some(&dir)).unwrap_err();
         assert!(e.to_string().contains("does not match"), "{e}");
         let e = Model::from_proto(&external_model("../w.bin", 0, 8), Some(&dir)).unwrap_err();
         assert!(e.to_string().contains("must be a relative path"), "{e}");
         let e = Model::from_proto(&external_model("w.bin", 0, 8), None).unwrap_err();
         assert!(e.to_string().contains("without a base directory"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A fresh folder holding `m.onnx`, whose initializer "w" (2 f32) reads `location` from
+    /// byte `offset` on; returns the folder and the model's path.
+    fn external_dir(case: &str, location: &str, offset: u64) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("qnnx-ext-{case}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let model = dir.join("m.onnx");
+        let m = external_model(location, offset, 8);
+        std::fs::write(&model, prost::Message::encode_to_vec(&m)).unwrap();
+        (dir, model)
+    }
+
+    /// Loads `model` on another thread: a load that blocks (on a FIFO, say) fails the test
+    /// after 20 s instead of hanging it.
+    fn load_err(model: &Path) -> String {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = model.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(Model::load(path).map(|_| ()).map_err(|e| e.to_string()));
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(Ok(())) => panic!("{} loaded", model.display()),
+            Ok(Err(e)) => e,
+            Err(_) => panic!("loading {} blocked for 20 s", model.display()),
+        }
+    }
+
+    #[cfg(unix)]
+    fn outside_secret(case: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("qnnx-secret-{case}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("secret"), b"password").unwrap();
+        dir
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn external_data_symlink_to_a_file_outside_is_refused() {
+        let secret = outside_secret("link");
+        let (dir, model) = external_dir("link", "w.bin", 0);
+        std::os::unix::fs::symlink(secret.join("secret"), dir.join("w.bin")).unwrap();
+        let e = load_err(&model);
+        assert!(e.contains("initializer 'w'"), "{e}");
+        assert!(e.contains("outside the model's folder"), "{e}");
+        assert!(
+            e.contains("w.bin") && e.contains(&secret.display().to_string()),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&secret).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn external_data_through_a_symlinked_folder_outside_is_refused() {
+        let secret = outside_secret("dirlink");
+        let (dir, model) = external_dir("dirlink", "sub/secret", 0);
+        std::os::unix::fs::symlink(&secret, dir.join("sub")).unwrap();
+        let e = load_err(&model);
+        assert!(e.contains("initializer 'w'"), "{e}");
+        assert!(e.contains("outside the model's folder"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&secret).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn external_data_symlink_inside_the_model_folder_is_read() {
+        let (dir, model) = external_dir("inside", "w.bin", 0);
+        std::fs::create_dir(dir.join("weights")).unwrap();
+        let data = [1.5f32.to_le_bytes(), (-2.0f32).to_le_bytes()].concat();
+        std::fs::write(dir.join("weights/real.bin"), data).unwrap();
+        std::os::unix::fs::symlink("weights/real.bin", dir.join("w.bin")).unwrap();
+        let m = Model::load(&*model).unwrap();
+        let w = m.graph.name_map()["w"];
+        assert_eq!(m.graph.konst(w).unwrap().to_f64(), vec![1.5, -2.0]);
+        // The model folder itself reached through a symlink: still inside.
+        let link = dir.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(Model::load(link.join("m.onnx")).is_ok());
+        std::fs::remove_file(&link).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn external_data_fifo_is_refused_without_blocking() {
+        let (dir, model) = external_dir("fifo", "w.bin", 0);
+        let fifo = dir.join("w.bin");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.as_ref().is_ok_and(|s| s.success()) {
+            eprintln!("skipped: mkfifo failed ({made:?})");
+            return;
+        }
+        let e = load_err(&model);
+        assert!(e.contains("initializer 'w'"), "{e}");
+        assert!(e.contains("is a FIFO, not a regular file"), "{e}");
+        assert!(e.contains(&fifo.display().to_string()), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn external_data_device_file_is_refused() {
+        let (dir, model) = external_dir("dev", "w.bin", 0);
+        // A /dev/zero (character device 1:5) inside the model folder; needs root or CAP_MKNOD.
+        let made = std::process::Command::new("mknod")
+            .arg(dir.join("w.bin"))
+            .args(["c", "1", "5"])
+            .output();
+        if !made.as_ref().is_ok_and(|o| o.status.success()) {
+            eprintln!("skipped: mknod failed (not root?): {made:?}");
+            std::fs::remove_dir_all(&dir).unwrap();
+            return;
+        }
+        let e = load_err(&model);
+        assert!(e.contains("initializer 'w'"), "{e}");
+        assert!(
+            e.contains("is a character device, not a regular file"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn external_data_directory_is_refused() {
+        let (dir, model) = external_dir("dir", "w.bin", 0);
+        std::fs::create_dir(dir.join("w.bin")).unwrap();
+        let e = load_err(&model);
+        assert!(e.contains("initializer 'w'"), "{e}");
+        assert!(e.contains("is a directory, not a regular file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn external_data_range_outside_the_file_is_refused() {
+        for (offset, case) in [(20, "end"), (64, "offset"), (u64::MAX - 2, "wrap")] {
+            let (dir, model) = external_dir(&format!("range-{case}"), "w.bin", offset);
+            std::fs::write(dir.join("w.bin"), [0u8; 24]).unwrap();
+            let e = load_err(&model);
+            assert!(e.contains("initializer 'w'"), "{e}");
+            assert!(
+                e.contains(&format!("external data 'w.bin' bytes {offset}..+8"))
+                    && e.contains("outside the file")
+                    && e.contains("(24 bytes)"),
+                "{e}"
+            );
+            assert!(e.contains(&dir.join("w.bin").display().to_string()), "{e}");
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
+    #[test]
+    fn external_data_file_swapped_after_its_check_is_not_read() {
+        let (dir, _) = external_dir("swap", "w.bin", 0);
+        let (a, b) = (dir.join("a.bin"), dir.join("b.bin"));
+        std::fs::write(&a, [0u8; 8]).unwrap();
+        std::fs::write(&b, [0u8; 8]).unwrap();
+        // What `read` examined was b; what is at the path when it opens is a.
+        let examined = std::fs::metadata(&b).unwrap();
+        let r = open_examined(&a, &examined);
+        if cfg!(unix) {
+            let e = r.unwrap_err();
+            assert!(
+                e.contains("changed between its check and its opening"),
+                "{e}"
+            );
+        }
+        assert!(open_examined(&a, &std::fs::metadata(&a).unwrap()).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

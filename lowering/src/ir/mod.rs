@@ -4,6 +4,7 @@
 
 pub mod attr;
 pub mod builder;
+pub mod quant;
 pub mod shape;
 pub mod tensor;
 
@@ -13,6 +14,7 @@ use std::fmt::Write as _;
 use crate::dtype::DType;
 use crate::error::{invalid, Result};
 use crate::ir::tensor::Tensor;
+use qnnx_types::Encoding;
 
 pub type ValueId = usize;
 pub type NodeId = usize;
@@ -26,6 +28,46 @@ pub struct Value {
     /// of a node whose shape could not be inferred.
     pub known: bool,
     pub konst: Option<Tensor>,
+    /// Stored fixed-point with this encoding (set by the `qdq` pass from the model's
+    /// QuantizeLinear/DequantizeLinear nodes, or derived for constants). `dtype` stays the
+    /// value's real (float) type and `konst` its real values: the IR keeps float semantics, and
+    /// the plan stores the integers.
+    pub quant: Option<Encoding>,
+    /// The model value whose elements this value holds, if any (see [`Origin`]).
+    pub origin: Option<Origin>,
+}
+
+/// Which ONNX value a value holds the elements of, and in which order: the loader's values are
+/// their own origin; the layout pass's NHWC copies hold their NCHW value permuted. Calibration
+/// and per-layer comparisons find a model value in a plan through it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub name: String,
+    /// This value is the ONNX value transposed by `perm` (dim `i` is the ONNX value's dim
+    /// `perm[i]`); `None` for the same order.
+    pub perm: Option<Vec<usize>>,
+}
+
+impl Origin {
+    pub fn of(name: &str) -> Origin {
+        Origin {
+            name: name.to_string(),
+            perm: None,
+        }
+    }
+
+    /// The origin of this value transposed by `perm`.
+    pub fn permuted(&self, perm: &[usize]) -> Origin {
+        let composed: Vec<usize> = match &self.perm {
+            None => perm.to_vec(),
+            Some(p) => perm.iter().map(|&i| p[i]).collect(),
+        };
+        let identity = composed.iter().enumerate().all(|(i, &p)| i == p);
+        Origin {
+            name: self.name.clone(),
+            perm: (!identity).then_some(composed),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -67,6 +109,9 @@ pub struct Node {
     pub attrs: BTreeMap<String, Attr>,
     /// Set by the layout pass on conv-family nodes: their 4-D data inputs and outputs are NHWC.
     pub nhwc: bool,
+    /// Set by the `qdq` pass: the node runs on quantized tensors (its float inputs and outputs
+    /// carry encodings; constants without one get a derived one).
+    pub quantized: bool,
 }
 
 impl Node {
@@ -79,6 +124,7 @@ impl Node {
             outputs: vec![],
             attrs: BTreeMap::new(),
             nhwc: false,
+            quantized: false,
         }
     }
 
@@ -104,6 +150,9 @@ pub struct Graph {
     pub outputs: Vec<ValueId>,
     /// Opset version per domain (`""` is the default ONNX domain).
     pub opsets: BTreeMap<String, i64>,
+    /// Graph outputs the caller receives as integers (a QDQ model's raw quantized outputs, set
+    /// by the `qdq` pass); any other quantized output is dequantized in the graph.
+    pub quantized_outputs: Vec<ValueId>,
     names: HashSet<String>,
     node_names: HashSet<String>,
 }
@@ -136,6 +185,8 @@ impl Graph {
             shape: vec![],
             known: false,
             konst: None,
+            quant: None,
+            origin: None,
         });
         self.values.len() - 1
     }
@@ -255,6 +306,10 @@ impl Graph {
                 if *o == inp {
                     *o = out;
                 }
+            }
+            // The producer now writes `out`: it is stored as `inp` was.
+            if self.values[out].quant.is_none() {
+                self.values[out].quant = self.values[inp].quant.clone();
             }
         } else {
             self.replace_uses(out, inp);

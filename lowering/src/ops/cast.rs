@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, LowerCx, OpDef};
 use crate::qnn_names::op;
 
@@ -16,6 +17,7 @@ pub const CAST: OpDef = OpDef {
     fold: Some(Fold::Values(fold_cast)),
     expand: None,
     lower: Some(cast),
+    quant: Quant::Float,
 };
 
 pub const CAST_LIKE: OpDef = OpDef {
@@ -24,6 +26,7 @@ pub const CAST_LIKE: OpDef = OpDef {
     fold: Some(Fold::Values(fold_cast)),
     expand: None,
     lower: Some(cast),
+    quant: Quant::Float,
 };
 
 fn infer_cast(x: &In) -> Result<Vec<Out>> {

@@ -5,11 +5,13 @@ use std::collections::HashSet;
 
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ir::quant::{derive_per_tensor, quantize_tensor};
 use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node, ValueId};
 use crate::plan::{storable, Param, Plan, PlanIo, PlanOp, PlanTensor, TensorId, TensorKind};
 use crate::qnn_names::op;
 use crate::Backend;
+use qnnx_types::Encoding;
 
 /// State shared by the rules while one graph is lowered.
 pub struct LowerCx<'g> {
@@ -63,13 +65,19 @@ impl<'g> LowerCx<'g> {
                     val.name, val.dtype
                 ))
             })?;
+            let (dtype, quant) = match &val.quant {
+                Some(q) => (q.storage, Some(q.clone())),
+                None => (dtype, None),
+            };
             let id = cx.push_tensor(
                 &val.name.clone(),
                 dtype,
                 &val.shape.clone(),
                 TensorKind::Input,
+                quant,
             );
             cx.tensor_of[v] = Some(id);
+            cx.plan.tensors[id].origin = val.origin.clone();
             cx.plan.inputs.push(PlanIo {
                 tensor: id,
                 onnx_name: val.name.clone(),
@@ -86,6 +94,7 @@ impl<'g> LowerCx<'g> {
         dtype: DType,
         shape: &[usize],
         kind: TensorKind,
+        quant: Option<Encoding>,
     ) -> TensorId {
         let name = fresh(&mut self.names, hint);
         self.plan.tensors.push(PlanTensor {
@@ -93,6 +102,8 @@ impl<'g> LowerCx<'g> {
             dtype,
             shape: plan_shape(shape),
             kind,
+            quant,
+            origin: None,
         });
         self.plan.tensors.len() - 1
     }
@@ -104,7 +115,17 @@ impl<'g> LowerCx<'g> {
         }
         let val = self.g.value(v);
         let id = if let Some(t) = &val.konst {
-            self.static_tensor(node, &val.name.clone(), t)?
+            if val.quant.is_none() && node.quantized && t.dtype.is_float() {
+                // A constant of a quantized op the model gave no encoding (an Add's operand, a
+                // PRelu slope): derived for this use, so it is not cached for other nodes.
+                return self.static_tensor(node, &val.name.clone(), t);
+            }
+            let q = if node.quantized {
+                val.quant.clone()
+            } else {
+                None
+            };
+            self.static_tensor_enc(node, &val.name.clone(), t, q)?
         } else {
             let dtype = storable(val.dtype).ok_or_else(|| {
                 node.err_dtype(format!(
@@ -117,10 +138,54 @@ impl<'g> LowerCx<'g> {
             } else {
                 TensorKind::Native
             };
-            self.push_tensor(&val.name.clone(), dtype, &val.shape.clone(), kind)
+            let (dtype, quant) = match &val.quant {
+                Some(q) => (q.storage, Some(q.clone())),
+                None => (dtype, None),
+            };
+            let id = self.push_tensor(&val.name.clone(), dtype, &val.shape.clone(), kind, quant);
+            self.plan.tensors[id].origin = val.origin.clone();
+            id
         };
         self.tensor_of[v] = Some(id);
         Ok(id)
+    }
+
+    /// The encoding of input `i` of `node` when it is quantized.
+    pub fn enc(&self, node: &Node, i: usize) -> Option<&'g Encoding> {
+        node.input(i).and_then(|v| self.g.value(v).quant.as_ref())
+    }
+
+    /// The integer type a quantized node's activations are stored in (of its first quantized
+    /// input, else its first output): constants derived for it use the same.
+    fn act_storage(&self, node: &Node) -> DType {
+        node.inputs
+            .iter()
+            .chain(&node.outputs)
+            .flatten()
+            .filter(|&&v| self.g.value(v).konst.is_none())
+            .find_map(|&v| self.g.value(v).quant.as_ref().map(|q| q.storage))
+            .unwrap_or(DType::U8)
+    }
+
+    /// Constant input `i` with its dims permuted by `perm` (weights into QNN's layouts), as a
+    /// static tensor; a quantized node's keeps the value's encoding, its axis moved with the
+    /// dims.
+    pub fn permuted_const(
+        &mut self,
+        node: &Node,
+        i: usize,
+        perm: &[usize],
+        hint: &str,
+    ) -> Result<Option<TensorId>> {
+        let Some(t) = self.konst(node, i) else {
+            return Ok(None);
+        };
+        let q = self
+            .enc(node, i)
+            .filter(|_| node.quantized)
+            .map(|e| e.permuted(perm));
+        let t = t.transpose(perm);
+        self.static_tensor_enc(node, hint, &t, q).map(Some)
     }
 
     pub fn input(&mut self, node: &Node, i: usize) -> Result<TensorId> {
@@ -138,8 +203,40 @@ impl<'g> LowerCx<'g> {
     }
 
     /// Static tensor from a constant. Wide types are narrowed: i64/u64 must fit 32 bits, f64
-    /// and bf16 become f32.
+    /// and bf16 become f32. A float constant of a quantized node gets a derived per-tensor
+    /// encoding (the node's activation type, min/max of the values).
     pub fn static_tensor(&mut self, node: &Node, hint: &str, t: &Tensor) -> Result<TensorId> {
+        let q = (node.quantized && t.dtype.is_float())
+            .then(|| derive_per_tensor(t, self.act_storage(node)));
+        self.static_tensor_enc(node, hint, t, q)
+    }
+
+    /// Static tensor from a constant, stored fixed-point in `quant` when given (its real values
+    /// are quantized, saturating).
+    pub fn static_tensor_enc(
+        &mut self,
+        node: &Node,
+        hint: &str,
+        t: &Tensor,
+        quant: Option<Encoding>,
+    ) -> Result<TensorId> {
+        if let Some(q) = quant {
+            q.check_shape(&t.shape).map_err(|e| {
+                node.err_dtype(format!(
+                    "constant '{hint}' of shape {:?}: encoding {e}",
+                    t.shape
+                ))
+            })?;
+            let qt = quantize_tensor(t, &q);
+            let id = self.push_tensor(
+                hint,
+                q.storage,
+                &qt.shape,
+                TensorKind::Static(qt.shared_bytes()),
+                Some(q),
+            );
+            return Ok(id);
+        }
         let t = match t.dtype {
             DType::F64 | DType::BF16 => t.cast(DType::F32),
             DType::I64 | DType::U64 => {
@@ -154,13 +251,44 @@ impl<'g> LowerCx<'g> {
             _ => t.clone(),
         };
         let dtype = storable(t.dtype).expect("narrowed above");
-        let id = self.push_tensor(hint, dtype, &t.shape, TensorKind::Static(t.shared_bytes()));
+        let id = self.push_tensor(
+            hint,
+            dtype,
+            &t.shape,
+            TensorKind::Static(t.shared_bytes()),
+            None,
+        );
         Ok(id)
     }
 
     /// A fresh intermediate tensor for decompositions.
     pub fn native(&mut self, hint: &str, dtype: DType, shape: &[usize]) -> TensorId {
-        self.push_tensor(hint, dtype, shape, TensorKind::Native)
+        self.push_tensor(hint, dtype, shape, TensorKind::Native, None)
+    }
+
+    /// A fresh intermediate with the element type and encoding of tensor `like` (a reshaped or
+    /// transposed view of it).
+    pub fn native_like(&mut self, hint: &str, like: TensorId, shape: &[usize]) -> TensorId {
+        let t = &self.plan.tensors[like];
+        let (dtype, quant) = (t.dtype, t.quant.clone());
+        self.push_tensor(hint, dtype, shape, TensorKind::Native, quant)
+    }
+
+    /// Emits a Transpose of tensor `src` by `perm` (output dim `i` is input dim `perm[i]`).
+    pub fn transpose(&mut self, node: &Node, src: TensorId, perm: &[usize]) -> TensorId {
+        let s = self.tshape(src);
+        let shape: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+        let hint = format!("{}_Transpose", node.name);
+        let out = self.native_like(&hint, src, &shape);
+        let perm: Vec<u32> = perm.iter().map(|&p| p as u32).collect();
+        self.op(
+            node,
+            op::TRANSPOSE,
+            vec![src],
+            vec![out],
+            vec![(crate::qnn_names::param::PERM, Param::u32_vec(&perm))],
+        );
+        out
     }
 
     pub fn op(
@@ -228,12 +356,19 @@ impl<'g> LowerCx<'g> {
         ns.extend_from_slice(&s);
         if let Some(t) = self.konst(node, i) {
             let hint = format!("{}_r{rank}", self.g.value(node.input(i).unwrap()).name);
-            return self.static_tensor(node, &hint, &t.with_shape(ns));
+            let t = t.with_shape(ns);
+            return match self.enc(node, i).filter(|_| node.quantized) {
+                Some(q) => {
+                    let mut q = q.clone();
+                    q.axis = q.axis.map(|a| a + rank - s.len());
+                    self.static_tensor_enc(node, &hint, &t, Some(q))
+                }
+                None => self.static_tensor(node, &hint, &t),
+            };
         }
         let src = self.input(node, i)?;
-        let dt = self.plan.tensors[src].dtype;
         let hint = format!("{}_r{rank}", self.plan.tensors[src].name);
-        let out = self.native(&hint, dt, &ns);
+        let out = self.native_like(&hint, src, &ns);
         self.op(node, op::RESHAPE, vec![src], vec![out], vec![]);
         Ok(out)
     }
@@ -247,14 +382,23 @@ impl<'g> LowerCx<'g> {
         let hint = format!("{}_reshaped", self.plan.tensors[src].name);
         if let TensorKind::Static(bytes) = &self.plan.tensors[src].kind {
             let bytes = bytes.clone();
-            return self.push_tensor(&hint, dt, shape, TensorKind::Static(bytes));
+            // A per-axis encoding cannot follow a reshape in general; static tensors reshaped by
+            // rules are scalars and per-tensor constants.
+            let quant = self.plan.tensors[src]
+                .quant
+                .clone()
+                .filter(|q| !q.is_per_axis());
+            return self.push_tensor(&hint, dt, shape, TensorKind::Static(bytes), quant);
         }
-        let out = self.native(&hint, dt, shape);
+        let out = self.native_like(&hint, src, shape);
         self.op(node, op::RESHAPE, vec![src], vec![out], vec![]);
         out
     }
 
-    /// Emits `qnn_op(inputs)` into a fresh native tensor of `shape` and `dtype`.
+    /// Emits `qnn_op(inputs)` into a fresh native tensor of `shape` and `dtype`. In a quantized
+    /// node, an intermediate stored like the node's output has the output's encoding: such
+    /// intermediates are the output before a final Reshape or Transpose (or a partial result of
+    /// a chain that ends in it).
     pub fn emit(
         &mut self,
         node: &Node,
@@ -264,7 +408,12 @@ impl<'g> LowerCx<'g> {
         shape: &[usize],
         params: Vec<(&'static str, Param)>,
     ) -> TensorId {
-        let out = self.native(&format!("{}_{}", node.name, qnn_op), dtype, shape);
+        let hint = format!("{}_{}", node.name, qnn_op);
+        let quant = node
+            .output(0)
+            .and_then(|v| self.g.value(v).quant.clone())
+            .filter(|q| node.quantized && q.storage == dtype);
+        let out = self.push_tensor(&hint, dtype, shape, TensorKind::Native, quant);
         self.op(node, qnn_op, inputs, vec![out], params);
         out
     }
@@ -282,8 +431,9 @@ impl<'g> LowerCx<'g> {
         self.plan.tensors[t].dtype
     }
 
-    /// Registers the plan outputs once all rules have run.
-    pub(crate) fn finish(mut self, host_dtypes: &[DType]) -> Result<Plan> {
+    /// Registers the plan outputs once all rules have run (with `observe`, the intermediates
+    /// holding model values too: see [`crate::LowerOptions::observe`]).
+    pub(crate) fn finish(mut self, host_dtypes: &[DType], observe: bool) -> Result<Plan> {
         for (k, &v) in self.g.outputs.iter().enumerate() {
             let val = self.g.value(v);
             let Some(t) = self.tensor_of[v] else {
@@ -298,6 +448,22 @@ impl<'g> LowerCx<'g> {
                 host_dtype: host_dtypes.get(k).copied().unwrap_or(val.dtype),
                 shape: val.shape.clone(),
             });
+        }
+        if observe {
+            for (id, t) in self.plan.tensors.iter_mut().enumerate() {
+                let Some(o) = &t.origin else { continue };
+                if t.kind != TensorKind::Native || !t.dtype.is_float() {
+                    continue;
+                }
+                t.kind = TensorKind::Output;
+                let shape = t.shape.iter().map(|&d| d as usize).collect();
+                self.plan.outputs.push(PlanIo {
+                    tensor: id,
+                    onnx_name: o.name.clone(),
+                    host_dtype: t.dtype,
+                    shape,
+                });
+            }
         }
         crate::plan::workarounds::apply(&mut self.plan, self.backend);
         // A rule that builds an op its tensors disagree with is a lowering bug; QNN might
@@ -333,12 +499,16 @@ impl<'g> LowerCx<'g> {
         let val = self.g.value(v);
         let node = Node::new(format!("{}_copy", val.name), "Identity");
         let src = self.tensor(&node, v)?;
-        let dtype = self.plan.tensors[src].dtype;
+        let (dtype, quant) = (
+            self.plan.tensors[src].dtype,
+            self.plan.tensors[src].quant.clone(),
+        );
         let out = self.push_tensor(
             &format!("{}_out", val.name),
             dtype,
             &val.shape.clone(),
             TensorKind::Output,
+            quant,
         );
         self.op(&node, op::RESHAPE, vec![src], vec![out], vec![]);
         self.tensor_of[v] = Some(out);

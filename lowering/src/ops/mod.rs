@@ -24,7 +24,7 @@ pub mod shape;
 pub mod spatial;
 
 pub use lower_cx::{plan_shape, u32s, LowerCx};
-pub use registry::{def, defs, rule, Expander, Fold, InferFn, OpDef, Rule};
+pub use registry::{def, defs, rule, Expander, Fold, InferFn, OpDef, Quant, Rule, Weighted};
 
 #[cfg(test)]
 pub(crate) mod test_util {

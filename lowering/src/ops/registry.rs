@@ -2,6 +2,7 @@
 //! family's `mod.rs` lists them; the passes and [`crate::lower`] look ops up here and keep no
 //! op lists of their own.
 
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
@@ -40,6 +41,47 @@ pub enum Fold {
 /// covers only some of its variants).
 pub type Expander = fn(&mut Builder, &Node) -> Result<bool>;
 
+/// How an op runs in a quantized graph: what the `qdq` pass ([`crate::passes::qdq`]) does with a
+/// node whose neighbours are quantized.
+#[derive(Clone, Copy, Debug)]
+pub enum Quant {
+    /// Float only: in a quantized graph its quantized inputs are dequantized and its outputs
+    /// quantized around it (a float island, computed in fp16 where the HTP has it; none on v68).
+    Float,
+    /// Its rule lowers it on quantized tensors as they are: each float input and output needs an
+    /// encoding (the model's; constants without one get a derived one).
+    Direct,
+    /// Moves or selects elements: its output has its input 0's encoding, and a different one
+    /// the model gives the output is reached by a QNN Convert after it.
+    Same,
+    /// QNN fixes the output encoding for some storage types (16-bit Sigmoid and Tanh); a model
+    /// encoding that differs is reached by a Convert after the op.
+    Fixed(fn(DType) -> Option<(f32, i32)>),
+    /// Conv, Gemm, LayerNorm...: see [`Weighted`].
+    Weighted(Weighted),
+}
+
+/// The constant inputs of a weighted op in a quantized graph. The weight keeps the model's
+/// encoding, or gets a symmetric one (int8, per channel along `channel` when given) if it has
+/// none (weights folded with a BatchNorm); the bias is always derived: int32, offset 0, scale
+/// input scale × weight scale (per channel with the weight), as QNN requires; a missing bias is
+/// zeros.
+#[derive(Clone, Copy, Debug)]
+pub struct Weighted {
+    pub weight: usize,
+    /// The weight's output-channel axis in the ONNX layout.
+    pub channel: Option<fn(&Node) -> usize>,
+    pub bias: Option<usize>,
+    /// The storage QNN requires of the weight, when it is not any int8 encoding: LayerNorm's
+    /// gamma is UFIXED_POINT_8 (the validator lists the sets it accepts). A model encoding of
+    /// another type is re-derived from the real values, asymmetric per tensor.
+    pub weight_storage: Option<DType>,
+    /// A weight input that is an activation stored in 16 bits must be symmetric (offset
+    /// -32768): QNN's MatMul validator refuses any other u16 encoding of `in[1]`. Another one is
+    /// converted first.
+    pub symmetric_u16: bool,
+}
+
 /// Everything lowering knows about one ONNX op type. Every op is inferred; a node is lowered
 /// by `lower`, replaced by `expand` before lowering, or only folded (Shape, Size, ...). An
 /// entry with none of the three is only inferred, so that the nodes after an op no table
@@ -56,6 +98,15 @@ pub struct OpDef {
     pub expand: Option<Expander>,
     /// Emits the node's QNN ops.
     pub lower: Option<Rule>,
+    /// How the node runs in a quantized graph.
+    pub quant: Quant,
+}
+
+impl OpDef {
+    /// This entry with another [`Quant`] (for entries made by a shared `const fn`).
+    pub const fn with_quant(self, quant: Quant) -> OpDef {
+        OpDef { quant, ..self }
+    }
 }
 
 const FAMILIES: &[&[OpDef]] = &[

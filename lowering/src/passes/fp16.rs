@@ -4,7 +4,8 @@
 //! (docs/qnn-notes.md §8.4: mixed fp32/fp16 operands fail validation or give garbage). So every f32
 //! value inside the graph becomes f16, f32 graph inputs get a Cast to f16 after them and f32
 //! outputs a Cast from f16 before them. Ops whose table entry lists `f32` but not `f16` keep
-//! computing in f32 with Casts around them.
+//! computing in f32 with Casts around them. Quantized values and the constants of quantized
+//! nodes are left alone: they are stored fixed-point, and only float islands compute in fp16.
 
 use std::collections::HashMap;
 
@@ -37,7 +38,12 @@ pub fn run(g: &mut Graph, table: &OpTable) {
     // Indexed by the values that exist now; values added below are never "converted".
     let mut converted = vec![false; g.values.len()];
     for (i, v) in g.values.iter_mut().enumerate() {
-        if v.dtype == DType::F32 && v.konst.is_none() && v.known && !io.contains(&i) {
+        if v.dtype == DType::F32
+            && v.konst.is_none()
+            && v.known
+            && v.quant.is_none()
+            && !io.contains(&i)
+        {
             v.dtype = DType::F16;
             converted[i] = true;
         }
@@ -45,7 +51,7 @@ pub fn run(g: &mut Graph, table: &OpTable) {
     let mut new_nodes: Vec<Node> = Vec::new();
     // f32 graph inputs: cast once, readers use the f16 copy.
     for &x in &g.inputs.clone() {
-        if g.dtype(x) != DType::F32 {
+        if g.dtype(x) != DType::F32 || g.values[x].quant.is_some() {
             continue;
         }
         let shape = g.shape(x).to_vec();
@@ -63,7 +69,7 @@ pub fn run(g: &mut Graph, table: &OpTable) {
     // f32 graph outputs: the producer writes f16, a Cast restores f32.
     let producers = g.producers();
     for &y in &g.outputs.clone() {
-        if g.dtype(y) != DType::F32 {
+        if g.dtype(y) != DType::F32 || g.values[y].quant.is_some() {
             continue;
         }
         let Some(p) = producers[y] else { continue };
@@ -91,6 +97,9 @@ pub fn run(g: &mut Graph, table: &OpTable) {
     let mut f16_copy: HashMap<ValueId, ValueId> = HashMap::new();
     let mut wrapped: Vec<Node> = Vec::new();
     for i in 0..g.nodes.len() {
+        if g.nodes[i].quantized {
+            continue;
+        }
         if keep_f32[i] {
             for k in 0..g.nodes[i].inputs.len() {
                 let Some(v) = g.nodes[i].inputs[k] else {

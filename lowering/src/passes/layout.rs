@@ -42,8 +42,11 @@ fn inverse(p: &[usize]) -> Vec<usize> {
 fn transpose_node(g: &mut Graph, hint: &str, input: ValueId, perm: &[usize]) -> (Node, ValueId) {
     let val = g.value(input);
     let shape: Vec<usize> = perm.iter().map(|&p| val.shape[p]).collect();
-    let dtype = val.dtype;
+    let (dtype, quant) = (val.dtype, val.quant.clone());
     let out = g.add_typed(&format!("{}_{hint}", val.name), dtype, shape);
+    // A transposed view stores its elements as its input does.
+    g.values[out].quant = quant;
+    g.values[out].origin = g.values[input].origin.as_ref().map(|o| o.permuted(perm));
     let mut n = Node::new(format!("{}_{hint}", g.value(input).name), "Transpose")
         .with_attr("perm", Attr::Ints(perm.iter().map(|&x| x as i64).collect()));
     n.inputs = vec![Some(input)];
@@ -82,6 +85,8 @@ fn convert_sensitive(g: &mut Graph, table: &OpTable) {
         let yshape: Vec<usize> = TO_NHWC.iter().map(|&p| g.shape(y)[p]).collect();
         let ydt = g.dtype(y);
         let y_nhwc = g.add_typed(&format!("{}_nhwc", g.value(y).name), ydt, yshape);
+        g.values[y_nhwc].quant = g.values[y].quant.clone();
+        g.values[y_nhwc].origin = g.values[y].origin.as_ref().map(|o| o.permuted(&TO_NHWC));
         let mut tout = Node::new(format!("{}_nchw", g.value(y).name), "Transpose").with_attr(
             "perm",
             Attr::Ints(TO_NCHW.iter().map(|&x| x as i64).collect()),
@@ -241,9 +246,16 @@ fn sink_step(g: &mut Graph, table: &OpTable) -> bool {
                 }
                 let mut s = vec![1; r - t.shape.len()];
                 s.extend_from_slice(&t.shape);
+                let pad = r - t.shape.len();
                 let tt = t.with_shape(s).transpose(&inv);
                 let name = format!("{}_t", g.value(v).name);
-                new_inputs.push(Some(g.add_const(&name, tt)));
+                let c = g.add_const(&name, tt);
+                g.values[c].quant = g.values[v].quant.as_ref().map(|q| {
+                    let mut q = q.clone();
+                    q.axis = q.axis.map(|a| a + pad);
+                    q.permuted(&inv)
+                });
+                new_inputs.push(Some(c));
                 continue;
             }
             match reuse.iter().find(|(a, _)| *a == v) {
@@ -254,6 +266,8 @@ fn sink_step(g: &mut Graph, table: &OpTable) -> bool {
         let ydt = g.dtype(y);
         let yshape: Vec<usize> = inv.iter().map(|&k| g.shape(y)[k]).collect();
         let y2 = g.add_typed(&format!("{}_pre", g.value(y).name), ydt, yshape);
+        g.values[y2].quant = g.values[y].quant.clone();
+        g.values[y2].origin = g.values[y].origin.as_ref().map(|o| o.permuted(&inv));
         let mut t = Node::new(format!("{}_post", g.nodes[i].name), "Transpose")
             .with_attr("perm", Attr::Ints(p.iter().map(|&x| x as i64).collect()));
         t.inputs = vec![Some(y2)];

@@ -17,6 +17,7 @@ pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
 pub mod layout;
 pub mod narrow_int64;
+pub mod qdq;
 pub mod simplify;
 pub mod tile_batch_broadcast;
 
@@ -88,13 +89,39 @@ fn fmt_dims(d: &[Option<usize>]) -> String {
     format!("[{}]", v.join(", "))
 }
 
-/// Runs every pass in order: infer+fold, simplify, dce, fusions (batchnorm, RMSNorm, GELU, linear
-/// bias), layout, int64 narrowing, fp16.
+/// The dtype of every value of `model` the inference sweep reaches (by name), and whether the
+/// sweep folded it to a constant, with the input shapes of `opts`: what a value holds before any
+/// pass rewrites the graph.
+pub fn value_dtypes(
+    model: &Model,
+    opts: &LowerOptions,
+) -> Result<std::collections::HashMap<String, (DType, bool)>> {
+    let mut g = model.graph.clone();
+    set_input_shapes(&mut g, model, opts)?;
+    let _ = const_fold::run(&mut g);
+    Ok(g.values
+        .iter()
+        .filter(|v| v.known)
+        .map(|v| (v.name.clone(), (v.dtype, v.konst.is_some())))
+        .collect())
+}
+
+/// Runs every pass in order: infer+fold, QDQ absorption, expansion, simplify, dce, fusions
+/// (batchnorm, RMSNorm, GELU, linear bias), layout, settling quantized nodes, int64 narrowing,
+/// fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let mut g = model.graph.clone();
     set_input_shapes(&mut g, model, opts)?;
-    let input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
+    let mut input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
     // Errors of the first sweep are reported again by the second one (or the node is gone).
+    let _ = const_fold::run(&mut g);
+    let qdq_errors = qdq::absorb(&mut g, opts.quantized_io);
+    for (k, &v) in g.inputs.iter().enumerate() {
+        if let Some(q) = &g.values[v].quant {
+            // Raw quantized input: the caller passes the integers.
+            input_host_dtypes[k] = q.storage;
+        }
+    }
     let _ = const_fold::run(&mut g);
     let table = OpTable::get(opts.backend)?;
     // An expansion's inputs are known only once the nodes before it are inferred, which may
@@ -120,7 +147,15 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     simplify::run(&mut g);
     tile_batch_broadcast::run(&mut g);
     dce::run(&mut g);
-    let output_host_dtypes: Vec<DType> = g.outputs.iter().map(|&v| g.values[v].dtype).collect();
+    let settle_errors = qdq::settle(&mut g, opts.quantized_io);
+    let output_host_dtypes: Vec<DType> = g
+        .outputs
+        .iter()
+        .map(|&v| {
+            let v = &g.values[v];
+            v.quant.as_ref().map_or(v.dtype, |q| q.storage)
+        })
+        .collect();
     narrow_int64::run(&mut g);
     if opts.fp16 {
         fp16::run(&mut g, table);
@@ -130,6 +165,8 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let node_errors = errs
         .into_iter()
         .chain(expand_errors)
+        .chain(qdq_errors)
+        .chain(settle_errors)
         .map(|e| {
             let node = match &e {
                 LowerError::UnsupportedOp { node, .. }

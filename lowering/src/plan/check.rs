@@ -23,6 +23,7 @@ pub fn check_op(o: &PlanOp, tensors: &[PlanTensor]) -> Result<(), String> {
         }
         Ok(())
     };
+    check_quant(o, &ins, &outs)?;
     match o.type_name {
         op::RESHAPE => {
             arity(1..=1, 1)?;
@@ -272,7 +273,42 @@ fn numel(t: &PlanTensor) -> u64 {
 }
 
 fn desc(t: &PlanTensor) -> String {
-    format!("'{}' {}{:?}", t.name, t.dtype.name(), t.shape)
+    let ty = qnnx_types::tensor_type_name(t.dtype, t.quant.is_some());
+    format!("'{}' {ty}{:?}", t.name, t.shape)
+}
+
+/// Fixed-point and float tensors meet only in the conversions: a quantized op given a float
+/// tensor (or writing one) would be refused by QNN's validator at best.
+fn check_quant(o: &PlanOp, ins: &[&PlanTensor], outs: &[&PlanTensor]) -> Result<(), String> {
+    let float = |t: &&PlanTensor| t.dtype.is_float();
+    let quant = |t: &&PlanTensor| t.quant.is_some();
+    let (want_in, want_out) = match o.type_name {
+        op::QUANTIZE => ("float", "quantized"),
+        op::DEQUANTIZE => ("quantized", "float"),
+        op::CONVERT if ins.iter().any(quant) || outs.iter().any(quant) => {
+            ("quantized", "quantized")
+        }
+        _ => {
+            let q = ins.iter().chain(outs).find(|t| quant(t));
+            let f = ins.iter().chain(outs).find(|t| float(t));
+            return match (q, f) {
+                (Some(q), Some(f)) => Err(format!(
+                    "mixes quantized {} with float {}",
+                    desc(q),
+                    desc(f)
+                )),
+                _ => Ok(()),
+            };
+        }
+    };
+    let is = |t: &&PlanTensor, want: &str| if want == "float" { float(t) } else { quant(t) };
+    if let Some(t) = ins.iter().find(|t| !is(t, want_in)) {
+        return Err(format!("reads {}, which is not {want_in}", desc(t)));
+    }
+    if let Some(t) = outs.iter().find(|t| !is(t, want_out)) {
+        return Err(format!("writes {}, which is not {want_out}", desc(t)));
+    }
+    Ok(())
 }
 
 fn same_dtype(ins: &[&PlanTensor], outs: &[&PlanTensor]) -> Result<(), String> {
@@ -377,6 +413,8 @@ mod tests {
             name: name.into(),
             dtype,
             shape: shape.to_vec(),
+            quant: None,
+            origin: None,
             kind: TensorKind::Native,
         }
     }

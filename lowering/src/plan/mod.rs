@@ -5,8 +5,9 @@
 //!
 //! 1. Create one graph. For every `PlanTensor`, in `tensors` order, call
 //!    `tensorCreateGraphTensor` with `name`, the `Qnn_DataType_t` of `dtype`, `shape` as `dimensions` (rank =
-//!    `shape.len()`; a rank-0 tensor is passed with rank 0), dense data format, RAW memory, and
-//!    undefined quantization (until the plan carries quantized dtypes), and a tensor type from
+//!    `shape.len()`; a rank-0 tensor is passed with rank 0), dense data format, RAW memory, the
+//!    quantization of `quant` (none: undefined; per tensor: `SCALE_OFFSET`; per axis:
+//!    `AXIS_SCALE_OFFSET`; the data type is then the fixed-point type of `dtype`), and a tensor type from
 //!    `kind`: `Input` → `APP_WRITE`, `Output` → `APP_READ`, `Native` → `NATIVE`,
 //!    `Static(bytes)` → `STATIC` with `clientBuf = bytes` (the backend copies them; docs/qnn-notes.md
 //!    §8.10). Keep the returned id per `TensorId` (ids bind I/O at execute, §8.7).
@@ -36,7 +37,9 @@ pub const PACKAGE: &str = "qti.aisw";
 
 pub type TensorId = usize;
 
+pub use crate::ir::Origin;
 pub use crate::DType;
+pub use qnnx_types::Encoding;
 
 /// `d` if a QNN graph tensor can hold it (f32, f16, 8/16/32-bit integers, bool); `None` for the
 /// types the passes must have converted (i64, u64, f64, bf16).
@@ -72,9 +75,16 @@ pub enum TensorKind {
 pub struct PlanTensor {
     /// Unique within the plan.
     pub name: String,
+    /// The element type of the data; for a quantized tensor, the integers' type.
     pub dtype: DType,
     pub shape: Vec<u32>,
     pub kind: TensorKind,
+    /// Fixed-point encoding (`quant.storage == dtype`), or `None` for float and plain integer
+    /// tensors.
+    pub quant: Option<Encoding>,
+    /// The model value this tensor holds (in its order or permuted), if any: calibration and
+    /// per-layer comparisons find model values in the plan through it.
+    pub origin: Option<Origin>,
 }
 
 impl PlanTensor {
@@ -203,6 +213,17 @@ impl Plan {
                     t.name, t.dtype
                 ));
             }
+            if let Some(q) = &t.quant {
+                let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
+                if q.storage != t.dtype {
+                    return Err(format!(
+                        "tensor '{}' is {} but its encoding stores {}",
+                        t.name, t.dtype, q.storage
+                    ));
+                }
+                q.check_shape(&shape)
+                    .map_err(|e| format!("tensor '{}': encoding {e}", t.name))?;
+            }
             match &t.kind {
                 TensorKind::Static(b) => {
                     if b.len() != t.nbytes() {
@@ -289,7 +310,8 @@ impl Plan {
                 TensorKind::Static(_) => "static ",
                 _ => "",
             };
-            format!("{}{}:{}{:?}", k, t.name, t.dtype.name(), t.shape)
+            let ty = qnnx_types::tensor_type_name(t.dtype, t.quant.is_some());
+            format!("{}{}:{}{:?}", k, t.name, ty, t.shape)
         };
         for io in &self.inputs {
             let _ = writeln!(s, "input {}", tn(&io.tensor));

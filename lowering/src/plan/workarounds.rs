@@ -42,6 +42,11 @@ fn square_fully_connected_into_rank5(plan: &mut Plan) {
         if o.type_name != op::FULLY_CONNECTED || s.len() != 2 || s[0] != s[1] || s[0] < 2 {
             return false;
         }
+        // The crash is in the fp16 kernel; a quantized FullyConnected runs other kernels, and its
+        // MatMul + Add form would need an encoding for the product that the model does not give.
+        if plan.tensors[o.outputs[0]].quant.is_some() {
+            return false;
+        }
         let mut stack = vec![o.outputs[0]];
         let mut seen = HashSet::new();
         while let Some(t) = stack.pop() {
@@ -88,6 +93,8 @@ fn square_fully_connected_into_rank5(plan: &mut Plan) {
             dtype: out.dtype,
             shape: out.shape.clone(),
             kind: TensorKind::Native,
+            quant: None,
+            origin: None,
         };
         let b = &plan.tensors[bias];
         // QNN's elementwise ops take operands of equal rank: the bias [N] is read as [1, N].
@@ -96,6 +103,8 @@ fn square_fully_connected_into_rank5(plan: &mut Plan) {
             dtype: b.dtype,
             shape: vec![1, b.shape.iter().product()],
             kind: b.kind.clone(),
+            quant: None,
+            origin: None,
         };
         let (product_id, row_id) = (plan.tensors.len(), plan.tensors.len() + 1);
         plan.tensors.push(product);

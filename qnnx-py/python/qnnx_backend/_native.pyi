@@ -88,6 +88,7 @@ def compile(
     opt_level: Optional[int] = None,
     name: str = "qnnx",
     cache_dir: Optional[str] = None,
+    quantized_io: bool = False,
 ) -> Compiled: ...
 def compile_many(
     onnx_list: list[bytes],

@@ -32,7 +32,9 @@ TORCH_DTYPES = {
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    d = TORCH_DTYPES.get(name)
+    """The torch dtype of a tensor type name: a quantized tensor (``qu8``) is held as its
+    integers (``u8``)."""
+    d = TORCH_DTYPES.get(name[1:] if name.startswith("q") else name)
     if d is None:
         raise QnnxError(f"tensor dtype {name} has no torch equivalent in this torch version")
     return d

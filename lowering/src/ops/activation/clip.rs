@@ -5,6 +5,7 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -15,6 +16,7 @@ pub const CLIP: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(clip),
+    quant: Quant::Direct,
 };
 
 pub fn clip(cx: &mut LowerCx, node: &Node) -> Result<()> {

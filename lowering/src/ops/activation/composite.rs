@@ -20,6 +20,7 @@ use crate::ir::{Attr, Node, ValueId};
 use crate::ops::elementwise::{infer_mask, infer_variadic};
 use crate::ops::infer::same;
 use crate::ops::OpDef;
+use crate::ops::Quant;
 
 pub const SELU: OpDef = OpDef {
     op_type: "Selu",
@@ -27,6 +28,7 @@ pub const SELU: OpDef = OpDef {
     fold: None,
     expand: Some(selu),
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const THRESHOLDED_RELU: OpDef = OpDef {
@@ -35,6 +37,7 @@ pub const THRESHOLDED_RELU: OpDef = OpDef {
     fold: None,
     expand: Some(thresholded_relu),
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const SWISH: OpDef = OpDef {
@@ -43,6 +46,7 @@ pub const SWISH: OpDef = OpDef {
     fold: None,
     expand: Some(swish),
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const TAN: OpDef = OpDef {
@@ -51,6 +55,7 @@ pub const TAN: OpDef = OpDef {
     fold: None,
     expand: Some(tan),
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const MEAN: OpDef = OpDef {
@@ -59,6 +64,7 @@ pub const MEAN: OpDef = OpDef {
     fold: None,
     expand: Some(mean),
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const IS_NAN: OpDef = OpDef {
@@ -67,6 +73,7 @@ pub const IS_NAN: OpDef = OpDef {
     fold: None,
     expand: Some(is_nan),
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const LP_NORMALIZATION: OpDef = OpDef {
@@ -75,6 +82,7 @@ pub const LP_NORMALIZATION: OpDef = OpDef {
     fold: None,
     expand: Some(lp_normalization),
     lower: None,
+    quant: Quant::Float,
 };
 
 fn io(node: &Node) -> Result<(ValueId, ValueId)> {

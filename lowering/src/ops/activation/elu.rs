@@ -4,6 +4,7 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -14,6 +15,7 @@ pub const ELU: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(elu),
+    quant: Quant::Direct,
 };
 
 pub fn elu(cx: &mut LowerCx, node: &Node) -> Result<()> {

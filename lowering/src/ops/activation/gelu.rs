@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
 
@@ -16,6 +17,7 @@ pub const GELU: OpDef = OpDef {
     fold: None,
     expand: Some(gelu_tanh),
     lower: Some(gelu),
+    quant: Quant::Direct,
 };
 
 pub fn gelu_tanh(b: &mut Builder, node: &Node) -> Result<bool> {

@@ -7,6 +7,7 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{neuron, op, param};
@@ -17,6 +18,7 @@ pub const HARD_SIGMOID: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(hard_sigmoid),
+    quant: Quant::Float,
 };
 
 pub fn hard_sigmoid(cx: &mut LowerCx, node: &Node) -> Result<()> {

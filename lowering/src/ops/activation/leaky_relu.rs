@@ -5,6 +5,7 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::qnn_names::op;
 
@@ -14,6 +15,7 @@ pub const LEAKY_RELU: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(leaky_relu),
+    quant: Quant::Direct,
 };
 
 pub fn leaky_relu(cx: &mut LowerCx, node: &Node) -> Result<()> {

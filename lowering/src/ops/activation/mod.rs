@@ -2,6 +2,7 @@
 
 use crate::ops::infer::same;
 use crate::ops::OpDef;
+use crate::ops::Quant;
 
 pub mod clip;
 pub mod composite;
@@ -21,6 +22,7 @@ pub const CELU: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const SOFTSIGN: OpDef = OpDef {
@@ -29,6 +31,7 @@ pub const SOFTSIGN: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const OPS: &[OpDef] = &[

@@ -1,10 +1,12 @@
 //! PRelu — <https://onnx.ai/onnx/operators/onnx__PRelu.html>, opset 9+ (unidirectional
 //! broadcast of `slope` to `X`). QNN `Prelu`; the slope is brought to the input's rank.
 
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::elementwise::infer_binary;
 use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Quant, Weighted};
 use crate::qnn_names::op;
 
 pub const PRELU: OpDef = OpDef {
@@ -13,6 +15,14 @@ pub const PRELU: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(prelu),
+    // The slope is a weight: UFIXED_POINT_8 (a 16-bit slope finds no HTP kernel at finalize).
+    quant: Quant::Weighted(Weighted {
+        weight: 1,
+        channel: None,
+        bias: None,
+        weight_storage: Some(DType::U8),
+        symmetric_u16: false,
+    }),
 };
 
 pub fn prelu(cx: &mut LowerCx, node: &Node) -> Result<()> {

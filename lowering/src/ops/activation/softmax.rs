@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -20,6 +21,7 @@ pub const SOFTMAX: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(softmax),
+    quant: Quant::Direct,
 };
 
 pub const LOG_SOFTMAX: OpDef = OpDef {
@@ -28,6 +30,7 @@ pub const LOG_SOFTMAX: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(softmax),
+    quant: Quant::Direct,
 };
 
 pub fn softmax(cx: &mut LowerCx, node: &Node) -> Result<()> {

@@ -8,6 +8,7 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::TensorId;
 use crate::qnn_names::op;
@@ -18,6 +19,7 @@ pub const SOFTPLUS: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(softplus),
+    quant: Quant::Float,
 };
 
 pub const MISH: OpDef = OpDef {
@@ -26,6 +28,7 @@ pub const MISH: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(mish),
+    quant: Quant::Float,
 };
 
 fn softplus_of(cx: &mut LowerCx, node: &Node, x: TensorId) -> Result<TensorId> {

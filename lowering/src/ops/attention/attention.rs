@@ -19,6 +19,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node, ValueId};
 use crate::ops::infer::{In, Out};
 use crate::ops::OpDef;
+use crate::ops::Quant;
 
 pub const ATTENTION: OpDef = OpDef {
     op_type: "Attention",
@@ -26,6 +27,7 @@ pub const ATTENTION: OpDef = OpDef {
     fold: None,
     expand: Some(attention),
     lower: None,
+    quant: Quant::Float,
 };
 
 fn required(node: &Node, i: usize, what: &str) -> Result<ValueId> {

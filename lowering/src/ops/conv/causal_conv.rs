@@ -12,6 +12,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::OpDef;
+use crate::ops::Quant;
 
 pub const CAUSAL_CONV_WITH_STATE: OpDef = OpDef {
     op_type: "CausalConvWithState",
@@ -19,6 +20,7 @@ pub const CAUSAL_CONV_WITH_STATE: OpDef = OpDef {
     fold: None,
     expand: Some(causal_conv_with_state),
     lower: None,
+    quant: Quant::Float,
 };
 
 /// `output` has the input's shape (the past state pads the length), `present_state` the

@@ -15,6 +15,7 @@ use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, pool_out, require_2d_nhwc, spatial_params, Spatial};
 use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -24,6 +25,13 @@ pub const CONV: OpDef = OpDef {
     fold: None,
     expand: Some(super::conv1d::as_2d),
     lower: Some(conv),
+    quant: Quant::Weighted(Weighted {
+        weight: 1,
+        channel: Some(|_| 0),
+        bias: Some(2),
+        weight_storage: None,
+        symmetric_u16: false,
+    }),
 };
 
 // Spatial loops index the input dims and the parsed attributes in parallel.

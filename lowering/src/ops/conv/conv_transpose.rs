@@ -14,6 +14,7 @@ use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc, spatial_params, Spatial};
 use crate::ops::{u32s, LowerCx, OpDef};
+use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -23,6 +24,13 @@ pub const CONV_TRANSPOSE: OpDef = OpDef {
     fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),
     lower: Some(conv_transpose),
+    quant: Quant::Weighted(Weighted {
+        weight: 1,
+        channel: Some(|_| 1),
+        bias: Some(2),
+        weight_storage: None,
+        symmetric_u16: false,
+    }),
 };
 
 // Spatial loops index the input dims and the parsed attributes in parallel.

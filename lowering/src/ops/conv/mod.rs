@@ -3,8 +3,7 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::{LowerCx, OpDef};
-use crate::plan::{Param, TensorId};
-use crate::qnn_names::{op, param};
+use crate::plan::TensorId;
 
 // Op files are named after the ONNX op (STYLE.md), which here matches the family.
 pub mod causal_conv;
@@ -27,21 +26,9 @@ pub(crate) fn permuted_weights(
     node: &Node,
     perm: [usize; 4],
 ) -> Result<TensorId> {
-    if let Some(w) = cx.konst(node, 1) {
-        let hwio = w.transpose(&perm);
-        return cx.static_tensor(node, &format!("{}_w_hwio", node.name), &hwio);
+    if let Some(w) = cx.permuted_const(node, 1, &perm, &format!("{}_w_hwio", node.name))? {
+        return Ok(w);
     }
-    let ws = cx.shape(node, 1);
     let w = cx.input(node, 1)?;
-    let dt = cx.tensor_dtype(w);
-    let shape: Vec<usize> = perm.iter().map(|&p| ws[p]).collect();
-    let perm: Vec<u32> = perm.iter().map(|&p| p as u32).collect();
-    Ok(cx.emit(
-        node,
-        op::TRANSPOSE,
-        vec![w],
-        dt,
-        &shape,
-        vec![(param::PERM, Param::u32_vec(&perm))],
-    ))
+    Ok(cx.transpose(node, w, &perm))
 }

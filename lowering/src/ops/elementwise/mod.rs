@@ -14,6 +14,7 @@ use crate::ir::shape::broadcast;
 use crate::ir::tensor::{broadcast_map, numel, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, LowerCx, OpDef};
 use crate::qnn_names::op;
 
@@ -67,6 +68,25 @@ pub const BINARY: &[(&str, &str, bool)] = &[
     ("GreaterOrEqual", op::ELEMENT_WISE_GREATER_EQUAL, false),
 ];
 
+/// QNN's fixed output encoding of a 16-bit Sigmoid (`real = scale * (q + offset)`): [0, 1)
+/// over the whole range.
+fn sigmoid_encoding(storage: DType) -> Option<(f32, i32)> {
+    match storage {
+        DType::U16 => Some((1.0 / 65536.0, 0)),
+        DType::I16 => Some((1.0 / 32768.0, 0)),
+        _ => None,
+    }
+}
+
+/// QNN's fixed output encoding of a 16-bit Tanh: [-1, 1) over the whole range.
+fn tanh_encoding(storage: DType) -> Option<(f32, i32)> {
+    match storage {
+        DType::U16 => Some((1.0 / 32768.0, -32768)),
+        DType::I16 => Some((1.0 / 32768.0, 0)),
+        _ => None,
+    }
+}
+
 /// The entry of a [`UNARY`] row that is evaluated on the host when its input is constant.
 const fn unary_op(op_type: &'static str) -> OpDef {
     OpDef {
@@ -75,6 +95,7 @@ const fn unary_op(op_type: &'static str) -> OpDef {
         fold: Some(Fold::Values(fold_unary)),
         expand: None,
         lower: Some(unary),
+        quant: Quant::Float,
     }
 }
 
@@ -86,6 +107,7 @@ const fn device_unary_op(op_type: &'static str) -> OpDef {
         fold: None,
         expand: None,
         lower: Some(unary),
+        quant: Quant::Float,
     }
 }
 
@@ -97,6 +119,7 @@ const fn binary_op(op_type: &'static str) -> OpDef {
         fold: Some(Fold::Values(fold_arith)),
         expand: None,
         lower: Some(binary),
+        quant: Quant::Float,
     }
 }
 
@@ -108,6 +131,7 @@ const fn variadic_op(op_type: &'static str) -> OpDef {
         fold: Some(Fold::Values(fold_arith)),
         expand: None,
         lower: Some(binary),
+        quant: Quant::Float,
     }
 }
 
@@ -119,6 +143,7 @@ const fn compare_op(op_type: &'static str) -> OpDef {
         fold: Some(Fold::Values(fold_compare)),
         expand: None,
         lower: Some(binary),
+        quant: Quant::Float,
     }
 }
 
@@ -128,6 +153,7 @@ pub const WHERE: OpDef = OpDef {
     fold: Some(Fold::Values(fold_where)),
     expand: None,
     lower: Some(where_),
+    quant: Quant::Float,
 };
 
 pub const RECIPROCAL: OpDef = OpDef {
@@ -136,6 +162,7 @@ pub const RECIPROCAL: OpDef = OpDef {
     fold: Some(Fold::Values(fold_unary)),
     expand: None,
     lower: Some(reciprocal),
+    quant: Quant::Float,
 };
 
 /// Inferred only: no op table lists them.
@@ -145,6 +172,7 @@ pub const BIT_SHIFT: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const IS_INF: OpDef = OpDef {
@@ -153,14 +181,15 @@ pub const IS_INF: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const OPS: &[OpDef] = &[
-    unary_op("Abs"),
-    unary_op("Neg"),
-    unary_op("Exp"),
+    unary_op("Abs").with_quant(Quant::Direct),
+    unary_op("Neg").with_quant(Quant::Direct),
+    unary_op("Exp").with_quant(Quant::Direct),
     unary_op("Log"),
-    unary_op("Sqrt"),
+    unary_op("Sqrt").with_quant(Quant::Direct),
     unary_op("Floor"),
     unary_op("Ceil"),
     unary_op("Round"),
@@ -170,19 +199,19 @@ pub const OPS: &[OpDef] = &[
     device_unary_op("Asin"),
     device_unary_op("Atan"),
     unary_op("Not"),
-    unary_op("Relu"),
-    unary_op("Sigmoid"),
-    unary_op("Tanh"),
-    device_unary_op("HardSwish"),
+    unary_op("Relu").with_quant(Quant::Direct),
+    unary_op("Sigmoid").with_quant(Quant::Fixed(sigmoid_encoding)),
+    unary_op("Tanh").with_quant(Quant::Fixed(tanh_encoding)),
+    device_unary_op("HardSwish").with_quant(Quant::Direct),
     device_unary_op("Erf"),
-    binary_op("Add"),
-    binary_op("Sub"),
-    binary_op("Mul"),
-    binary_op("Div"),
+    binary_op("Add").with_quant(Quant::Direct),
+    binary_op("Sub").with_quant(Quant::Direct),
+    binary_op("Mul").with_quant(Quant::Direct),
+    binary_op("Div").with_quant(Quant::Direct),
     binary_op("Pow"),
-    variadic_op("Max"),
-    variadic_op("Min"),
-    variadic_op("Sum"),
+    variadic_op("Max").with_quant(Quant::Direct),
+    variadic_op("Min").with_quant(Quant::Direct),
+    variadic_op("Sum").with_quant(Quant::Direct),
     compare_op("And"),
     compare_op("Or"),
     compare_op("Xor"),

@@ -10,6 +10,7 @@
 use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
+use crate::ops::Quant;
 use crate::ops::{Fold, OpDef};
 
 pub const MOD: OpDef = OpDef {
@@ -18,6 +19,7 @@ pub const MOD: OpDef = OpDef {
     fold: Some(Fold::Values(super::fold_arith)),
     expand: Some(mod_),
     lower: None,
+    quant: Quant::Float,
 };
 
 pub fn mod_(b: &mut Builder, node: &Node) -> Result<bool> {

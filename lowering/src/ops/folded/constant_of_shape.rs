@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::ir::attr::to_usizes;
 use crate::ir::tensor::{numel, Tensor};
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, OpDef};
 
 pub const CONSTANT_OF_SHAPE: OpDef = OpDef {
@@ -15,6 +16,7 @@ pub const CONSTANT_OF_SHAPE: OpDef = OpDef {
     fold: Some(Fold::Shapes(fold)),
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 fn infer(x: &In) -> Result<Vec<Out>> {

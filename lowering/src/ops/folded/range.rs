@@ -5,6 +5,7 @@
 use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, OpDef};
 
 pub const RANGE: OpDef = OpDef {
@@ -13,6 +14,7 @@ pub const RANGE: OpDef = OpDef {
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 fn infer(x: &In) -> Result<Vec<Out>> {

@@ -6,6 +6,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, OpDef};
 
 pub const SHAPE: OpDef = OpDef {
@@ -14,6 +15,7 @@ pub const SHAPE: OpDef = OpDef {
     fold: Some(Fold::Shapes(fold)),
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 fn infer(x: &In) -> Result<Vec<Out>> {

@@ -5,6 +5,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::tensor::{numel, Tensor};
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, OpDef};
 
 pub const SIZE: OpDef = OpDef {
@@ -13,6 +14,7 @@ pub const SIZE: OpDef = OpDef {
     fold: Some(Fold::Shapes(fold)),
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 fn infer(_: &In) -> Result<Vec<Out>> {

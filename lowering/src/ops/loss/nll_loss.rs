@@ -13,6 +13,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Node, ValueId};
 use crate::ops::infer::{In, Out};
 use crate::ops::OpDef;
+use crate::ops::Quant;
 
 pub const NEGATIVE_LOG_LIKELIHOOD_LOSS: OpDef = OpDef {
     op_type: "NegativeLogLikelihoodLoss",
@@ -20,6 +21,7 @@ pub const NEGATIVE_LOG_LIKELIHOOD_LOSS: OpDef = OpDef {
     fold: None,
     expand: Some(nll_loss),
     lower: None,
+    quant: Quant::Float,
 };
 
 fn infer(x: &In) -> Result<Vec<Out>> {

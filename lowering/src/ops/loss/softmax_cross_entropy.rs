@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
 use crate::ops::OpDef;
+use crate::ops::Quant;
 
 use super::nll_loss::{loss_shape, nll_into};
 use crate::ops::infer::{In, Out};
@@ -18,6 +19,7 @@ pub const SOFTMAX_CROSS_ENTROPY_LOSS: OpDef = OpDef {
     fold: None,
     expand: Some(softmax_cross_entropy),
     lower: None,
+    quant: Quant::Float,
 };
 
 /// The loss, and the log-probabilities (`log_prob`, the shape of the scores).

@@ -10,6 +10,7 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
@@ -20,6 +21,7 @@ pub const EINSUM: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(einsum),
+    quant: Quant::Float,
 };
 
 /// Parses an einsum equation into per-input labels and output labels (no ellipsis).

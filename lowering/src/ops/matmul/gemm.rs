@@ -10,6 +10,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -19,6 +20,20 @@ pub const GEMM: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(gemm),
+    quant: Quant::Weighted(Weighted {
+        weight: 1,
+        // B is [K, N], or [N, K] with transB.
+        channel: Some(|n| {
+            if n.attr_i("transB", 0).unwrap_or(0) != 0 {
+                0
+            } else {
+                1
+            }
+        }),
+        bias: Some(2),
+        weight_storage: None,
+        symmetric_u16: false,
+    }),
 };
 
 fn infer(x: &In) -> Result<Vec<Out>> {
@@ -43,6 +58,39 @@ fn infer(x: &In) -> Result<Vec<Out>> {
     Ok(vec![(x.dtype(0)?, vec![m, nn])])
 }
 
+/// A quantized Gemm with constant B: `FullyConnected` with the model's (or derived) weight
+/// encoding moved with the transpose to `[N, K]` and the int32 bias the `qdq` pass derived.
+/// alpha and beta would rescale integers: refused unless 1.
+fn quantized_fully_connected(
+    cx: &mut LowerCx,
+    node: &Node,
+    alpha: f64,
+    beta: f64,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<()> {
+    if alpha != 1.0 || beta != 1.0 {
+        return Err(node.err_attr(
+            "alpha",
+            "a quantized Gemm needs alpha = beta = 1 (fold them into the weights before \
+             quantizing)",
+        ));
+    }
+    let perm: &[usize] = if trans_b { &[0, 1] } else { &[1, 0] };
+    let hint = format!("{}_w", node.name);
+    let wt = cx
+        .permuted_const(node, 1, perm, &hint)?
+        .expect("the caller checked B is constant");
+    let bt = cx.input(node, 2)?;
+    let mut a = cx.input(node, 0)?;
+    if trans_a {
+        a = cx.transpose(node, a, &[1, 0]);
+    }
+    let y = cx.output(node, 0)?;
+    cx.op(node, op::FULLY_CONNECTED, vec![a, wt, bt], vec![y], vec![]);
+    Ok(())
+}
+
 pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let alpha = node.attr_f("alpha", 1.0)? as f64;
     let beta = node.attr_f("beta", 1.0)? as f64;
@@ -60,6 +108,9 @@ pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     if let (Some(b), Some(bias)) = (cx.konst(node, 1), bias_vec) {
         if b.dtype != xdt {
             return Err(node.err_dtype(format!("weights are {} but the input is {xdt}", b.dtype)));
+        }
+        if node.quantized {
+            return quantized_fully_connected(cx, node, alpha, beta, trans_a, trans_b);
         }
         let w = if trans_b {
             b.clone()
@@ -84,16 +135,7 @@ pub fn gemm(cx: &mut LowerCx, node: &Node) -> Result<()> {
         )?;
         let mut a = cx.input(node, 0)?;
         if trans_a {
-            let s = cx.shape(node, 0);
-            let dt = cx.tensor_dtype(a);
-            a = cx.emit(
-                node,
-                op::TRANSPOSE,
-                vec![a],
-                dt,
-                &[s[1], s[0]],
-                vec![(param::PERM, Param::u32_vec(&[1, 0]))],
-            );
+            a = cx.transpose(node, a, &[1, 0]);
         }
         let y = cx.output(node, 0)?;
         cx.op(node, op::FULLY_CONNECTED, vec![a, wt, bt], vec![y], vec![]);

@@ -11,6 +11,7 @@ use crate::ir::shape::broadcast;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -20,6 +21,14 @@ pub const MATMUL: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(matmul),
+    quant: Quant::Weighted(Weighted {
+        weight: 1,
+        // A constant B is [K, N]; an activation B is not a weight and keeps its encoding.
+        channel: Some(|_| 1),
+        bias: None,
+        weight_storage: None,
+        symmetric_u16: true,
+    }),
 };
 
 /// The numpy matmul output shape of `a` × `b` (1-D operands promoted and their dim dropped,
@@ -75,8 +84,10 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
             }
             let (k, n) = (b.shape[0], b.shape[1]);
             let rows: usize = a_shape[..a_shape.len() - 1].iter().product();
-            let w = b.transpose(&[1, 0]);
-            let wt = cx.static_tensor(node, &format!("{}_w", node.name), &w)?;
+            let hint = format!("{}_w", node.name);
+            let wt = cx
+                .permuted_const(node, 1, &[1, 0], &hint)?
+                .expect("B is constant");
             let mut a = cx.input(node, 0)?;
             if a_shape.len() != 2 {
                 a = cx.reshape(node, a, &[rows, k]);
@@ -85,7 +96,8 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
             if a_shape.len() == 2 {
                 cx.op(node, op::FULLY_CONNECTED, vec![a, wt], vec![y], vec![]);
             } else {
-                let dt = cx.tensor_dtype(a);
+                // The product before its reshape is stored like the output.
+                let dt = cx.tensor_dtype(y);
                 let f = cx.emit(
                     node,
                     op::FULLY_CONNECTED,
@@ -145,7 +157,7 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
     if full == out_shape {
         cx.op(node, op::MAT_MUL, vec![a, b], vec![y], params);
     } else {
-        let dt = cx.tensor_dtype(a);
+        let dt = cx.tensor_dtype(y);
         let m = cx.emit(node, op::MAT_MUL, vec![a, b], dt, &full, params);
         cx.op(node, op::RESHAPE, vec![m], vec![y], vec![]);
     }

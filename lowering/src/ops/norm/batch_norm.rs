@@ -10,6 +10,7 @@ use super::{const_vec, vec_tensor};
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -20,6 +21,7 @@ pub const BATCH_NORMALIZATION: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(batch_norm),
+    quant: Quant::Float,
 };
 
 pub fn batch_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {

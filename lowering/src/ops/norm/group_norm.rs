@@ -7,6 +7,7 @@ use super::{const_vec, vec_tensor};
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -17,6 +18,7 @@ pub const GROUP_NORMALIZATION: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(group_norm),
+    quant: Quant::Float,
 };
 
 pub fn group_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {

@@ -6,6 +6,7 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -16,6 +17,7 @@ pub const INSTANCE_NORMALIZATION: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(instance_norm),
+    quant: Quant::Float,
 };
 
 pub fn instance_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {

@@ -22,6 +22,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{same, In, Out};
 use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -31,6 +32,13 @@ pub const LAYER_NORMALIZATION: OpDef = OpDef {
     fold: None,
     expand: Some(layer_norm_with_stats),
     lower: Some(layer_norm),
+    quant: Quant::Weighted(Weighted {
+        weight: 1,
+        channel: None,
+        bias: Some(2),
+        weight_storage: Some(DType::U8),
+        symmetric_u16: false,
+    }),
 };
 
 /// `Y` has the input's shape; `Mean` and `InvStdDev` (f32) keep the leading dims and are 1

@@ -4,6 +4,7 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::TensorId;
 
@@ -20,6 +21,7 @@ pub const LRN: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const OPS: &[OpDef] = &[

@@ -10,6 +10,7 @@ use crate::ir::attr::norm_axis;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -20,6 +21,7 @@ pub const RMS_NORMALIZATION: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(rms_norm),
+    quant: Quant::Float,
 };
 
 pub fn rms_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {

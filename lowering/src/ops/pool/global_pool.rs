@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -16,6 +17,7 @@ pub const GLOBAL_AVERAGE_POOL: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(global_pool),
+    quant: Quant::Direct,
 };
 
 pub const GLOBAL_MAX_POOL: OpDef = OpDef {
@@ -24,6 +26,7 @@ pub const GLOBAL_MAX_POOL: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(global_pool),
+    quant: Quant::Same,
 };
 
 /// The input with every spatial dim reduced to 1.

@@ -23,6 +23,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, pool_out, require_2d_nhwc, spatial_params, Spatial};
+use crate::ops::Quant;
 use crate::ops::{u32s, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param, rounding};
@@ -33,6 +34,7 @@ pub const MAX_POOL: OpDef = OpDef {
     fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),
     lower: Some(pool),
+    quant: Quant::Same,
 };
 
 pub const AVERAGE_POOL: OpDef = OpDef {
@@ -41,6 +43,7 @@ pub const AVERAGE_POOL: OpDef = OpDef {
     fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),
     lower: Some(pool),
+    quant: Quant::Direct,
 };
 
 /// Inferred only: no op table lists it.
@@ -50,6 +53,7 @@ pub const LP_POOL: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 // Spatial loops index the input dims and the parsed attributes in parallel.

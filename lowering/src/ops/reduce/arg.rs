@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -17,6 +18,7 @@ pub const ARG_MAX: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(arg),
+    quant: Quant::Float,
 };
 
 pub const ARG_MIN: OpDef = OpDef {
@@ -25,6 +27,7 @@ pub const ARG_MIN: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(arg),
+    quant: Quant::Float,
 };
 
 fn infer(x: &In) -> Result<Vec<Out>> {

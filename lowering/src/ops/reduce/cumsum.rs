@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -18,6 +19,7 @@ pub const CUM_SUM: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(cumsum),
+    quant: Quant::Float,
 };
 
 pub fn cumsum(cx: &mut LowerCx, node: &Node) -> Result<()> {

@@ -9,6 +9,7 @@ use crate::ir::attr::norm_axes;
 use crate::ir::tensor::{map_indices, numel, strides, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -19,6 +20,7 @@ pub const REDUCE_MEAN: OpDef = OpDef {
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(reduce),
+    quant: Quant::Direct,
 };
 
 pub const REDUCE_SUM: OpDef = OpDef {
@@ -27,6 +29,7 @@ pub const REDUCE_SUM: OpDef = OpDef {
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(reduce),
+    quant: Quant::Direct,
 };
 
 pub const REDUCE_MAX: OpDef = OpDef {
@@ -35,6 +38,7 @@ pub const REDUCE_MAX: OpDef = OpDef {
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(reduce),
+    quant: Quant::Same,
 };
 
 pub const REDUCE_MIN: OpDef = OpDef {
@@ -43,6 +47,7 @@ pub const REDUCE_MIN: OpDef = OpDef {
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(reduce),
+    quant: Quant::Same,
 };
 
 /// Inferred only: no QNN reduction matches them (the op tables list ReduceProd as fallback and
@@ -53,6 +58,7 @@ pub const REDUCE_PROD: OpDef = OpDef {
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const REDUCE_L1: OpDef = OpDef {
@@ -61,6 +67,7 @@ pub const REDUCE_L1: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const REDUCE_L2: OpDef = OpDef {
@@ -69,6 +76,7 @@ pub const REDUCE_L2: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const REDUCE_SUM_SQUARE: OpDef = OpDef {
@@ -77,6 +85,7 @@ pub const REDUCE_SUM_SQUARE: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const REDUCE_LOG_SUM_EXP: OpDef = OpDef {
@@ -85,6 +94,7 @@ pub const REDUCE_LOG_SUM_EXP: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 fn reduce_axes(x: &In, n: &Node, rank: usize) -> Result<Option<Vec<usize>>> {

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::{DType, Param};
 use crate::qnn_names::{op, param};
@@ -16,6 +17,7 @@ pub const TOP_K: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(topk),
+    quant: Quant::Float,
 };
 
 /// Values and int64 indices, `K` along `axis`.

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{d2s_mode, op, param};
@@ -16,6 +17,7 @@ pub const DEPTH_TO_SPACE: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(depth_space),
+    quant: Quant::Same,
 };
 
 pub const SPACE_TO_DEPTH: OpDef = OpDef {
@@ -24,6 +26,7 @@ pub const SPACE_TO_DEPTH: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(depth_space),
+    quant: Quant::Same,
 };
 
 fn infer(x: &In) -> Result<Vec<Out>> {

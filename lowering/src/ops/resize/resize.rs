@@ -12,6 +12,7 @@ use crate::ir::attr::to_usizes;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param, resize as rv};
@@ -22,6 +23,7 @@ pub const RESIZE: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(resize),
+    quant: Quant::Same,
 };
 
 pub const UPSAMPLE: OpDef = OpDef {
@@ -30,6 +32,7 @@ pub const UPSAMPLE: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(resize),
+    quant: Quant::Same,
 };
 
 /// The output size from `sizes`, or from `scales` (an input since opset 11, an attribute
@@ -115,6 +118,25 @@ pub fn resize(cx: &mut LowerCx, node: &Node) -> Result<()> {
         "floor" => rv::FLOOR,
         "ceil" => rv::CEIL,
         m => return Err(node.err_attr("nearest_mode", format!("'{m}' is not supported"))),
+    };
+    // QNN's quantized nearest Resize validates only with nearest_mode FLOOR (and CEIL for
+    // align_corners): measured on the HTP validator, QNN 2.51. For an integer upscale,
+    // (pytorch_)half_pixel with either rounding picks the same source pixels as asymmetric with
+    // floor — the source of output `o` is floor((o + 0.5) / s) = floor(o / s) — so that form is
+    // used; another quantized nearest resize is left to the validator's refusal.
+    let (transform, nearest) = if node.quantized && interp == rv::NEAREST {
+        let integer_upscale = (1..3).all(|k| ys[k] >= xs[k] && ys[k] % xs[k] == 0);
+        let rounds = matches!(nearest, rv::ROUND_PREFER_FLOOR | rv::ROUND_PREFER_CEIL);
+        let odd = (1..3).any(|k| (ys[k] / xs[k]) % 2 == 1 && ys[k] != xs[k]);
+        let half = matches!(transform, rv::HALF_PIXEL | rv::PYTORCH_HALF_PIXEL);
+        // round_prefer_ceil differs from floor at the ties of odd factors.
+        if integer_upscale && rounds && half && !(odd && nearest == rv::ROUND_PREFER_CEIL) {
+            (rv::ASYMMETRIC, rv::FLOOR)
+        } else {
+            (transform, nearest)
+        }
+    } else {
+        (transform, nearest)
     };
     if node.attr_i("antialias", 0)? != 0 {
         return Err(node.err_attr("antialias", "antialiasing is not supported"));

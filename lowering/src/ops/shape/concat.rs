@@ -6,6 +6,7 @@ use crate::ir::attr::norm_axis;
 use crate::ir::tensor::{map_indices, numel, strides, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -16,6 +17,7 @@ pub const CONCAT: OpDef = OpDef {
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(concat),
+    quant: Quant::Direct,
 };
 
 fn infer(x: &In) -> Result<Vec<Out>> {

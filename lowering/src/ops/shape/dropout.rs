@@ -9,6 +9,7 @@ use crate::ir::tensor::{numel, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{same, In, Out};
 use crate::ops::shape::reshape::reshape;
+use crate::ops::Quant;
 use crate::ops::{Fold, LowerCx, OpDef};
 
 pub const DROPOUT: OpDef = OpDef {
@@ -17,6 +18,7 @@ pub const DROPOUT: OpDef = OpDef {
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(dropout),
+    quant: Quant::Same,
 };
 
 /// Whether a Dropout node may run in training mode: its `training_mode` input (opset 12+) is

@@ -16,6 +16,7 @@ use crate::ir::attr::norm_axis;
 use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{plan_shape, Fold, LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
@@ -26,6 +27,7 @@ pub const GATHER: OpDef = OpDef {
     fold: Some(Fold::Values(fold_gather)),
     expand: None,
     lower: Some(gather),
+    quant: Quant::Same,
 };
 
 pub const GATHER_ELEMENTS: OpDef = OpDef {
@@ -34,6 +36,7 @@ pub const GATHER_ELEMENTS: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(gather_elements),
+    quant: Quant::Same,
 };
 
 fn infer_gather(x: &In) -> Result<Vec<Out>> {

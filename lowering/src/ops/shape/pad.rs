@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::ir::attr::norm_axes;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, pad_scheme, param};
@@ -17,6 +18,7 @@ pub const PAD: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(pad),
+    quant: Quant::Float,
 };
 
 /// The (begin, end) pads of every dim.

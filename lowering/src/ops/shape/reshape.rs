@@ -10,6 +10,7 @@ use crate::ir::attr::norm_axis;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, LowerCx, OpDef};
 use crate::qnn_names::op;
 
@@ -19,6 +20,7 @@ pub const RESHAPE: OpDef = OpDef {
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
     lower: Some(reshape),
+    quant: Quant::Same,
 };
 
 pub const FLATTEN: OpDef = OpDef {
@@ -27,6 +29,7 @@ pub const FLATTEN: OpDef = OpDef {
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
     lower: Some(reshape),
+    quant: Quant::Same,
 };
 
 pub const IDENTITY: OpDef = OpDef {
@@ -35,6 +38,7 @@ pub const IDENTITY: OpDef = OpDef {
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
     lower: Some(reshape),
+    quant: Quant::Same,
 };
 
 /// The output shape of a Reshape of `in_shape` to `spec`.

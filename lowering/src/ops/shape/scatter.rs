@@ -5,6 +5,7 @@
 
 use crate::ops::infer::same;
 use crate::ops::OpDef;
+use crate::ops::Quant;
 
 pub const SCATTER_ELEMENTS: OpDef = OpDef {
     op_type: "ScatterElements",
@@ -12,6 +13,7 @@ pub const SCATTER_ELEMENTS: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };
 
 pub const SCATTER_ND: OpDef = OpDef {
@@ -20,4 +22,5 @@ pub const SCATTER_ND: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: None,
+    quant: Quant::Float,
 };

@@ -9,6 +9,7 @@ use crate::ir::attr::norm_axis;
 use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::{DType, Param};
 use crate::qnn_names::{op, param};
@@ -19,6 +20,7 @@ pub const SLICE: OpDef = OpDef {
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(slice),
+    quant: Quant::Same,
 };
 
 /// Slice parameters resolved to per-axis (start, end, step) with ONNX clamping.

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::ir::attr::{norm_axis, to_usizes};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -16,6 +17,7 @@ pub const SPLIT: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(split),
+    quant: Quant::Same,
 };
 
 /// The split axis and the size of each output along it (equal chunks, the last one smaller,

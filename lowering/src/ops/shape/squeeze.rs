@@ -8,6 +8,7 @@ use crate::ir::attr::norm_axes;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::shape::reshape::{fold_reshape, reshape};
+use crate::ops::Quant;
 use crate::ops::{Fold, OpDef};
 
 pub const SQUEEZE: OpDef = OpDef {
@@ -16,6 +17,7 @@ pub const SQUEEZE: OpDef = OpDef {
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
     lower: Some(reshape),
+    quant: Quant::Same,
 };
 
 pub const UNSQUEEZE: OpDef = OpDef {
@@ -24,6 +26,7 @@ pub const UNSQUEEZE: OpDef = OpDef {
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
     lower: Some(reshape),
+    quant: Quant::Same,
 };
 
 /// The dims a Squeeze removes.

@@ -9,6 +9,7 @@ use crate::ir::shape::broadcast;
 use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -19,6 +20,7 @@ pub const TILE: OpDef = OpDef {
     fold: Some(Fold::Values(fold_tile)),
     expand: None,
     lower: Some(tile),
+    quant: Quant::Same,
 };
 
 pub const EXPAND: OpDef = OpDef {
@@ -27,6 +29,7 @@ pub const EXPAND: OpDef = OpDef {
     fold: Some(Fold::Values(fold_expand)),
     expand: None,
     lower: Some(expand),
+    quant: Quant::Same,
 };
 
 fn infer_tile(x: &In) -> Result<Vec<Out>> {

@@ -6,6 +6,7 @@ use crate::ir::attr::to_usizes;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::Quant;
 use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -16,6 +17,7 @@ pub const TRANSPOSE: OpDef = OpDef {
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(transpose),
+    quant: Quant::Same,
 };
 
 /// The `perm` attribute, checked to be a permutation of `rank` dims (reversed by default).

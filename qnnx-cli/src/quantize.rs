@@ -1,0 +1,341 @@
+//! `qnnx quantize`: a float ONNX model and calibration data in, a standard QDQ ONNX model out.
+//! The float model runs on the HTP over the calibration samples with its intermediates as
+//! outputs ([`qnnx_engine::calibrate`]); the ranges and the scheme make the QDQ model
+//! ([`lowering::quantize::write_qdq`]).
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use lowering::quantize::{Keep, QuantizeOptions, Scheme};
+use qnnx_engine::calibrate::{calibrate, Observer};
+use qnnx_engine::{HostTensor, Target};
+use qnnx_types::{BackendKind, DType};
+use serde_json::json;
+
+use crate::compile::{compile_failure, load_onnx, parse_shapes};
+use crate::target::TargetArgs;
+use crate::{emit, npy, Cli, Failure};
+
+#[derive(clap::Args, Debug)]
+pub struct QuantizeArgs {
+    /// The float ONNX model.
+    pub model: PathBuf,
+    /// Calibration data: a .npz with one array per model input, holding one sample or several
+    /// stacked on a new first axis; or a folder of .npz files, one sample each. Inputs of the
+    /// kind the model sees (real images, text) make better ranges than noise.
+    #[arg(long, value_name = "DIR_OR_NPZ")]
+    pub calib: PathBuf,
+    /// Activation and weight types: 8a8w (runs on every HTP, v68 included), 16a8w or 16a16w.
+    #[arg(long, default_value = "8a8w", value_parser = parse_scheme)]
+    pub scheme: Scheme,
+    /// Quantize weights per output channel (the default).
+    #[arg(long, conflicts_with = "per_tensor")]
+    pub per_channel: bool,
+    /// Quantize weights per tensor instead.
+    #[arg(long)]
+    pub per_tensor: bool,
+    /// Keep a node (by name) or every node of an op type (Softmax) out of the scheme: NAME keeps
+    /// it in float, NAME=16 at 16-bit activations (repeatable). Float is impossible on v68.
+    #[arg(long = "keep", value_name = "NODE_OR_OP[=16]")]
+    pub keep: Vec<String>,
+    /// How a range is taken from the calibration values: minmax, or percentile[:P] (P in
+    /// (90, 100), default 99.99) to ignore rare outliers.
+    #[arg(long, default_value = "minmax", value_parser = parse_observer)]
+    pub observer: Observer,
+    /// Where to write the QDQ model.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
+    /// The backend the float model is calibrated on. Without a SoC the x86_64 HTP emulator
+    /// computes floats exactly in fp32; a v68 SoC has no float path to calibrate on.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Static shape for an input with symbolic dims, as NAME=D,D,... (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    pub input_shapes: Vec<String>,
+}
+
+fn parse_scheme(s: &str) -> Result<Scheme, String> {
+    Scheme::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = Scheme::ALL.iter().map(|s| s.name()).collect();
+        format!("unknown scheme {s:?}; use one of {}", names.join(", "))
+    })
+}
+
+fn parse_observer(s: &str) -> Result<Observer, String> {
+    Observer::parse(s).ok_or_else(|| {
+        format!("unknown observer {s:?}; use minmax or percentile[:P] with P in (90, 100)")
+    })
+}
+
+fn parse_keep(specs: &[String]) -> Result<Vec<(String, Keep)>, Failure> {
+    specs
+        .iter()
+        .map(|s| match s.rsplit_once('=') {
+            None => Ok((s.clone(), Keep::Float)),
+            Some((n, "16")) => Ok((n.to_string(), Keep::Bits16)),
+            Some((n, "float")) => Ok((n.to_string(), Keep::Float)),
+            Some((_, v)) => Err(Failure::usage(format!(
+                "--keep {s}: {v:?} is not a precision; use NAME (float) or NAME=16"
+            ))),
+        })
+        .collect()
+}
+
+/// The .npy members of a .npz file, by name without `.npy`.
+fn read_npz(path: &Path) -> Result<BTreeMap<String, npy::Array>, Failure> {
+    let fail = |e: String| Failure::new(format!("{}: {e}", path.display()));
+    let f = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    let mut z = zip::ZipArchive::new(f).map_err(|e| fail(format!("not a .npz (zip) file: {e}")))?;
+    let mut out = BTreeMap::new();
+    for i in 0..z.len() {
+        let mut m = z.by_index(i).map_err(|e| fail(e.to_string()))?;
+        let name = m.name().trim_end_matches(".npy").to_string();
+        let mut bytes = Vec::new();
+        m.read_to_end(&mut bytes).map_err(|e| fail(e.to_string()))?;
+        let a = npy::parse(&bytes).map_err(|e| fail(format!("array {name:?}: {e}")))?;
+        out.insert(name, a);
+    }
+    Ok(out)
+}
+
+/// The calibration samples, each the model's inputs in order.
+fn samples(
+    path: &Path,
+    inputs: &[(String, DType, Vec<usize>)],
+) -> Result<Vec<Vec<HostTensor>>, Failure> {
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| Failure::new(format!("{}: {e}", path.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "npz"))
+            .collect();
+        v.sort();
+        if v.is_empty() {
+            return Err(Failure::usage(format!(
+                "{}: the folder has no .npz files (one per calibration sample)",
+                path.display()
+            )));
+        }
+        v
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut out = Vec::new();
+    for f in &files {
+        let mut arrays = read_npz(f)?;
+        let unknown: Vec<&String> = arrays
+            .keys()
+            .filter(|k| !inputs.iter().any(|(n, ..)| n == *k))
+            .collect();
+        if !unknown.is_empty() {
+            let names: Vec<&str> = inputs.iter().map(|(n, ..)| n.as_str()).collect();
+            return Err(Failure::usage(format!(
+                "{}: array {:?} is not a model input (the inputs are {})",
+                f.display(),
+                unknown[0],
+                names.join(", ")
+            )));
+        }
+        // Every input: one sample, or several stacked on a new first axis.
+        let mut count = None;
+        let mut per_input = Vec::new();
+        for (name, dtype, shape) in inputs {
+            let a = arrays.remove(name).ok_or_else(|| {
+                Failure::usage(format!(
+                    "{}: no array {name:?}: give one per model input",
+                    f.display()
+                ))
+            })?;
+            if a.dtype != *dtype {
+                return Err(Failure::usage(format!(
+                    "{}: {name:?} is {} but the model takes {dtype} (convert it with \
+                     .astype before saving)",
+                    f.display(),
+                    a.dtype
+                )));
+            }
+            let n = if a.shape == *shape {
+                1
+            } else if a.shape.len() == shape.len() + 1 && a.shape[1..] == shape[..] {
+                a.shape[0]
+            } else {
+                return Err(Failure::usage(format!(
+                    "{}: {name:?} has shape {:?}; the model takes {shape:?} (or N of them \
+                     stacked: [N, ...])",
+                    f.display(),
+                    a.shape
+                )));
+            };
+            if *count.get_or_insert(n) != n {
+                return Err(Failure::usage(format!(
+                    "{}: the inputs hold different numbers of samples",
+                    f.display()
+                )));
+            }
+            per_input.push(a);
+        }
+        for k in 0..count.unwrap_or(0) {
+            let sample = per_input
+                .iter()
+                .zip(inputs)
+                .map(|(a, (_, dtype, shape))| {
+                    let size = shape.iter().product::<usize>() * dtype.size();
+                    HostTensor {
+                        dtype: *dtype,
+                        shape: shape.clone(),
+                        data: a.data[k * size..(k + 1) * size].to_vec(),
+                    }
+                })
+                .collect();
+            out.push(sample);
+        }
+    }
+    Ok(out)
+}
+
+pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
+    let input_shapes = parse_shapes(&args.input_shapes)?;
+    let keep = parse_keep(&args.keep)?;
+    if args.target.backend != BackendKind::Htp {
+        return Err(Failure::usage(
+            "calibration runs on the HTP backend (the emulator on x86_64)",
+        ));
+    }
+    let file = load_onnx(&args.model)?;
+    // The model's inputs: name, dtype and static shape.
+    let g = &file.model.graph;
+    let mut inputs = Vec::new();
+    for (k, &v) in g.inputs.iter().enumerate() {
+        let val = g.value(v);
+        let shape = match (input_shapes.get(&val.name), file.model.input_dims.get(k)) {
+            (Some(s), _) => s.clone(),
+            (None, Some(Some(d))) if d.iter().all(Option::is_some) => {
+                d.iter().flatten().copied().collect()
+            }
+            _ => {
+                return Err(Failure::usage(format!(
+                    "input {:?} has symbolic dims; give --input-shape {}=D,D,...",
+                    val.name, val.name
+                )))
+            }
+        };
+        inputs.push((val.name.clone(), val.dtype, shape));
+    }
+    let samples = samples(&args.calib, &inputs)?;
+    let target = if args.target.soc.is_none()
+        && args.target.soc_model.is_none()
+        && args.target.htp_arch.is_none()
+    {
+        Target {
+            backend: BackendKind::Htp,
+            soc_model: None,
+            htp_arch: None,
+            library: cli.qnn_lib.clone(),
+        }
+    } else {
+        crate::target::resolve(cli, &args.target, None)?
+    };
+    let bar = (!cli.json && std::io::stderr().is_terminal()).then(|| {
+        let b = ProgressBar::new(samples.len() as u64);
+        if let Ok(s) =
+            ProgressStyle::with_template("calibrating {bar:30} {pos}/{len} samples [{elapsed}]")
+        {
+            b.set_style(s);
+        }
+        b
+    });
+    let start = std::time::Instant::now();
+    let cal = calibrate(
+        &target,
+        &file.bytes,
+        Some(&file.dir),
+        &input_shapes,
+        &samples,
+        args.observer,
+        &mut |done, _| {
+            if let Some(b) = &bar {
+                b.set_position(done as u64);
+            }
+        },
+    )
+    .map_err(|e| match e {
+        qnnx_engine::Error::Input(m) => Failure::usage(m),
+        qnnx_engine::Error::NoFloatPath { .. } => Failure::usage(format!(
+            "calibration runs the float model, which {} cannot: drop --soc (the emulator then \
+             computes in fp32) or name an FP16-capable SoC",
+            target.describe()
+        )),
+        other => compile_failure(other, &args.model, BackendKind::Htp),
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let calib_ms = start.elapsed().as_secs_f64() * 1e3;
+    let opts = QuantizeOptions {
+        scheme: args.scheme,
+        per_channel: !args.per_tensor,
+        keep,
+    };
+    let (bytes, report) =
+        lowering::quantize::write_qdq(&file.bytes, &file.model, &input_shapes, &cal.ranges, &opts)
+            .map_err(|e| Failure::new(format!("{}: {e}", args.model.display())))?;
+    if !report.unmatched_keep.is_empty() {
+        return Err(Failure::usage(format!(
+            "--keep {}: no node has that name or op type",
+            report.unmatched_keep.join(", ")
+        )));
+    }
+    // Written next to the target first, then moved: a failed write leaves no half file.
+    let tmp = args.output.with_extension("onnx.partial");
+    std::fs::write(&tmp, &bytes)
+        .and_then(|_| std::fs::rename(&tmp, &args.output))
+        .map_err(|e| Failure::new(format!("{}: {e}", args.output.display())))?;
+    let text = {
+        let mut t = format!(
+            "wrote {} ({}, {} bytes): {} activation tensors and {} weights quantized, calibrated \
+             on {} samples in {calib_ms:.0} ms",
+            args.output.display(),
+            args.scheme.name(),
+            bytes.len(),
+            report.activations,
+            report.weights,
+            cal.samples
+        );
+        if !report.float_nodes.is_empty() {
+            t.push_str(&format!(
+                "\n{} node(s) stay float:",
+                report.float_nodes.len()
+            ));
+            for (n, why) in report.float_nodes.iter().take(20) {
+                t.push_str(&format!("\n  {n}: {why}"));
+            }
+            if report.float_nodes.len() > 20 {
+                t.push_str("\n  ...");
+            }
+        }
+        t.push_str(&format!(
+            "\nnext: qnnx compile {} --soc QCS6490 (or any SoC)",
+            args.output.display()
+        ));
+        t
+    };
+    let value = json!({
+        "output": args.output,
+        "scheme": args.scheme.name(),
+        "bytes": bytes.len(),
+        "samples": cal.samples,
+        "calibration_ms": calib_ms,
+        "activations": report.activations,
+        "weights": report.weights,
+        "float_nodes": report
+            .float_nodes
+            .iter()
+            .map(|(n, w)| json!({"node": n, "reason": w}))
+            .collect::<Vec<_>>(),
+    });
+    emit(cli, &value, || text);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,260 @@
+//! `qnnx quantize` end to end: make_models.py's float CNN and MLP, calibration data written by
+//! numpy, the QDQ model checked by onnx's checker, compiled for the v68 QCS6490 (which runs no
+//! float model) and run against the float reference; and the mistakes a user makes with the
+//! calibration data, each a clear error. Live tests skip without the HTP library or Python's
+//! onnx package, and fail instead with `QNNX_REQUIRE_HTP=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn qnnx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qnnx"))
+        .args(args)
+        .output()
+        .expect("run qnnx")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn required() -> bool {
+    std::env::var_os("QNNX_REQUIRE_HTP").is_some()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("qnnx-quantize-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Runs a Python snippet (numpy and onnx); `None` (skip) where Python or onnx is missing.
+fn python(code: &str) -> Option<String> {
+    let out = Command::new("python3").arg("-c").arg(code).output();
+    match out {
+        Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
+        Ok(o) if required() => panic!("python failed: {}", stderr(&o)),
+        Err(e) if required() => panic!("python3 unavailable: {e}"),
+        Ok(o) => {
+            eprintln!("skipped: python failed (onnx installed?): {}", stderr(&o));
+            None
+        }
+        Err(e) => {
+            eprintln!("skipped: python3 unavailable ({e})");
+            None
+        }
+    }
+}
+
+fn htp_available() -> bool {
+    match qnn::Backend::new(qnn::BackendKind::Htp) {
+        Ok(_) => true,
+        Err(e) if required() => panic!("HTP unavailable: {e}"),
+        Err(e) => {
+            eprintln!("skipped: HTP library unavailable ({e})");
+            false
+        }
+    }
+}
+
+/// make_models.py's models in `dir`.
+fn models(dir: &Path) -> Option<()> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_models.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(dir)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        assert!(!required(), "make_models.py: {}", stderr(&out));
+        eprintln!("skipped: make_models.py failed: {}", stderr(&out));
+        return None;
+    }
+    Some(())
+}
+
+#[test]
+fn a_quantized_cnn_runs_on_v68_close_to_the_float_reference() {
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("cnn");
+    if models(&dir).is_none() {
+        return;
+    }
+    let (onnx, calib, qdq) = (
+        dir.join("cnn.onnx"),
+        dir.join("calib.npz"),
+        dir.join("cnn.qdq.onnx"),
+    );
+    // Calibration data of the kind the model sees: make_models.py's input is standard normal.
+    let code = format!(
+        r#"
+import numpy as np
+r = np.random.default_rng(1)
+np.savez({calib:?}, img=r.standard_normal((16, 1, 3, 8, 8)).astype(np.float32))
+"#,
+        calib = s(&calib)
+    );
+    python(&code).unwrap();
+    let out = qnnx(&[
+        "--json",
+        "quantize",
+        s(&onnx),
+        "--calib",
+        s(&calib),
+        "-o",
+        s(&qdq),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["samples"], 16);
+    assert_eq!(v["scheme"], "8a8w");
+    assert!(v["weights"].as_u64().unwrap() >= 2, "{v}");
+    assert_eq!(v["float_nodes"].as_array().unwrap().len(), 0, "{v}");
+    // A standard QDQ model: onnx's checker accepts it and its weights are int8 per channel.
+    let code = format!(
+        r#"
+import onnx, collections
+m = onnx.load({qdq:?}); onnx.checker.check_model(m)
+ops = collections.Counter(n.op_type for n in m.graph.node)
+ints = [i for i in m.graph.initializer if i.data_type == onnx.TensorProto.INT8]
+print(ops["QuantizeLinear"], ops["DequantizeLinear"], len(ints))
+"#,
+        qdq = s(&qdq)
+    );
+    let counts = python(&code).unwrap();
+    let counts: Vec<usize> = counts
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert!(counts[0] >= 4 && counts[1] > counts[0], "{counts:?}");
+    assert!(counts[2] >= 2, "int8 weights: {counts:?}");
+    // check shows the lowered tensors: all quantized but the float I/O.
+    let out = qnnx(&["--json", "check", s(&qdq)]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["plan"]["quantized"], true, "{v}");
+    assert_eq!(v["plan"]["float_nodes"].as_array().unwrap().len(), 0, "{v}");
+    let enc = v["plan"]["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["dtype"] == "qi8")
+        .expect("int8 weights");
+    assert_eq!(enc["encoding"]["storage"], "i8");
+    assert!(enc["encoding"]["axis"].is_u64(), "per channel: {enc}");
+    // With quantized I/O, inspect shows the binary's input encoding.
+    let bin = dir.join("cnn.qdq.bin");
+    let out = qnnx(&[
+        "compile",
+        s(&qdq),
+        "--quantized-io",
+        "--soc",
+        "QCS6490",
+        "-o",
+        s(&bin),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = qnnx(&["--json", "inspect", s(&bin)]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let input = &v["graphs"][0]["inputs"][0];
+    assert_eq!(input["dtype"], "qu8", "{v}");
+    assert!(
+        input["encoding"]["scale"].as_f64().unwrap() > 0.0,
+        "{input}"
+    );
+    // It compiles for QCS6490, where the float model is refused, and runs close to the float
+    // reference (one 8-bit step of the output range is about 0.4% of it).
+    let outd = dir.join("out");
+    let input = dir.join("cnn.in.img.npy");
+    let run = qnnx(&[
+        "run",
+        s(&qdq),
+        "--soc",
+        "QCS6490",
+        "--input",
+        &format!("img={}", s(&input)),
+        "--runs",
+        "1",
+        "-o",
+        s(&outd),
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let code = format!(
+        r#"
+import numpy as np
+a = np.load({got:?}).ravel(); b = np.load({want:?}).ravel()
+print(float((a * b).sum() / np.linalg.norm(a) / np.linalg.norm(b)), float(np.abs(a - b).max() / (b.max() - b.min())))
+"#,
+        got = s(&outd.join("scores.npy")),
+        want = s(&dir.join("cnn.ref.scores.npy"))
+    );
+    let r = python(&code).unwrap();
+    let r: Vec<f64> = r.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert!(r[0] >= 0.99, "cosine {}", r[0]);
+    assert!(r[1] <= 0.05, "max error {} of the output range", r[1]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn calibration_data_that_does_not_fit_is_a_clear_error() {
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("bad");
+    if models(&dir).is_none() {
+        return;
+    }
+    let onnx = dir.join("cnn.onnx");
+    let code = format!(
+        r#"
+import numpy as np, os
+d = {d:?}
+np.savez(d + "/wrong_name.npz", image=np.zeros((1, 3, 8, 8), np.float32))
+np.savez(d + "/wrong_dtype.npz", img=np.zeros((1, 3, 8, 8), np.float64))
+np.savez(d + "/wrong_shape.npz", img=np.zeros((1, 3, 9, 9), np.float32))
+os.makedirs(d + "/empty", exist_ok=True)
+"#,
+        d = s(&dir)
+    );
+    python(&code).unwrap();
+    let q = |calib: &str, extra: &[&str]| {
+        let c = dir.join(calib);
+        let o = dir.join("o.onnx");
+        let mut args = vec!["quantize", s(&onnx), "--calib", s(&c), "-o", s(&o)];
+        args.extend_from_slice(extra);
+        let out = qnnx(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{calib} {extra:?}: {}",
+            stderr(&out)
+        );
+        assert!(!o.exists(), "nothing written on error");
+        stderr(&out)
+    };
+    let e = q("wrong_name.npz", &[]);
+    assert!(
+        e.contains("\"image\" is not a model input (the inputs are img)"),
+        "{e}"
+    );
+    let e = q("wrong_dtype.npz", &[]);
+    assert!(e.contains("\"img\" is f64 but the model takes f32"), "{e}");
+    let e = q("wrong_shape.npz", &[]);
+    assert!(
+        e.contains("has shape [1, 3, 9, 9]; the model takes [1, 3, 8, 8]"),
+        "{e}"
+    );
+    let e = q("empty", &[]);
+    assert!(e.contains("the folder has no .npz files"), "{e}");
+    let e = q("wrong_name.npz", &["--scheme", "4a4w"]);
+    assert!(e.contains("unknown scheme"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -139,13 +139,6 @@ fn lower_error(py: Python<'_>, e: LowerError) -> PyErr {
     }
 }
 
-/// How a Python caller makes a float model run on an HTP without a float path: the options of
-/// `torch.compile(..., options=...)` and `qnnx_backend.compile`.
-const NO_FLOAT_HINT: &str = "hint (Python): options={'quantize': '8a8w', 'calibration': \
-     [sample, ...]} quantizes the graph (uint8 activations, int8 per-channel weights: what every \
-     HTP runs); with quantize set, float tensors are left by ops the quantizer keeps float or \
-     that quantize_ops / quantize_modules set to 'float'";
-
 /// One exhaustive mapping from engine errors to exception classes.
 pub fn engine_error(py: Python<'_>, e: Error) -> PyErr {
     match e {
@@ -153,11 +146,9 @@ pub fn engine_error(py: Python<'_>, e: Error) -> PyErr {
         Error::Qnn { node, source } => qnn_error(py, *source, node),
         Error::Input(m) => with_attrs(py, InputError::new_err(m), Attrs::default()),
         Error::Target(m) => with_attrs(py, LoweringError::new_err(m), Attrs::default()),
-        Error::NoFloatPath { message, .. } => with_attrs(
-            py,
-            LoweringError::new_err(format!("{message}\n{NO_FLOAT_HINT}")),
-            Attrs::default(),
-        ),
+        Error::NoFloatPath { message, .. } => {
+            with_attrs(py, LoweringError::new_err(message), Attrs::default())
+        }
         Error::Cache(e) => with_attrs(py, CacheError::new_err(e.to_string()), Attrs::default()),
     }
 }

@@ -114,6 +114,32 @@ def structured_images(n, size=64, seed=0):
     return out
 
 
+def structured_tokens(n, seq, dim, seed=0):
+    """``n`` token-embedding sequences [1, seq, dim] with structure (each token a soft mixture
+    of 8 fixed directions, plus noise), as text embeddings have: data for transformer layers."""
+    basis = torch.randn(8, dim, generator=torch.Generator().manual_seed(seed))
+    g = torch.Generator().manual_seed(seed + 1)
+    out = []
+    for _ in range(n):
+        w = torch.softmax(torch.randn(1, seq, 8, generator=g) * 3, -1)
+        out.append(w @ basis + 0.1 * torch.randn(1, seq, dim, generator=g))
+    return out
+
+
+def refresh_batchnorm_on(model, images, batch=8):
+    """BatchNorm statistics of ``model`` averaged exactly over ``images`` (a list of [1, ...]
+    tensors, in batches of ``batch``); ``model`` is left in eval mode."""
+    for mod in model.modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            mod.reset_running_stats()
+            mod.momentum = None
+    model.train()
+    with torch.no_grad():
+        for i in range(0, len(images), batch):
+            model(torch.cat(images[i : i + batch]))
+    return model.eval()
+
+
 def capture(model, *args, **kwargs):
     """What torch.compile hands the qnn backend for ``model(*args, **kwargs)``: the FX graph,
     its example inputs and the frame (``_calibrate.Frame``), read while dynamo calls the backend.

@@ -78,7 +78,7 @@ def test_a_float_model_for_a_v68_target_is_refused_naming_the_quantize_option():
         compiled(torch.randn(1, 3, 8, 8))
     msg = str(info.value)
     assert "QCS6490" in msg and "cannot run float models" in msg
-    assert "options={'quantize': '8a8w', 'calibration':" in msg
+    assert 'options={"quantize": "8a8w", "calibration":' in msg
 
 
 def test_auto_on_a_v68_target_falls_back_with_that_reason():
@@ -89,7 +89,7 @@ def test_auto_on_a_v68_target_falls_back_with_that_reason():
         warnings.simplefilter("always")
         torch.testing.assert_close(compiled(x), model(x))
     [w] = [w for w in caught if "qnn backend" in str(w.message)]
-    assert "cannot run float models" in str(w.message) and "'quantize'" in str(w.message)
+    assert "cannot run float models" in str(w.message) and '{"quantize": "8a8w"' in str(w.message)
     assert qnnx_backend.STATS["fallbacks"] == 1
 
 

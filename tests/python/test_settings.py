@@ -100,7 +100,7 @@ def test_quantize_options():
 @pytest.mark.parametrize(
     "bad, message",
     [
-        ({"quantize": "8a4w", "calibration": [0]}, r"quantize='8a4w': use one of 8a8w, 16a8w, 16a16w, 16a4w"),
+        ({"quantize": "8a4w", "calibration": [0]}, r"quantize='8a4w': use one of 8a8w, 16a8w, 16a16w"),
         ({"quantize": "8a8w"}, r"quantize='8a8w' needs calibration data"),
         ({"quantize": "8a8w", "calibration": []}, r"calibration is empty"),
         ({"quantize": "8a8w", "calibration": 5}, r"calibration=int: give an iterable"),
@@ -118,3 +118,18 @@ def test_quantize_options():
 def test_bad_quantize_options_say_what_to_change(bad, message):
     with pytest.raises(ValueError, match=message):
         parse_options(bad)
+
+
+@pytest.mark.parametrize(
+    "target, scheme, eight_bit_matmul",
+    [
+        ({"soc_model": "QCS6490"}, "16a8w", True),
+        ({"htp_arch": 68}, "16a16w", True),
+        ({"soc_model": "QCS6490"}, "8a8w", False),
+        ({"soc_model": 60}, "16a8w", False),
+        ({}, "16a8w", False),
+    ],
+)
+def test_the_target_arch_reaches_the_quantizer(target, scheme, eight_bit_matmul):
+    s = parse_options({"quantize": scheme, "calibration": [0], **target})
+    assert s.quantize_config().matmul_at_8_bits() is eight_bit_matmul

@@ -5,14 +5,15 @@ The graph (dynamo's, weights frozen as in ``_export``) is captured with ``torch.
 annotated by ``_quantizer.QnnxQuantizer`` and calibrated with PyTorch's PT2E flow from
 ``torchao`` (``prepare_pt2e`` inserts observers, the calibration samples run through them,
 ``convert_pt2e`` turns them into quantize/dequantize pairs), then exported by the dynamo ONNX
-exporter at opset 21, the first whose QuantizeLinear/DequantizeLinear take uint16, int16 and
-int4. The result is a plain QDQ model that ONNX Runtime's CPU provider and onnx's reference
+exporter at opset 21, the first whose QuantizeLinear/DequantizeLinear take uint16 and int16
+(so no com.microsoft Q/DQ is needed, which ``qnnx quantize`` writes for 16-bit models of older
+opsets). The result is a plain QDQ model that ONNX Runtime's CPU provider and onnx's reference
 evaluator also run, and that the native lowering turns into QNN fixed-point tensors:
 
 * activations: ``QuantizeLinear -> DequantizeLinear`` on every quantized edge, per tensor,
   uint8 or uint16 (zero point in the type's range); graph inputs and outputs stay float;
 * weights of Conv / ConvTranspose / Linear (Gemm, or MatMul + Add for inputs of rank > 2): an
-  int8, int16 or INT4 initializer behind ``DequantizeLinear``, symmetric (zero point 0), per
+  int8 or int16 initializer behind ``DequantizeLinear``, symmetric (zero point 0), per
   output channel (``axis`` 0; 1 for ConvTranspose) unless ``per_channel=False``;
 * their bias: an int32 initializer behind ``DequantizeLinear`` whose scale is input scale x
   weight scale (per channel with the weight) and zero point 0: derived, never calibrated. Where
@@ -35,7 +36,7 @@ import dataclasses
 import logging
 import time
 import warnings
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -53,13 +54,13 @@ class Scheme:
     act_bits: int
     """8: uint8 activations, 16: uint16."""
     weight_bits: int
-    """8: int8 (-127..127), 16: int16 (-32767..32767), 4: int4 (-8..7; int8 in PyTorch, INT4 in
-    the ONNX model)."""
+    """8: int8 (-127..127), 16: int16 (-32767..32767). (No 4-bit weights: the lowering has no
+    INT4 path yet.)"""
 
 
 SCHEMES = {
     s.name: s
-    for s in (Scheme("8a8w", 8, 8), Scheme("16a8w", 16, 8), Scheme("16a16w", 16, 16), Scheme("16a4w", 16, 4))
+    for s in (Scheme("8a8w", 8, 8), Scheme("16a8w", 16, 8), Scheme("16a16w", 16, 16))
 }
 #: The override value that keeps an op float.
 FLOAT = "float"
@@ -118,6 +119,13 @@ class QuantizeConfig:
     """(nn.Module path pattern, scheme or None = float), in the order given."""
     ops: tuple[tuple[str, Optional[Scheme]], ...] = ()
     """(op kind, scheme or None = float)."""
+    htp_arch: Optional[int] = None
+    """The target's HTP architecture when known: below v73 the HTP has no 16-bit MatMul of two
+    activations (QNN's validator: "expected >= 73"), so there a 16-bit scheme runs matmul at
+    8a8w unless an override names it."""
+
+    def matmul_at_8_bits(self) -> bool:
+        return self.htp_arch is not None and self.htp_arch < 73 and self.scheme.act_bits == 16
 
     def describe(self) -> str:
         """Every field as stable text, for fingerprints."""
@@ -132,6 +140,7 @@ class QuantizeConfig:
                 self.per_channel,
                 [(p, name(s)) for p, s in self.modules],
                 [(k, name(s)) for k, s in self.ops],
+                self.matmul_at_8_bits(),
             )
         )
 
@@ -173,6 +182,7 @@ def config(
     per_channel: bool = True,
     modules: Optional[Mapping[str, Any]] = None,
     ops: Optional[Mapping[str, Any]] = None,
+    htp_arch: Optional[int] = None,
 ) -> QuantizeConfig:
     """A validated QuantizeConfig from option values (ValueError naming the option to change)."""
     if scheme not in SCHEMES:
@@ -187,19 +197,19 @@ def config(
         per_channel,
         parse_overrides("quantize_modules", modules, kinds=False),
         parse_overrides("quantize_ops", ops, kinds=True),
+        htp_arch,
     )
 
 
 # --- ONNX -------------------------------------------------------------------------------------
 
-#: The opset of the QDQ models: QuantizeLinear/DequantizeLinear-21 take uint16, int16 and int4.
+#: The opset of the QDQ models: QuantizeLinear/DequantizeLinear-21 take uint16 and int16.
 QDQ_OPSET = 21
 
 
-def tidy_onnx(data: bytes, int4: Iterable[str] = ()) -> bytes:
+def tidy_onnx(data: bytes) -> bytes:
     """The exporter's QDQ model made plain: Casts of initializers folded into initializers of the
-    cast type, the Constants that feed Q/DQ nodes turned into initializers, the weights named in
-    ``int4`` (int8 values in -8..7) stored as INT4 with INT4 zero points, per-tensor Q/DQ nodes
+    cast type, the Constants that feed Q/DQ nodes turned into initializers, per-tensor Q/DQ nodes
     without an ``axis``; then checked by onnx's checker."""
     import onnx
     from onnx import helper, numpy_helper
@@ -237,8 +247,6 @@ def tidy_onnx(data: bytes, int4: Iterable[str] = ()) -> bytes:
     del graph.node[:]
     graph.node.extend(keep)
 
-    int4 = set(int4)
-    found = set()
     for n in graph.node:
         if n.op_type not in qdq:
             continue
@@ -247,18 +255,6 @@ def tidy_onnx(data: bytes, int4: Iterable[str] = ()) -> bytes:
             kept = [a for a in n.attribute if a.name != "axis"]
             del n.attribute[:]
             n.attribute.extend(kept)
-        if n.op_type == "DequantizeLinear" and n.input[0] in int4:
-            found.add(n.input[0])
-            for name in (n.input[0], n.input[2] if len(n.input) > 2 else ""):
-                t = inits.get(name)
-                if t is None or t.data_type == onnx.TensorProto.INT4:
-                    continue
-                arr = numpy_helper.to_array(t)
-                if arr.size and (int(arr.min()) < -8 or int(arr.max()) > 7):
-                    raise LoweringError(f"quantize: 4-bit weight {name} has values outside -8..7")
-                t.CopyFrom(helper.make_tensor(name, onnx.TensorProto.INT4, arr.shape, arr.astype(np.int8).flatten().tolist()))
-    if found != int4:
-        raise LoweringError(f"quantize: 4-bit weights {sorted(int4 - found)} are missing from the exported ONNX model")
 
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
     kept_inits = [t for t in graph.initializer if t.name in used]
@@ -333,7 +329,8 @@ def quantize(
         warnings.simplefilter("ignore")
         converted = convert_pt2e(prepared)
     absorbed = _quantizer.absorb_clamps(converted)
-    int4 = _quantizer.int4_weights(converted)
+    _quantizer.splits_to_slices(converted)
+    _quantizer.linear_rows(converted)
     seconds["convert"] = time.perf_counter() - t
     t = time.perf_counter()
     names = [f"input_{i}" for i in range(len(example))]
@@ -351,7 +348,7 @@ def quantize(
             )
     except EXPORT_ERRORS as e:
         raise LoweringError(f"quantize: the QDQ ONNX export failed: {e}") from None
-    data = tidy_onnx(program.model_proto.SerializeToString(), int4)
+    data = tidy_onnx(program.model_proto.SerializeToString())
     seconds["export"] = time.perf_counter() - t
     logger.info(
         "qnn quantize %s: %d nodes quantized, %d clamps absorbed; prepare %.1f s, calibrate %.1f s "

@@ -25,7 +25,7 @@ from torchao.quantization.pt2e.quantizer import (
     SharedQuantizationSpec,
 )
 
-from ._quantize import KIND_OF, OP_KINDS, QuantizeConfig, Scheme, aten
+from ._quantize import KIND_OF, OP_KINDS, SCHEMES, QuantizeConfig, Scheme, aten
 
 logger = logging.getLogger("qnnx_backend")
 
@@ -117,7 +117,6 @@ class Specs:
         w_dtype, w_min, w_max = {
             8: (torch.int8, -127, 127),
             16: (torch.int16, -32767, 32767),
-            4: (torch.int8, -8, 7),
         }[scheme.weight_bits]
         self.per_channel = per_channel
         self.weight_channel = {
@@ -273,6 +272,8 @@ class QnnxQuantizer(Quantizer):
         for k, scheme in self.config.ops:
             if k == kind:
                 return scheme
+        if kind == "matmul" and self.config.matmul_at_8_bits():
+            return SCHEMES["8a8w"]
         return self.config.scheme
 
     def unmatched_modules(self) -> list[str]:
@@ -528,20 +529,106 @@ def absorb_clamps(gm: GraphModule) -> int:
     return removed
 
 
-def int4_weights(gm: GraphModule) -> set[str]:
-    """The constants quantized to 4 bits (int8 values in -8..7 behind a dequantize node), by
-    name: they become INT4 initializers of the ONNX model."""
-    out = set()
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node.target == _qd.dequantize_per_channel.default:
-            qmin, qmax = node.args[4], node.args[5]
-        elif node.target == _qd.dequantize_per_tensor.default:
-            qmin, qmax = node.args[3], node.args[4]
-        else:
+def splits_to_slices(gm: GraphModule) -> int:
+    """Rewrites each split/chunk/unbind whose outputs are read through getitem into one slice
+    (or select, for unbind) per output read. The dynamo ONNX exporter makes SplitToSequence and
+    SequenceAt of aten.split (MultiheadAttention splits its packed q/k/v projection so), which
+    the HTP has no op for; Slice it runs, keeping the input's encoding. Returns how many splits
+    were rewritten."""
+    rewritten = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _SPLITS:
             continue
         src = node.args[0]
-        if isinstance(src, Node) and src.op == "get_attr" and (qmin, qmax) == (-8, 7):
-            out.add(str(src.target))
-    return out
+        outs = node.meta.get("val")
+        users = list(node.users)
+        if not isinstance(src, Node) or not isinstance(outs, (list, tuple)) or not users:
+            continue
+        if any(u.op != "call_function" or u.target is not operator.getitem for u in users):
+            continue
+        rank = outs[0].dim() + (1 if node.target == aten.unbind.int else 0)
+        if node.target == aten.unbind.int:
+            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        else:
+            dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+        dim = dim % rank
+        starts = [0]
+        for o in outs:
+            starts.append(starts[-1] + (1 if node.target == aten.unbind.int else int(o.shape[dim])))
+        for u in users:
+            i = u.args[1]
+            with gm.graph.inserting_before(u):
+                if node.target == aten.unbind.int:
+                    piece = gm.graph.call_function(aten.select.int, (src, dim, i))
+                else:
+                    piece = gm.graph.call_function(aten.slice.Tensor, (src, dim, starts[i], starts[i + 1]))
+            piece.meta = dict(u.meta)
+            u.replace_all_uses_with(piece)
+            gm.graph.erase_node(u)
+        gm.graph.erase_node(node)
+        rewritten += 1
+    if rewritten:
+        gm.graph.lint()
+        gm.recompile()
+    return rewritten
+
+
+def _in_features(gm: GraphModule, w: Any) -> Optional[int]:
+    """The in-features of a linear's weight (its dim 1): from the node's value, or from the
+    constant behind its dequantize (convert_pt2e's nodes carry no value)."""
+    if not isinstance(w, Node):
+        return None
+    v = w.meta.get("val")
+    if not isinstance(v, torch.Tensor) and w.op == "call_function" and w.args:
+        src = w.args[0]
+        if isinstance(src, Node) and src.op == "get_attr":
+            v = gm
+            for part in str(src.target).split("."):
+                v = getattr(v, part)
+    return int(v.shape[1]) if isinstance(v, torch.Tensor) and v.dim() == 2 else None
+
+
+def linear_rows(gm: GraphModule) -> int:
+    """Rewrites each quantized ``linear`` of an input of rank > 2 into a reshape to rows, a
+    rank-2 linear and a reshape back, each reshape between a dequantize and a quantize of the
+    same encoding. The exporter writes a rank-2 linear as one Gemm (QNN's FullyConnected with
+    its int32 bias); of a rank-3 one it makes MatMul then Add, whose MatMul output has no
+    encoding: that MatMul ran in float (refused on v68) and the bias was added in fp16, where
+    its scale (input scale x weight scale, ~1e-6) loses it (cosine 0.976 for a
+    TransformerEncoderLayer on SoC 60). Returns how many were rewritten."""
+    q_op = _qd.quantize_per_tensor.default
+    dq_op = _qd.dequantize_per_tensor.default
+    g = gm.graph
+    done = 0
+    for node in list(g.nodes):
+        if node.op != "call_function" or node.target != aten.linear.default:
+            continue
+        x = node.args[0]
+        out = node.meta.get("val")
+        if not (isinstance(x, Node) and x.target is dq_op and isinstance(out, torch.Tensor) and out.dim() > 2):
+            continue
+        users = list(node.users)
+        if not users or any(u.target is not q_op for u in users):
+            continue
+        x_params = tuple(x.args[1:])
+        k = _in_features(gm, node.args[1])
+        if k is None:
+            continue
+        with g.inserting_before(node):
+            rows = g.call_function(aten.reshape.default, (x, [-1, k]))
+            rows_q = g.call_function(q_op, (rows, *x_params))
+            rows_dq = g.call_function(dq_op, (rows_q, *x_params))
+            flat = g.call_function(aten.linear.default, (rows_dq, *node.args[1:]), dict(node.kwargs))
+        for u in users:
+            params = tuple(u.args[1:])
+            with g.inserting_before(u):
+                fq = g.call_function(q_op, (flat, *params))
+                fdq = g.call_function(dq_op, (fq, *params))
+                back = g.call_function(aten.reshape.default, (fdq, list(out.shape)))
+            u.replace_input_with(node, back)
+        g.erase_node(node)
+        done += 1
+    if done:
+        g.lint()
+        gm.recompile()
+    return done

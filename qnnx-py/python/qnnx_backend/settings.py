@@ -60,8 +60,8 @@ class QnnSettings:
 
     quantize: Optional[str] = _defaults.QUANTIZE
     """Post-training quantization for the NPU: "8a8w" (uint8 activations, int8 weights),
-    "16a8w" (uint16 activations), "16a16w" (int16 weights too) or "16a4w" (4-bit weights), or
-    None for a float graph. Needs ``calibration``. The calibrated encodings are part of the
+    "16a8w" (uint16 activations) or "16a16w" (int16 weights too; Conv, MatMul and
+    FullyConnected need HTP v73+), or None for a float graph. Needs ``calibration``. The calibrated encodings are part of the
     compiled model (and so of the cache keys). See the README's Quantization section."""
     calibration: Any = dataclasses.field(default=_defaults.CALIBRATION, compare=False, repr=False)
     """With ``quantize``: the calibration data, read on the host with PyTorch once per compiled
@@ -95,10 +95,18 @@ class QnnSettings:
 
     def quantize_config(self):
         """The quantization options as a ``_quantize.QuantizeConfig`` (``quantize`` set)."""
-        from . import _quantize
+        from . import _native, _quantize
 
+        arch = None
+        if self.soc_model is not None or self.htp_arch is not None:
+            arch = _native.target_arch("npu", self.soc_model, self.htp_arch)
         return _quantize.config(
-            str(self.quantize), self.observer, self.per_channel, self.quantize_modules, self.quantize_ops
+            str(self.quantize),
+            self.observer,
+            self.per_channel,
+            self.quantize_modules,
+            self.quantize_ops,
+            arch,
         )
 
 
@@ -155,7 +163,7 @@ def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
         if stray:
             raise ValueError(
                 f"{', '.join(stray)}: used only for a quantized graph; also pass quantize "
-                "(\"8a8w\", \"16a8w\", \"16a16w\" or \"16a4w\")"
+                "(\"8a8w\", \"16a8w\" or \"16a16w\")"
             )
         return
     s.quantize_config()  # raises ValueError naming a bad scheme, observer or override

@@ -88,6 +88,32 @@ def test_transformer_encoder_layer(encoder_layer, target, scheme):
     assert cos >= FLOORS[scheme]
 
 
+@pytest.fixture(scope="module")
+def mtcnn_onet():
+    """Trained weights shipped inside a PyPI wheel (facenet-pytorch's MTCNN output network; no
+    download), its three outputs concatenated, on 48x48 structured images (no faces at hand)."""
+    facenet = pytest.importorskip("facenet_pytorch")
+
+    class ONet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.onet = facenet.ONet().eval()
+
+        def forward(self, x):
+            return torch.cat(self.onet(x), 1)
+
+    images = structured_images(18, 48, seed=3)
+    return ONet().eval(), images[:16], images[16:]
+
+
+@pytest.mark.parametrize("scheme", list(FLOORS))
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_trained_mtcnn_onet(mtcnn_onet, target, scheme):
+    model, samples, inputs = mtcnn_onet
+    cos, _ = run_quantized(model, samples, inputs, TARGETS[target], scheme)
+    assert cos >= FLOORS[scheme]
+
+
 class SmallNet(nn.Module):
     def __init__(self):
         super().__init__()
@@ -197,3 +223,11 @@ def test_an_explicit_16_bit_matmul_on_v68_is_left_to_the_validator(encoder_layer
     with pytest.raises(qnnx_backend.QnnApiError, match=r"(?s)node \"node_matmul.*expected >= 73"):
         with torch.inference_mode():
             compiled(inputs[0])
+
+
+def test_qnnx_backend_compile_takes_the_same_options():
+    model, samples, inputs = small_net()
+    compiled = qnnx_backend.compile(model, soc_model="QCS6490", quantize="8a8w", calibration=samples, strict=True)
+    with torch.inference_mode():
+        assert cosine(compiled(inputs[0]), model(inputs[0])) >= 0.99
+    assert qnnx_backend.STATS["quantizations"] == 1 and qnnx_backend.STATS["fallbacks"] == 0

@@ -26,6 +26,12 @@ evaluator also run, and that the native lowering turns into QNN fixed-point tens
 * a ReLU (or a clamp whose range holds the encoding's) right after a quantized op is absorbed
   into that op's output quantization, as ONNX Runtime's quantizer does: the encoding's minimum
   is 0, so ``Conv -> QuantizeLinear`` clips exactly as ``Conv -> Relu -> QuantizeLinear``;
+* a linear of an input of rank > 2 is a Gemm between two Reshapes (each between a
+  DequantizeLinear and a QuantizeLinear of the same encoding), and a split read through
+  getitem is one Slice per output: what the HTP runs quantized (``_quantizer.linear_rows``,
+  ``_quantizer.splits_to_slices``);
+* below HTP v73 a 16-bit scheme runs matmul (two activations) at 8a8w: v68 has no 16-bit
+  kernel for it;
 * ops outside ``OP_KINDS``, and ops overridden to "float", stay float between a
   DequantizeLinear and a QuantizeLinear.
 """

@@ -467,3 +467,20 @@ def test_a_16_bit_scheme_keeps_activation_matmuls_at_8_bits_below_v73(arch, ops,
     assert o.encoding(o.dq_input(mul, 0))[2] == "UINT16"
     [softmax] = o.ops("Softmax")
     assert o.encoding(o.quantized_output(softmax))[2] == "UINT16"
+
+
+class Splits(nn.Module):
+    def forward(self, x):
+        a, b = (x * 1.5).chunk(2, -1)
+        rows = (a * b).unbind(1)
+        return rows[0] + rows[2]
+
+
+def test_chunk_and_unbind_become_slices_and_selects_with_the_same_values():
+    x = torch.randn(2, 3, 8)
+    q, m = qdq(Splits().eval(), (x,), "8a8w")
+    kinds = [n.op_type for n in m.graph.node]
+    assert not {"SplitToSequence", "SequenceAt", "Split"} & set(kinds), kinds
+    [got] = ReferenceEvaluator(m).run(None, {"input_0": x.numpy()})
+    np.testing.assert_allclose(got, q.converted(x)[0].numpy(), atol=1e-6)
+    assert cosine(got, Splits()(x).numpy()) > 0.99

@@ -60,8 +60,8 @@ class QnnSettings:
 
     quantize: Optional[str] = _defaults.QUANTIZE
     """Post-training quantization for the NPU: "8a8w" (uint8 activations, int8 weights),
-    "16a8w" (uint16 activations) or "16a16w" (int16 weights too; Conv, MatMul and
-    FullyConnected need HTP v73+), or None for a float graph. Needs ``calibration``. The calibrated encodings are part of the
+    "16a8w" (uint16 activations) or "16a16w" (int16 weights too, which v68 refuses for Conv),
+    or None for a float graph. Needs ``calibration``. The calibrated encodings are part of the
     compiled model (and so of the cache keys). See the README's Quantization section."""
     calibration: Any = dataclasses.field(default=_defaults.CALIBRATION, compare=False, repr=False)
     """With ``quantize``: the calibration data, read on the host with PyTorch once per compiled
@@ -136,7 +136,6 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
         raise ValueError(f"exporter={s.exporter!r}: use one of {EXPORTERS}")
     if s.cache_dir is not None and not isinstance(s.cache_dir, (str, os.PathLike)):
         raise ValueError(f"cache_dir={s.cache_dir!r}: must be a path")
-    _check_quantize(s, options)
     if s.soc_model is not None or s.htp_arch is not None:
         from . import _native
 
@@ -151,6 +150,8 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
         except ValueError as e:
             raise ValueError(f"soc_model={s.soc_model!r}, htp_arch={s.htp_arch!r}: {e}") from None
         s = dataclasses.replace(s, soc_model=soc, htp_arch=arch)
+    # After the target is checked: the quantizer's configuration reads its arch.
+    _check_quantize(s, options)
     return s
 
 

@@ -78,6 +78,21 @@ fn resolve_target(
     Ok((soc, t.htp_arch.map(HtpArch::number)))
 }
 
+/// The HTP architecture a target compiles for: `htp_arch`, else that of the SoC, else None
+/// (no SoC given: the host's default is applied at compile time). The quantizer reads it to
+/// keep ops a v68 HTP has no 16-bit kernel for at 8 bits.
+#[pyfunction]
+#[pyo3(signature = (device, soc_model = None, htp_arch = None))]
+fn target_arch(
+    device: &str,
+    soc_model: Option<SocArg>,
+    htp_arch: Option<u32>,
+) -> PyResult<Option<u32>> {
+    Ok(target(device, soc_model, htp_arch)?
+        .arch()
+        .map(HtpArch::number))
+}
+
 /// QNN's log level for backends opened from now on (error, warn, info, verbose, debug).
 #[pyfunction]
 fn set_log_level(level: &str) -> PyResult<()> {
@@ -402,6 +417,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(default_cache_dir, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_target, m)?)?;
+    m.add_function(wrap_pyfunction!(target_arch, m)?)?;
     m.add_function(wrap_pyfunction!(soc_model, m)?)?;
     m.add_function(wrap_pyfunction!(known_socs, m)?)?;
     m.add_function(wrap_pyfunction!(htp_archs, m)?)?;

@@ -46,7 +46,8 @@ class Frozen(torch.nn.Module):
             else:
                 self.fixed[i] = a
 
-    def forward(self, *runtime_args):
+    def arguments(self, runtime_args: Sequence[Any]) -> list:
+        """The graph's full argument list for these runtime tensors."""
         full = []
         it = iter(runtime_args)
         for i in range(self.n):
@@ -56,7 +57,28 @@ class Frozen(torch.nn.Module):
                 full.append(next(it))
             else:
                 full.append(getattr(self, f"c{i}"))
-        return self.gm(*full)
+        return full
+
+    def forward(self, *runtime_args):
+        return self.gm(*self.arguments(runtime_args))
+
+
+class Interpreted(Frozen):
+    """``Frozen`` run node by node: traced under ``torch.fx.traceback.preserve_node_meta()``
+    (as torch.export does for quantization), every ATen node keeps the metadata of the dynamo
+    node it comes from, ``nn_module_stack`` included (the module paths quantization overrides
+    match). Running the generated code instead would leave only this wrapper's path.
+    Parameters stay parameters (PT2E's conv-batchnorm folding replaces them as such)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], runtime: Sequence[int]):
+        super().__init__(gm, args, runtime)
+        for i, a in enumerate(args):
+            if i not in self.runtime and isinstance(a, torch.nn.Parameter):
+                delattr(self, f"c{i}")
+                self.register_parameter(f"c{i}", torch.nn.Parameter(a.detach(), requires_grad=False))
+
+    def forward(self, *runtime_args):
+        return torch.fx.Interpreter(self.gm).run(*self.arguments(runtime_args))
 
 
 def _export_with(exporter: str, frozen: Frozen, runtime_args: Sequence[torch.Tensor]) -> bytes:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from . import _export, _fingerprint, _kvcache, _native, _partition, _runtime
+from . import _calibrate, _export, _fingerprint, _kvcache, _native, _partition, _quantize, _runtime
 from ._decompose import decompose
 from ._runtime import CompiledGraph
 from .exceptions import CacheError, LibraryLoadError, LoweringError, QnnApiError, UnsupportedOpError
@@ -28,8 +28,9 @@ from .settings import QnnSettings, fixed_values
 
 logger = logging.getLogger("qnnx_backend")
 
-#: Counters of the work done in this process (exports, compiles, cache hits, fallbacks); tests
-#: use them to prove that a warm start skipped export, lowering and finalize.
+#: Counters of the work done in this process (exports, compiles, cache hits, fallbacks, and for
+#: quantized graphs calibrations and quantizations); tests use them to prove that a warm start
+#: skipped export, lowering and finalize.
 STATS: collections.Counter = collections.Counter()
 
 _FALLBACK_ERRORS = (UnsupportedOpError, LoweringError, QnnApiError, LibraryLoadError)
@@ -70,6 +71,9 @@ class QnnCallable:
         self.returns_tuple = _runtime.returns_sequence(gm)
         self.graphs: dict[Any, Optional[CompiledGraph]] = {}
         self.warned = False
+        # Which frame arguments the graph inputs come from, read while dynamo calls the backend
+        # (calibration samples are the model's arguments; see _calibrate).
+        self.frame = _calibrate.Frame.capture(gm) if settings.quantize is not None else None
 
     def signature(self, args: Sequence[Any]) -> tuple:
         sig = []
@@ -91,6 +95,15 @@ class QnnCallable:
         devices = ["npu", "gpu"] if s.device == "auto" else [s.device]
         reasons: list[str] = []
         onnx_bytes = None
+        samples: Optional[list] = None
+        calibration_digest: Optional[str] = None
+        if s.quantize is not None and self.refusal is None:
+            # Quantized graphs are compiled for the HTP only. The samples are mapped (and
+            # checked) before anything else: bad calibration data is the caller's to fix and
+            # raises ValueError whatever `strict` says.
+            devices = [d for d in devices if d == "npu"]
+            samples = self.calibration_samples(args, runtime_tensors)
+            calibration_digest = _calibrate.digest(samples)
         cache_dir = _cache_dir(s)
         if self.refusal is not None:
             if s.strict:
@@ -103,18 +116,26 @@ class QnnCallable:
                 # With an explicit SoC or arch the native calls below open (and check) the
                 # runtime for that configuration themselves; is_available() would open a second
                 # backend and device for the default configuration (70-190 ms here).
-                if s.soc_model is None and s.htp_arch is None and not _native.is_available(device):
+                # soc_model and htp_arch configure the HTP: with device="auto" the GPU after it
+                # is opened with its defaults (the native module refuses a SoC for the GPU).
+                soc_model, htp_arch = (s.soc_model, s.htp_arch) if device == "npu" else (None, None)
+                if soc_model is None and htp_arch is None and not _native.is_available(device):
                     raise LibraryLoadError(f"{device}: {_native.unavailable_reason(device)}")
                 if cache_dir is not None:
                     # Warm start: an FX-level fingerprint maps straight to a cached binary, so
                     # neither the ONNX export nor lowering nor finalize runs.
-                    fingerprint = self.fx_fingerprint(args, device)
+                    fingerprint = self.fx_fingerprint(args, device, calibration_digest)
                     hit = _read_alias(fingerprint, cache_dir, device, s)
                     if hit is not None:
                         STATS["cache_hits"] += 1
                         logger.info("qnn: loaded a cached graph for %s in %.1f ms", device, hit.load_ms)
                         return CompiledGraph(hit, device, self.out_meta, s.check_nan)
-                if onnx_bytes is None:
+                if onnx_bytes is None and samples is not None:
+                    traced = _export.Interpreted(self.export_gm, args, tensor_idx)
+                    onnx_bytes = _quantize.quantize(traced, runtime_tensors, samples, s.quantize_config()).onnx
+                    STATS["quantizations"] += 1
+                    STATS["exports"] += 1
+                elif onnx_bytes is None:
                     onnx_bytes = _export.export(frozen, runtime_tensors, s)
                     STATS["exports"] += 1
                 if s.dry_run:
@@ -130,8 +151,8 @@ class QnnCallable:
                 native = _native.compile(
                     onnx_bytes,
                     device=device,
-                    soc_model=s.soc_model,
-                    htp_arch=s.htp_arch,
+                    soc_model=soc_model,
+                    htp_arch=htp_arch,
                     fp16=s.fp16,
                     opt_level=s.opt_level,
                     cache_dir=cache_dir,
@@ -176,9 +197,29 @@ class QnnCallable:
             )
         return None
 
-    def fx_fingerprint(self, args: Sequence[Any], device: str) -> str:
-        """The warm-start fingerprint of this graph called with ``args`` on ``device``."""
-        return _fingerprint.fx_fingerprint(self.gm, args, self.runtime, self.signature(args), device, self.settings)
+    def fx_fingerprint(self, args: Sequence[Any], device: str, calibration: Optional[str] = None) -> str:
+        """The warm-start fingerprint of this graph called with ``args`` on ``device``;
+        ``calibration`` is the digest of the calibration samples of a quantized graph."""
+        return _fingerprint.fx_fingerprint(
+            self.gm, args, self.runtime, self.signature(args), device, self.settings, calibration
+        )
+
+    def calibration_samples(self, args: Sequence[Any], runtime_tensors: Sequence[torch.Tensor]) -> list:
+        """The calibration data as tuples of this call's runtime tensors (ValueError naming what
+        to change when it does not fit)."""
+        assert self.frame is not None
+        mapper = _calibrate.Mapper(self.frame, args, self.runtime)
+        index = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
+
+        def run_float(inputs):
+            full = list(args)
+            for i, t in zip(index, inputs):
+                full[i] = t
+            return self.gm(*full)
+
+        samples = _calibrate.collect(self.settings.calibration, mapper, run_float)
+        STATS["calibrations"] += 1
+        return samples
 
     def __call__(self, *args):
         sig = self.signature(args)
@@ -262,7 +303,12 @@ def _read_alias(fingerprint: str, cache_dir: str, device: str, s: QnnSettings):
     if key is None:
         return None
     return _native.load_cached(
-        key, cache_dir, device=device, soc_model=s.soc_model, htp_arch=s.htp_arch, opt_level=s.opt_level
+        key,
+        cache_dir,
+        device=device,
+        soc_model=s.soc_model if device == "npu" else None,
+        htp_arch=s.htp_arch if device == "npu" else None,
+        opt_level=s.opt_level,
     )
 
 

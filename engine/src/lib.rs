@@ -4,7 +4,7 @@
 //! process-wide backend [`registry`], [`emit`] (a lowered plan to a QNN graph), the
 //! [`compile`] driver (cache lookup, lowering, emit, finalize, cache store, with progress stages),
 //! host I/O ([`io`]: int64 narrowing, NaN and shape checks) and the context-binary [`cache`] with
-//! its key policy.
+//! its key policy, and [`saved`] models (a compiled binary with its manifest in one file).
 //!
 //! ```text
 //! ONNX bytes --lowering::lower--> Plan --emit--> qnn::Graph --io--> host tensors
@@ -18,6 +18,7 @@ pub mod emit;
 mod error;
 pub mod io;
 pub mod registry;
+pub mod saved;
 pub mod target;
 
 pub use compile::{compile, compile_with_progress, CompileOptions, Compiled, Stage};

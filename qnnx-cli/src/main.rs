@@ -432,31 +432,13 @@ pub fn encoding_text(q: &qnn::Quantization) -> String {
     }
 }
 
-fn encoding_json(q: &qnn::Quantization) -> Value {
-    match q {
-        qnn::Quantization::None => Value::Null,
-        qnn::Quantization::ScaleOffset { scale, offset } => {
-            json!({ "scale": scale, "offset": offset })
-        }
-        qnn::Quantization::PerAxis {
-            axis,
-            scale_offsets,
-        } => json!({
-            "axis": axis,
-            "scales": scale_offsets.iter().map(|p| p.0).collect::<Vec<_>>(),
-            "offsets": scale_offsets.iter().map(|p| p.1).collect::<Vec<_>>(),
-        }),
-        qnn::Quantization::Unparsed { encoding } => json!({ "encoding": encoding }),
-    }
-}
-
 pub fn tensor_json(t: &qnn::TensorInfo) -> Value {
     json!({
         "name": t.name,
         "dtype": dtype_name(t),
         "shape": t.dims,
         "id": t.id,
-        "encoding": encoding_json(&t.quantization),
+        "encoding": qnnx_engine::saved::encoding_json(&t.quantization),
     })
 }
 

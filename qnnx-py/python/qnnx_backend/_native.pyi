@@ -1,6 +1,7 @@
 """Type stubs of the native module (Rust, PyO3). Checked against the built module by
 tests/python/test_native.py: the names, and mypy's stubtest (signatures, properties, classes)."""
 
+import os
 from typing import Optional, Union, final
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "LoweringError",
     "CacheError",
     "InputError",
+    "SavedModelError",
     "Compiled",
     "is_available",
     "unavailable_reason",
@@ -23,6 +25,9 @@ __all__ = [
     "alias_get",
     "alias_put",
     "versions",
+    "save",
+    "load_saved",
+    "read_manifest",
     "set_log_level",
     "default_cache_dir",
     "resolve_target",
@@ -50,6 +55,7 @@ class UnsupportedOpError(QnnxError): ...
 class LoweringError(QnnxError): ...
 class CacheError(QnnxError): ...
 class InputError(QnnxError): ...
+class SavedModelError(QnnxError): ...
 
 # (name, graph dtype, graph shape, model dtype)
 _IoDesc = tuple[str, str, list[int], str]
@@ -116,6 +122,9 @@ def alias_get(cache_dir: str, fingerprint: str) -> Optional[str]: ...
 def alias_put(cache_dir: str, fingerprint: str, key: str) -> None: ...
 def default_cache_dir() -> Optional[str]: ...
 def versions() -> dict[str, str]: ...
+def save(compiled: Compiled, path: Union[str, os.PathLike[str]], options: dict[str, str], extra: dict[str, str]) -> str: ...
+def load_saved(path: Union[str, os.PathLike[str]]) -> tuple[list[Compiled], str]: ...
+def read_manifest(path: Union[str, os.PathLike[str]]) -> str: ...
 def set_log_level(level: str) -> None: ...
 def resolve_target(
     device: str, soc_model: Union[int, str, None] = None, htp_arch: Optional[int] = None

@@ -362,17 +362,44 @@ pub fn load(path: &Path) -> Result<Loaded> {
     let (layout, manifest) = parse(file.bytes()).map_err(|why| bad(path, why))?;
     let target = target_of(path, &manifest, None)?;
     let runtime = registry::for_target(&target, None, false)?;
-    load_on(&runtime, &file, &layout, manifest, start)
+    load_on(&runtime, Source::Mapped(&file), &layout, manifest, start)
+}
+
+/// [`load`] from bytes in memory (a saved model carried inside another artifact, such as
+/// torch's AOT-compiled functions); `what` names them in errors. QNN gets a slice of `bytes`
+/// for the duration of `contextCreateFromBinary`.
+pub fn load_bytes(what: &str, bytes: &[u8]) -> Result<Loaded> {
+    let start = Instant::now();
+    let path = Path::new(what);
+    let (layout, manifest) = parse(bytes).map_err(|why| bad(path, why))?;
+    let target = target_of(path, &manifest, None)?;
+    let runtime = registry::for_target(&target, None, false)?;
+    load_on(
+        &runtime,
+        Source::Bytes(path, bytes),
+        &layout,
+        manifest,
+        start,
+    )
+}
+
+/// Where a saved model's bytes are.
+enum Source<'a> {
+    Mapped(&'a qnn::MappedFile),
+    Bytes(&'a Path, &'a [u8]),
 }
 
 fn load_on(
     runtime: &Arc<Runtime>,
-    file: &qnn::MappedFile,
+    source: Source<'_>,
     layout: &Layout,
     manifest: Manifest,
     start: Instant,
 ) -> Result<Loaded> {
-    let path = file.path();
+    let path = match &source {
+        Source::Mapped(f) => f.path(),
+        Source::Bytes(p, _) => p,
+    };
     let backend = &runtime.backend;
     let library_build = backend.build_id()?;
     if manifest.qnn_build_id != library_build {
@@ -405,13 +432,21 @@ fn load_on(
         soc_model: manifest.soc_model.filter(|&s| s != 0),
         build_id: Some(manifest.qnn_build_id.clone()),
     };
-    let context = qnn::Context::from_mapped_expecting(
-        backend,
-        Some(&runtime.device),
-        file,
-        layout.binary.clone(),
-        &expected,
-    )
+    let context = match source {
+        Source::Mapped(file) => qnn::Context::from_mapped_expecting(
+            backend,
+            Some(&runtime.device),
+            file,
+            layout.binary.clone(),
+            &expected,
+        ),
+        Source::Bytes(_, bytes) => qnn::Context::from_binary_expecting(
+            backend,
+            Some(&runtime.device),
+            &bytes[layout.binary.clone()],
+            &expected,
+        ),
+    }
     .map_err(|e| match e {
         qnn::Error::InvalidArgument(m) => Error::SavedModel(m),
         other => Error::qnn(other),

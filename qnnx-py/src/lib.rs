@@ -391,6 +391,38 @@ fn load_saved(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(Vec<Compile
     ))
 }
 
+/// The bytes of a saved model of `compiled` (what `save` writes), for artifacts that carry it
+/// inside themselves.
+#[pyfunction]
+fn saved_bytes<'py>(
+    py: Python<'py>,
+    compiled: &Compiled,
+    options: std::collections::BTreeMap<String, String>,
+    extra: std::collections::BTreeMap<String, String>,
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    let (bytes, _) = py
+        .detach(|| qnnx_engine::saved::to_bytes(&compiled.inner, options, extra))
+        .map_err(|e| engine_error(py, e))?;
+    Ok(pyo3::types::PyBytes::new(py, &bytes))
+}
+
+/// `load_saved` from the bytes of a saved model; `what` names them in errors.
+#[pyfunction]
+fn load_saved_bytes(py: Python<'_>, what: &str, data: &[u8]) -> PyResult<(Vec<Compiled>, String)> {
+    let loaded = py
+        .detach(|| qnnx_engine::saved::load_bytes(what, data))
+        .map_err(|e| engine_error(py, e))?;
+    let json = manifest_json(py, &loaded.manifest)?;
+    Ok((
+        loaded
+            .graphs
+            .into_iter()
+            .map(|inner| Compiled { inner })
+            .collect(),
+        json,
+    ))
+}
+
 /// The manifest of the saved model at `path` as JSON, checked (binary hash included) without
 /// opening QNN.
 #[pyfunction]
@@ -432,6 +464,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(load_saved, m)?)?;
     m.add_function(wrap_pyfunction!(read_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(saved_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(load_saved_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(set_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(default_cache_dir, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_target, m)?)?;

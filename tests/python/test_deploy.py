@@ -219,3 +219,63 @@ def test_export_refuses_what_it_cannot_save(tmp_path):
     with pytest.raises(qnnx_backend.LoweringError, match="returns dict"):
         qnnx_backend.export(Dict(), (torch.randn(1, 4),), tmp_path / "a")
     assert not os.path.exists(tmp_path / "a")
+
+
+AOT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import qnnx_backend
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    x = torch.randn(2, 16)
+
+
+    def f(mod, x):
+        return mod(x)
+
+
+    if sys.argv[1] == "save":
+        c = torch.compile(f, backend="qnn", fullgraph=True, options={"strict": True, "device": "npu"})
+        c.aot_compile(((m, x), {})).save_compiled_function(sys.argv[2], external_data={"m": m})
+        y = None
+    else:
+        with open(sys.argv[2], "rb") as fh:
+            g = torch.compiler.load_compiled_function(fh, external_data={"m": m})
+        y = g(m, x).detach().flatten().tolist()
+    with torch.no_grad():
+        want = m(x).flatten().tolist()
+    print("RESULT " + json.dumps({"stats": dict(qnnx_backend.STATS), "y": y, "want": want}))
+    """
+)
+
+
+def test_torch_aot_compile_and_load_compiled_function(tmp_path):
+    """torch's own AOT path: aot_compile compiles the QNN graph and stores it as a saved model
+    inside torch's artifact; load_compiled_function in a fresh process loads it with no ONNX
+    export and no compile (STATS counts only the load)."""
+    script = tmp_path / "aot_script.py"  # aot_compile reads the function's source file
+    script.write_text(AOT)
+    art = tmp_path / "f.aot"
+
+    def run(*args):
+        out = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
+        return json.loads(line[len("RESULT "):])
+
+    saved = run("save", str(art))
+    assert saved["stats"] == {"exports": 1, "compiles": 1}, saved["stats"]
+    assert b"QNNXSAVE" in art.read_bytes()
+    loaded = run("load", str(art))
+    assert loaded["stats"] == {"aot_loads": 1}, loaded["stats"]
+    got, want = torch.tensor(loaded["y"]), torch.tensor(loaded["want"])
+    assert_close_to_eager(got, want, rel=2e-2)
+
+
+def test_aot_artifact_of_another_kind_is_refused():
+    from qnnx_backend._policy import AotGraph
+
+    with pytest.raises(qnnx_backend.LoweringError, match="not a qnnx AOT artifact"):
+        AotGraph(b"\x80\x04 something else")

@@ -279,6 +279,126 @@ fn small_cnn_dynamo() {
 }
 
 #[test]
+fn normalize_torchscript() {
+    run_case(Case {
+        name: "normalize",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn normalize_dynamo() {
+    run_case(Case {
+        name: "normalize",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn group_norm_torchscript() {
+    run_case(Case {
+        name: "group_norm",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn group_norm_dynamo() {
+    run_case(Case {
+        name: "group_norm",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn scatter_torchscript() {
+    run_case(Case {
+        name: "scatter",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn scatter_dynamo() {
+    run_case(Case {
+        name: "scatter",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn rnn_torchscript() {
+    run_case(Case {
+        name: "rnn",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn rnn_dynamo() {
+    run_case(Case {
+        name: "rnn",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn rotary_torchscript() {
+    run_case(Case {
+        name: "rotary",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn rotary_dynamo() {
+    run_case(Case {
+        name: "rotary",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn rank6_torchscript() {
+    run_case(Case {
+        name: "rank6",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
+fn rank6_dynamo() {
+    run_case(Case {
+        name: "rank6",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    });
+}
+
+#[test]
 fn resnet18_torchscript() {
     run_case(Case {
         name: "resnet18",

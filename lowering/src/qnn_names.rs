@@ -59,12 +59,16 @@ pub mod op {
     pub const FULLY_CONNECTED: &str = "FullyConnected";
     pub const GATHER: &str = "Gather";
     pub const GATHER_ELEMENTS: &str = "GatherElements";
+    pub const GATHER_ND: &str = "GatherNd";
     pub const GELU: &str = "Gelu";
+    pub const GRID_SAMPLE: &str = "GridSample";
     pub const GROUP_NORM: &str = "GroupNorm";
     pub const HARD_SWISH: &str = "HardSwish";
     pub const INSTANCE_NORM: &str = "InstanceNorm";
+    pub const L2_NORM: &str = "L2Norm";
     pub const LAYER_NORM: &str = "LayerNorm";
     pub const LOG_SOFTMAX: &str = "LogSoftmax";
+    pub const LRN: &str = "Lrn";
     pub const MAT_MUL: &str = "MatMul";
     pub const PAD: &str = "Pad";
     pub const POOL_AVG_2D: &str = "PoolAvg2d";
@@ -80,6 +84,9 @@ pub mod op {
     pub const RESHAPE: &str = "Reshape";
     pub const RESIZE: &str = "Resize";
     pub const RMS_NORM: &str = "RmsNorm";
+    pub const ROI_ALIGN: &str = "RoiAlign";
+    pub const SCATTER_ELEMENTS: &str = "ScatterElements";
+    pub const SCATTER_ND: &str = "ScatterNd";
     pub const SIGMOID: &str = "Sigmoid";
     pub const SOFTMAX: &str = "Softmax";
     pub const SPACE_TO_DEPTH: &str = "SpaceToDepth";
@@ -95,11 +102,16 @@ pub mod op {
 
 /// Param names (`QNN_OP_*_PARAM_*`). The same string is shared by every op that uses it.
 pub mod param {
+    pub const ALIGNED: &str = "aligned";
+    pub const ALIGN_CORNERS: &str = "align_corners";
+    pub const ALLOW_INVALID_ROI: &str = "allow_invalid_roi";
     pub const ALPHA: &str = "alpha";
     pub const AXES: &str = "axes";
     pub const AXIS: &str = "axis";
+    pub const BATCH_DIMS: &str = "batch_dims";
     pub const BEGIN_MASK: &str = "begin_mask";
     pub const BETA: &str = "beta";
+    pub const BIAS: &str = "bias";
     pub const BLOCK_SIZE: &str = "block_size";
     pub const COUNT_PAD_FOR_EDGES: &str = "count_pad_for_edges";
     pub const CUBIC_COEFF: &str = "cubic_coeff";
@@ -110,6 +122,7 @@ pub mod param {
     pub const EXCLUSIVE: &str = "exclusive";
     pub const FILTER_SIZE: &str = "filter_size";
     pub const GROUP: &str = "group";
+    pub const IMG_SIZE_RATIO: &str = "img_size_ratio";
     pub const INTERPOLATION_MODE: &str = "interpolation_mode";
     pub const K: &str = "k";
     pub const KEEP_DIMS: &str = "keep_dims";
@@ -120,12 +133,18 @@ pub mod param {
     pub const MULTIPLES: &str = "multiples";
     pub const NEAREST_MODE: &str = "nearest_mode";
     pub const NEW_AXES_MASK: &str = "new_axes_mask";
+    pub const NUM_SAMPLES_X: &str = "num_samples_x";
+    pub const NUM_SAMPLES_Y: &str = "num_samples_y";
     pub const OPERATION: &str = "operation";
     pub const OUTPUT_PADDING: &str = "output_padding";
+    pub const PADDING_MODE: &str = "padding_mode";
     pub const PAD_AMOUNT: &str = "pad_amount";
     pub const PAD_CONSTANT_VALUE: &str = "pad_constant_value";
     pub const PERM: &str = "perm";
+    pub const RADIUS: &str = "radius";
     pub const RANGES: &str = "ranges";
+    pub const REDUCTION: &str = "reduction";
+    pub const REGION: &str = "region";
     pub const REVERSE: &str = "reverse";
     pub const ROUNDING_MODE: &str = "rounding_mode";
     pub const SCHEME: &str = "scheme";
@@ -182,6 +201,28 @@ pub mod resize {
     pub const ROUND_PREFER_CEIL: u32 = 1;
     pub const FLOOR: u32 = 2;
     pub const CEIL: u32 = 3;
+}
+
+/// `QNN_OP_SCATTER_ELEMENTS_REDUCTION_*` (ScatterNd has the first three).
+pub mod scatter_reduction {
+    pub const NONE: u32 = 0;
+    pub const ADD: u32 = 1;
+    pub const MUL: u32 = 2;
+    pub const MAX: u32 = 3;
+}
+
+/// `QNN_OP_GRID_SAMPLE_MODE_*` / `QNN_OP_GRID_SAMPLE_PADDING_MODE_*`.
+pub mod grid_sample {
+    pub const BILINEAR: u32 = 0;
+    pub const NEAREST: u32 = 1;
+    pub const ZEROS: u32 = 0;
+    pub const BORDER: u32 = 1;
+    pub const REFLECTION: u32 = 2;
+}
+
+/// `QNN_OP_LRN_REGION_*`.
+pub mod lrn_region {
+    pub const ACROSS_CHANNEL: u32 = 0;
 }
 
 /// `QNN_OP_DEPTH_TO_SPACE_MODE_*` / `QNN_OP_SPACE_TO_DEPTH_MODE_*`.

@@ -52,6 +52,7 @@ pub enum A {
     S(&'static str),
     Is(Vec<i64>),
     Fs(Vec<f32>),
+    Ss(Vec<String>),
     T(Tensor),
 }
 
@@ -80,6 +81,10 @@ pub fn attr(name: &str, a: &A) -> onnx::AttributeProto {
         A::Fs(v) => {
             p.r#type = Some(at::FLOATS);
             p.floats = v.clone();
+        }
+        A::Ss(v) => {
+            p.r#type = Some(at::STRINGS);
+            p.strings = v.iter().map(|s| s.as_bytes().to_vec()).collect();
         }
         A::T(t) => {
             p.r#type = Some(at::TENSOR);

@@ -158,8 +158,10 @@ class FakeNative:
 def test_every_qnnx_dtype_has_a_torch_dtype():
     assert set(TORCH_DTYPES) == set(_native.dtype_names())
     assert torch_dtype("f16") is torch.float16 and torch_dtype("i64") is torch.int64
-    with pytest.raises(qnnx_backend.QnnxError, match="qu8"):
-        torch_dtype("qu8")
+    # A quantized tensor is held as its integers (raw quantized I/O).
+    assert torch_dtype("qu8") is torch.uint8 and torch_dtype("qi16") is torch.int16
+    with pytest.raises(qnnx_backend.QnnxError, match="qf7"):
+        torch_dtype("qf7")
 
 
 def test_int64_inputs_are_narrowed_to_the_graph_int32():

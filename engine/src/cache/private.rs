@@ -21,6 +21,7 @@ pub(super) fn create_dir(dir: &Path) -> io::Result<()> {
 
 /// Options that create a file of mode 0600 on Unix.
 pub(super) fn file_options() -> fs::OpenOptions {
+    #[cfg_attr(not(unix), allow(unused_mut))]
     let mut o = fs::OpenOptions::new();
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);

@@ -1199,6 +1199,7 @@ mod tests {
         }
     }
 
+    #[cfg(unix)]
     fn outside_secret(case: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("qnnx-secret-{case}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);

@@ -112,6 +112,15 @@ impl Node {
         }
     }
 
+    pub fn attr_strings_opt(&self, name: &str) -> Result<Option<Vec<String>>> {
+        match self.attrs.get(name) {
+            None => Ok(None),
+            Some(Attr::Strings(v)) => Ok(Some(v.clone())),
+            Some(Attr::String(s)) => Ok(Some(vec![s.clone()])),
+            Some(a) => Err(self.wrong_kind(name, "strings", a)),
+        }
+    }
+
     pub fn attr_t_opt(&self, name: &str) -> Result<Option<&Tensor>> {
         match self.attrs.get(name) {
             None => Ok(None),

@@ -102,6 +102,28 @@ impl<'g> Builder<'g> {
         }
     }
 
+    /// `x[start..end]` along `axis`, with the bounds as attributes or inputs as the model's
+    /// opset requires (inputs from opset 10).
+    pub fn slice(&mut self, x: ValueId, axis: usize, start: usize, end: usize) -> ValueId {
+        let (a, s, e) = (axis as i64, start as i64, end as i64);
+        if self.opset() >= 10 {
+            let starts = self.ints(&[s]);
+            let ends = self.ints(&[e]);
+            let axes = self.ints(&[a]);
+            self.op("Slice", &[x, starts, ends, axes], vec![])
+        } else {
+            self.op(
+                "Slice",
+                &[x],
+                vec![
+                    ("starts", Attr::Ints(vec![s])),
+                    ("ends", Attr::Ints(vec![e])),
+                    ("axes", Attr::Ints(vec![a])),
+                ],
+            )
+        }
+    }
+
     /// Softmax or LogSoftmax over the last axis of a rank-`rank` value, valid at every opset.
     pub fn softmax_last(&mut self, op_type: &str, x: ValueId, rank: usize) -> ValueId {
         self.op(op_type, &[x], vec![("axis", Attr::Int(rank as i64 - 1))])

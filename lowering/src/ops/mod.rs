@@ -20,6 +20,7 @@ pub mod quant;
 pub mod reduce;
 pub mod registry;
 pub mod resize;
+pub mod rnn;
 pub mod shape;
 pub mod spatial;
 

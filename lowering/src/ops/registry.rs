@@ -10,7 +10,7 @@ use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::{
     activation, attention, cast, conv, elementwise, folded, loss, matmul, norm, pool, quant,
-    reduce, resize, shape, LowerCx,
+    reduce, resize, rnn, shape, LowerCx,
 };
 use crate::Backend;
 
@@ -121,6 +121,7 @@ const FAMILIES: &[&[OpDef]] = &[
     pool::OPS,
     reduce::OPS,
     resize::OPS,
+    rnn::OPS,
     shape::OPS,
     folded::OPS,
     quant::OPS,

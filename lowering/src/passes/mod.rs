@@ -9,15 +9,18 @@ use crate::LowerOptions;
 
 pub mod const_fold;
 pub mod dce;
+pub mod empty;
 pub mod expand;
 pub mod fold_batchnorm;
 pub mod fp16;
 pub mod fuse_gelu;
+pub mod fuse_l2norm;
 pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
 pub mod layout;
 pub mod narrow_int64;
 pub mod qdq;
+pub mod rank6;
 pub mod simplify;
 pub mod tile_batch_broadcast;
 
@@ -106,9 +109,9 @@ pub fn value_dtypes(
         .collect())
 }
 
-/// Runs every pass in order: infer+fold, QDQ absorption, expansion, simplify, dce, fusions
-/// (batchnorm, RMSNorm, GELU, linear bias), layout, settling quantized nodes, int64 narrowing,
-/// fp16.
+/// Runs every pass in order: infer+fold, QDQ absorption, the L2Norm fusion, expansions, empty
+/// tensors, simplify, rank-6 transposes, dce, fusions (batchnorm, RMSNorm, GELU, linear bias),
+/// layout, settling quantized nodes, int64 narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let mut g = model.graph.clone();
     set_input_shapes(&mut g, model, opts)?;
@@ -123,6 +126,8 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
         }
     }
     let _ = const_fold::run(&mut g);
+    // Before the expansions, which would expand its ReduceL2.
+    fuse_l2norm::run(&mut g);
     let table = OpTable::get(opts.backend)?;
     // An expansion's inputs are known only once the nodes before it are inferred, which may
     // need an earlier expansion (Attention feeding Attention).
@@ -135,8 +140,10 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
         }
         let _ = const_fold::run(&mut g);
     }
+    empty::run(&mut g);
     simplify::run(&mut g);
     dce::run(&mut g);
+    rank6::run(&mut g);
     fold_batchnorm::run(&mut g);
     fuse_rmsnorm::run(&mut g);
     fuse_gelu::run(&mut g);

@@ -147,6 +147,14 @@ impl Param {
     pub fn u32_vec(v: &[u32]) -> Param {
         Param::u32s(&[v.len()], v)
     }
+    /// A 1-D `FLOAT_32` tensor param.
+    pub fn f32_vec(v: &[f32]) -> Param {
+        Param::Tensor {
+            dtype: DType::F32,
+            shape: vec![v.len() as u32],
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
     pub fn i32_vec(v: &[i32]) -> Param {
         Param::Tensor {
             dtype: DType::I32,

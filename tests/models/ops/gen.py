@@ -24,10 +24,12 @@ def f32(*shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=()):
-    """One `op` node reading graph input `x` then the initializers, in order."""
-    inits = [(k, v) for k, v in inits]
+def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=(), want=None):
+    """One `op` node reading graph input `x` then the initializers, in order (an empty name
+    skips an optional input). `want`: the expected outputs, where the reference evaluator does
+    not implement the case."""
     names = ["x"] + [k for k, _ in inits]
+    inits = [(k, v) for k, v in inits if k]
     outs = [f"y{i}" for i in range(outputs)]
     nodes = [helper.make_node(op, names, outs, **(attrs or {}))] + list(extra_nodes)
     g = helper.make_graph(
@@ -43,8 +45,72 @@ def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=(
     os.makedirs(d, exist_ok=True)
     onnx.save(m, os.path.join(d, "model.onnx"))
     np.save(os.path.join(d, "input_0.npy"), x)
-    for i, y in enumerate(ReferenceEvaluator(m).run(None, {"x": x})):
+    if want is None:
+        want = ReferenceEvaluator(m).run(None, {"x": x})
+    for i, y in enumerate(want):
         np.save(os.path.join(d, f"output_{i}.npy"), y)
+
+
+def recurrent(op, x, w, r, b=None, h0=None, c0=None, p=None, direction="forward", layout=0,
+              clip=None, activations=None, lbr=0):
+    """ONNX LSTM/GRU/RNN in numpy (float64), for what onnx's reference evaluator leaves out:
+    reverse and bidirectional directions, clip, activations, initial states with layout 1."""
+    acts = {"Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Tanh": np.tanh,
+            "Relu": lambda v: np.maximum(v, 0), "Softsign": lambda v: v / (1 + np.abs(v))}
+    if layout:
+        x = x.transpose(1, 0, 2)
+        h0 = None if h0 is None else h0.transpose(1, 0, 2)
+        c0 = None if c0 is None else c0.transpose(1, 0, 2)
+    t_len, batch, _ = x.shape
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    h_size = w.shape[1] // gates
+    defaults = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}[op]
+    rev = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
+    names = activations or defaults * len(rev)
+    cl = (lambda v: np.clip(v, -clip, clip)) if clip else (lambda v: v)
+    y = np.zeros((t_len, len(rev), batch, h_size))
+    finals = [np.zeros((len(rev), batch, h_size)) for _ in range(2)]
+    for d, backwards in enumerate(rev):
+        f, g, hh = ([acts[n] for n in names[len(defaults) * d:len(defaults) * (d + 1)]] + [None] * 2)[:3]
+        wd, rd = w[d].astype(np.float64), r[d].astype(np.float64)
+        bd = np.zeros(2 * gates * h_size) if b is None else b[d].astype(np.float64)
+        wb, rb = bd[:gates * h_size], bd[gates * h_size:]
+        h = np.zeros((batch, h_size)) if h0 is None else h0[d].astype(np.float64)
+        c = np.zeros((batch, h_size)) if c0 is None else c0[d].astype(np.float64)
+        pd = np.zeros(3 * h_size) if p is None else p[d].astype(np.float64)
+        for t in (range(t_len - 1, -1, -1) if backwards else range(t_len)):
+            xt = x[t].astype(np.float64)
+            k = lambda v, i: v[:, i * h_size:(i + 1) * h_size]
+            if op == "LSTM":
+                a = xt @ wd.T + h @ rd.T + wb + rb
+                i_g = f(cl(k(a, 0) + pd[:h_size] * c))
+                f_g = f(cl(k(a, 2) + pd[2 * h_size:] * c))
+                c = f_g * c + i_g * g(cl(k(a, 3)))
+                h = f(cl(k(a, 1) + pd[h_size:2 * h_size] * c)) * hh(c)
+            elif op == "GRU":
+                xw = xt @ wd.T + wb
+                z = f(cl(k(xw, 0) + h @ rd[:h_size].T + rb[:h_size]))
+                rr = f(cl(k(xw, 1) + h @ rd[h_size:2 * h_size].T + rb[h_size:2 * h_size]))
+                rec = rr * (h @ rd[2 * h_size:].T + rb[2 * h_size:]) if lbr else (rr * h) @ rd[2 * h_size:].T + rb[2 * h_size:]
+                n = g(cl(k(xw, 2) + rec))
+                h = (1 - z) * n + z * h
+            else:
+                h = f(cl(xt @ wd.T + h @ rd.T + wb + rb))
+            y[t, d] = h
+        finals[0][d], finals[1][d] = h, c
+    if layout:
+        y = y.transpose(2, 0, 1, 3)
+        finals = [v.transpose(1, 0, 2) for v in finals]
+    outs = [y, finals[0]] + ([finals[1]] if op == "LSTM" else [])
+    return [v.astype(np.float32) for v in outs]
+
+
+def lrn(x, size, alpha, beta, bias):
+    """ONNX LRN in numpy: onnx's reference evaluator sums the squares of the first N channels
+    only (its loop runs over the batch dim)."""
+    sq, c = x.astype(np.float64) ** 2, x.shape[1]
+    s = np.stack([sq[:, max(0, k - (size - 1) // 2):k + size // 2 + 1].sum(1) for k in range(c)], 1)
+    return [(x / (bias + alpha / size * s) ** beta).astype(np.float32)]
 
 
 def main(out):
@@ -60,6 +126,79 @@ def main(out):
     case(out, "einsum_matmul", "Einsum", f32(2, 3, 4), [("w", f32(2, 4, 5))], {"equation": "bij,bjk->bik"})
     case(out, "group_norm", "GroupNormalization", f32(1, c, 3, 3), [("scale", f32(c)), ("bias", f32(c))],
          {"num_groups": 2}, opset=21)
+    # p = 2 is QNN L2Norm; values whose sum of squares overflows fp16 (the reference's p = 1 forgets
+    # the absolute value, so only p = 2 is checked here; the node tests cover p = 1).
+    case(out, "lp_normalization_large", "LpNormalization", f32(2, 64, 3, scale=300.0), [],
+         {"axis": 1, "p": 2})
+    # The expanded reductions, axes as a constant input (opset 18); the node tests pass them as
+    # graph inputs. ReduceL2's sums of squares pass fp16's range (see reduce_composite.rs).
+    ax = lambda *a: ("axes", np.array(a, np.int64))
+    case(out, "reduce_l1", "ReduceL1", f32(2, 5, 7), [ax(1)], {"keepdims": 0}, opset=18)
+    case(out, "reduce_l2_large", "ReduceL2", f32(2, 3, 1024, scale=20.0), [ax(-1)], opset=18)
+    case(out, "reduce_sum_square", "ReduceSumSquare", f32(2, 5, 7), [ax(0, 2)], opset=18)
+    case(out, "reduce_log_sum_exp", "ReduceLogSumExp", f32(3, 9, scale=5.0), [ax(1)], opset=18)
+    case(out, "reduce_prod", "ReduceProd", (np.abs(f32(3, 6, 5)) * 0.5 + 0.6).astype(np.float32),
+         [ax(1)], {"keepdims": 0}, opset=18)
+    # Instance and group normalisation of the ranks QNN's InstanceNorm/GroupNorm do not take
+    # (nn.GroupNorm exports a rank-3 InstanceNormalization; the node tests are all 4-D).
+    case(out, "instance_norm_3d", "InstanceNormalization", f32(2, 3, 10), [("s", f32(3)), ("b", f32(3))])
+    case(out, "instance_norm_5d", "InstanceNormalization", f32(2, 3, 2, 3, 4), [("s", f32(3)), ("b", f32(3))],
+         {"epsilon": 1e-3})
+    case(out, "group_norm_3d", "GroupNormalization", f32(2, 6, 5), [("scale", f32(6)), ("bias", f32(6))],
+         {"num_groups": 2}, opset=21)
+    case(out, "group_norm_3d_per_group", "GroupNormalization", f32(2, 6, 5), [("scale", f32(3)), ("bias", f32(3))],
+         {"num_groups": 3}, opset=18)
+    # Constant (and negative) indices, wrapped on the host; ScatterElements' add runs as a
+    # ScatterNd over host-built index tuples (the HTP's ScatterElements reduces by none only).
+    case(out, "gather_nd_const", "GatherND", f32(3, 4, 5), [("i", np.array([[0, -1], [2, 1]], np.int64))])
+    case(out, "scatter_elements_add_const", "ScatterElements", f32(3, 5),
+         [("i", np.array([[0, -1, 0], [4, 4, 2]], np.int64)), ("u", f32(2, 3))],
+         {"axis": 1, "reduction": "add"}, opset=18)
+    case(out, "scatter_nd_mul_const", "ScatterND", f32(4, 3),
+         [("i", np.array([[1], [-1], [1]], np.int64)), ("u", f32(3, 3))], {"reduction": "mul"}, opset=18)
+    # Recurrent ops in the variants onnx's reference evaluator does not implement (it runs
+    # forward only and ignores clip and activations): the expected outputs come from recurrent().
+    t_len, batch, i_size, h_size = 5, 2, 3, 4
+    w4, r4, b4, p3 = f32(2, 16, 3, scale=0.5), f32(2, 16, 4, scale=0.5), f32(2, 32, scale=0.5), f32(2, 12, scale=0.5)
+    x = f32(t_len, batch, i_size)
+    case(out, "lstm_bidirectional_peepholes", "LSTM", x,
+         [("w", w4), ("r", r4), ("b", b4), ("", None), ("", None), ("", None), ("p", p3)],
+         {"hidden_size": h_size, "direction": "bidirectional"}, opset=14, outputs=3,
+         want=recurrent("LSTM", x, w4, r4, b4, p=p3, direction="bidirectional"))
+    xb = f32(batch, t_len, i_size, scale=4.0)
+    case(out, "lstm_reverse_layout1_clip", "LSTM", xb, [("w", w4[:1]), ("r", r4[:1]), ("b", b4[:1])],
+         {"hidden_size": h_size, "direction": "reverse", "layout": 1, "clip": 0.5}, opset=14, outputs=3,
+         want=recurrent("LSTM", xb, w4[:1], r4[:1], b4[:1], direction="reverse", layout=1, clip=0.5))
+    acts = ["Sigmoid", "Relu", "Softsign"]
+    case(out, "lstm_activations", "LSTM", x, [("w", w4[:1]), ("r", r4[:1]), ("b", b4[:1])],
+         {"hidden_size": h_size, "activations": acts}, opset=14,
+         want=recurrent("LSTM", x, w4[:1], r4[:1], b4[:1], activations=acts)[:1])
+    w3, r3, b3 = f32(2, 12, 3, scale=0.5), f32(2, 12, 4, scale=0.5), f32(2, 24, scale=0.5)
+    for lbr in (0, 1):
+        case(out, f"gru_bidirectional_lbr{lbr}", "GRU", x, [("w", w3), ("r", r3), ("b", b3)],
+             {"hidden_size": h_size, "direction": "bidirectional", "linear_before_reset": lbr}, opset=14,
+             outputs=2, want=recurrent("GRU", x, w3, r3, b3, direction="bidirectional", lbr=lbr))
+    case(out, "gru_reverse_layout1_clip", "GRU", xb, [("w", w3[:1]), ("r", r3[:1])],
+         {"hidden_size": h_size, "direction": "reverse", "layout": 1, "clip": 0.7,
+          "linear_before_reset": 1}, opset=14, outputs=2,
+         want=recurrent("GRU", xb, w3[:1], r3[:1], direction="reverse", layout=1, clip=0.7, lbr=1))
+    w1, r1, b1 = f32(2, 4, 3, scale=0.5), f32(2, 4, 4, scale=0.5), f32(2, 8, scale=0.5)
+    case(out, "rnn_bidirectional_activations", "RNN", x, [("w", w1), ("r", r1), ("b", b1)],
+         {"hidden_size": h_size, "direction": "bidirectional", "activations": ["Tanh", "Relu"]},
+         opset=14, outputs=2,
+         want=recurrent("RNN", x, w1, r1, b1, direction="bidirectional", activations=["Tanh", "Relu"]))
+    xl = f32(2, 7, 4, 5, scale=2.0)
+    case(out, "lrn", "LRN", xl, [], {"size": 5, "alpha": 1.0, "beta": 0.75, "bias": 1.0}, opset=13,
+         want=lrn(xl, 5, 1.0, 0.75, 1.0))
+    # Adaptive sampling (ratio 0) and a spatial scale; the node tests use ratio 2, scale 1.
+    rois = np.array([[2, 4, 20, 18], [0, 0, 31, 23], [6.6, 8.2, 15.4, 16.4]], np.float32)
+    case(out, "roi_align_adaptive", "RoiAlign", f32(2, 3, 12, 16),
+         [("rois", rois), ("idx", np.array([1, 0, 1], np.int64))],
+         {"output_height": 3, "output_width": 4, "sampling_ratio": 0, "spatial_scale": 0.5}, opset=16)
+    # Constant position ids (the caches gathered on the host); the node tests pass them as inputs.
+    case(out, "rotary_embedding_const_positions", "RotaryEmbedding", f32(1, 2, 3, 8),
+         [("cos", f32(16, 2)), ("sin", f32(16, 2)), ("pos", np.array([[0, 5, 9]], np.int64))],
+         {"rotary_embedding_dim": 4, "interleaved": 1}, opset=23)
     case(out, "resize_nearest", "Resize", f32(1, 2, 3, 4),
          [("roi", np.array([], np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))],
          # HTP validates nearest Resize only in this combination (the default half_pixel /

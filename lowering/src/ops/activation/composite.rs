@@ -8,13 +8,10 @@
 //! - Tan — <https://onnx.ai/onnx/operators/onnx__Tan.html>: `Sin(x) / Cos(x)`.
 //! - Mean — <https://onnx.ai/onnx/operators/onnx__Mean.html>: `Sum(x..) · (1 / n)`.
 //! - IsNaN — <https://onnx.ai/onnx/operators/onnx__IsNaN.html>: `Not(x == x)`.
-//! - LpNormalization — <https://onnx.ai/onnx/operators/onnx__LpNormalization.html>:
-//!   `x / ReduceSum(|x|)` (p = 1) or `x / Sqrt(ReduceSum(x · x))` (p = 2) over `axis`.
 //!
 //! All of them run on HTP in f16/f32 through the rules of the ops they expand into.
 
 use crate::error::Result;
-use crate::ir::attr::norm_axis;
 use crate::ir::builder::Builder;
 use crate::ir::{Attr, Node, ValueId};
 use crate::ops::elementwise::{infer_mask, infer_variadic};
@@ -72,15 +69,6 @@ pub const IS_NAN: OpDef = OpDef {
     infer: infer_mask,
     fold: None,
     expand: Some(is_nan),
-    lower: None,
-    quant: Quant::Float,
-};
-
-pub const LP_NORMALIZATION: OpDef = OpDef {
-    op_type: "LpNormalization",
-    infer: same,
-    fold: None,
-    expand: Some(lp_normalization),
     lower: None,
     quant: Quant::Float,
 };
@@ -161,30 +149,10 @@ pub fn is_nan(b: &mut Builder, node: &Node) -> Result<bool> {
     Ok(true)
 }
 
-pub fn lp_normalization(b: &mut Builder, node: &Node) -> Result<bool> {
-    let (x, y) = io(node)?;
-    let r = b.g.shape(x).len();
-    let axis = norm_axis(node, "axis", node.attr_i("axis", -1)?, r)? as i64;
-    let norm = match node.attr_i("p", 2)? {
-        1 => {
-            let a = b.op("Abs", &[x], vec![]);
-            b.reduce("ReduceSum", a, &[axis], true)
-        }
-        2 => {
-            let sq = b.op("Mul", &[x, x], vec![]);
-            let s = b.reduce("ReduceSum", sq, &[axis], true);
-            b.op("Sqrt", &[s], vec![])
-        }
-        p => return Err(node.err_attr("p", format!("only 1 and 2 are supported, got {p}"))),
-    };
-    b.op_to("Div", &[x, norm], vec![], &[y]);
-    Ok(true)
-}
-
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{graph_with, infer, lower, lower_err, node};
+    use crate::ops::test_util::{graph_with, infer, lower, node};
     use crate::testing::{ModelBuilder, A};
 
     #[test]
@@ -223,10 +191,6 @@ mod tests {
             types("IsNaN", &[]),
             vec!["ElementWiseEqual", "ElementWiseNot"]
         );
-        assert_eq!(
-            types("LpNormalization", &[("p", A::I(1))]),
-            vec!["ElementWiseAbs", "ReduceSum", "ElementWiseDivide"]
-        );
         let d = lower(
             &ModelBuilder::new(13)
                 .input("a", DType::F32, &[2])
@@ -236,11 +200,5 @@ mod tests {
         )
         .dump();
         assert!(d.contains("ElementWiseAdd(a:f32[2], b:f32[2])"), "{d}");
-    }
-
-    #[test]
-    fn lp_normalization_other_p_unsupported() {
-        assert!(lower_err(&one("LpNormalization", &[("p", A::I(3))]))
-            .contains("attribute 'p': only 1 and 2"));
     }
 }

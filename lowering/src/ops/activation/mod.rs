@@ -51,7 +51,6 @@ pub const OPS: &[OpDef] = &[
     composite::TAN,
     composite::MEAN,
     composite::IS_NAN,
-    composite::LP_NORMALIZATION,
     CELU,
     SOFTSIGN,
 ];

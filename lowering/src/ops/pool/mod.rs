@@ -6,6 +6,7 @@ pub mod global_pool;
 // Op files are named after the ONNX op (STYLE.md), which here matches the family.
 #[allow(clippy::module_inception)]
 pub mod pool;
+pub mod roi_align;
 
 pub const OPS: &[OpDef] = &[
     pool::MAX_POOL,
@@ -13,4 +14,5 @@ pub const OPS: &[OpDef] = &[
     pool::LP_POOL,
     global_pool::GLOBAL_AVERAGE_POOL,
     global_pool::GLOBAL_MAX_POOL,
+    roi_align::ROI_ALIGN,
 ];

@@ -1,5 +1,5 @@
 //! ReduceMean / ReduceSum / ReduceMax / ReduceMin — <https://onnx.ai/onnx/operators/onnx__ReduceMean.html>
-//! (and the inference of ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp).
+//! (and the inference and folding the expanded reductions of `reduce_composite.rs` share).
 //! `axes` is an attribute before opset 18 (13 for ReduceSum) and a constant input after;
 //! `noop_with_empty_axes` is honoured. QNN `ReduceMean`/`ReduceSum`/`ReduceMax`/`ReduceMin`:
 //! `axes` UINT_32 `[k]` (tensor param), `keep_dims` BOOL_8 scalar.
@@ -50,53 +50,6 @@ pub const REDUCE_MIN: OpDef = OpDef {
     quant: Quant::Same,
 };
 
-/// Inferred only: no QNN reduction matches them (the op tables list ReduceProd as fallback and
-/// not the others).
-pub const REDUCE_PROD: OpDef = OpDef {
-    op_type: "ReduceProd",
-    infer,
-    fold: Some(Fold::Values(fold)),
-    expand: None,
-    lower: None,
-    quant: Quant::Float,
-};
-
-pub const REDUCE_L1: OpDef = OpDef {
-    op_type: "ReduceL1",
-    infer,
-    fold: None,
-    expand: None,
-    lower: None,
-    quant: Quant::Float,
-};
-
-pub const REDUCE_L2: OpDef = OpDef {
-    op_type: "ReduceL2",
-    infer,
-    fold: None,
-    expand: None,
-    lower: None,
-    quant: Quant::Float,
-};
-
-pub const REDUCE_SUM_SQUARE: OpDef = OpDef {
-    op_type: "ReduceSumSquare",
-    infer,
-    fold: None,
-    expand: None,
-    lower: None,
-    quant: Quant::Float,
-};
-
-pub const REDUCE_LOG_SUM_EXP: OpDef = OpDef {
-    op_type: "ReduceLogSumExp",
-    infer,
-    fold: None,
-    expand: None,
-    lower: None,
-    quant: Quant::Float,
-};
-
 fn reduce_axes(x: &In, n: &Node, rank: usize) -> Result<Option<Vec<usize>>> {
     // ReduceSum moved axes to an input in opset 13, the other reductions in opset 18.
     let axes_from_input = if n.op_type == "ReduceSum" {
@@ -128,7 +81,7 @@ pub fn reduce_params(g: &Graph, n: &Node) -> Result<(Option<Vec<usize>>, bool)> 
     Ok((reduce_axes(&x, n, rank)?, n.attr_i("keepdims", 1)? != 0))
 }
 
-fn infer(x: &In) -> Result<Vec<Out>> {
+pub(crate) fn infer(x: &In) -> Result<Vec<Out>> {
     let n = x.n;
     let g = x.g;
     let (axes, keep) = reduce_params(g, n)?;
@@ -151,7 +104,7 @@ fn infer(x: &In) -> Result<Vec<Out>> {
 }
 
 /// ReduceProd, ReduceSum, ReduceMax, ReduceMin and ReduceMean of a constant input.
-fn fold(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+pub(crate) fn fold(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
     let node = x.n;
     let g = x.g;
     let op = node.op_type.as_str();

@@ -3,6 +3,7 @@
 use crate::ops::OpDef;
 
 pub mod depth_space;
+pub mod grid_sample;
 // Op files are named after the ONNX op (STYLE.md), which here matches the family.
 #[allow(clippy::module_inception)]
 pub mod resize;
@@ -12,4 +13,5 @@ pub const OPS: &[OpDef] = &[
     resize::UPSAMPLE,
     depth_space::DEPTH_TO_SPACE,
     depth_space::SPACE_TO_DEPTH,
+    grid_sample::GRID_SAMPLE,
 ];

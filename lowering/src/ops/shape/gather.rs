@@ -91,40 +91,57 @@ fn fold_gather(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tenso
     Ok(Some(vec![t0.gather_flat(shape0, &map)]))
 }
 
-fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<crate::plan::TensorId> {
-    match cx.konst(node, 1) {
+fn indices(cx: &mut LowerCx, node: &Node, dim: usize) -> Result<TensorId> {
+    wrapped_indices(cx, node, 1, &[dim])
+}
+
+/// Index input `i` as QNN reads it: non-negative int32. `dims` are the sizes the indices
+/// address, one for every index (`[dim]`) or one per position of the indices' last axis
+/// (GatherND, ScatterND). Constant indices are wrapped here and checked; dynamic ones by
+/// `Select(idx < 0, idx + dims, idx)`.
+pub(crate) fn wrapped_indices(
+    cx: &mut LowerCx,
+    node: &Node,
+    i: usize,
+    dims: &[usize],
+) -> Result<TensorId> {
+    let dim_of = |k: usize| dims[if dims.len() == 1 { 0 } else { k % dims.len() }] as i64;
+    match cx.konst(node, i) {
         Some(t) => {
             let mut v = t.to_i64();
-            for x in &mut v {
+            for (k, x) in v.iter_mut().enumerate() {
+                let d = dim_of(k);
                 if *x < 0 {
-                    *x += dim as i64;
+                    *x += d;
                 }
-                if *x < 0 || *x >= dim as i64 {
-                    return Err(
-                        node.err_invalid(format!("index {x} is out of range for dim {dim}"))
-                    );
+                if *x < 0 || *x >= d {
+                    return Err(node.err_invalid(format!("index {x} is out of range for dim {d}")));
                 }
             }
             let nt = Tensor::from_i64_as(DType::I32, t.shape.clone(), &v);
             cx.static_tensor(node, &format!("{}_indices", node.name), &nt)
         }
         None => {
-            let idx = cx.input(node, 1)?;
+            let idx = cx.input(node, i)?;
             let dt = cx.tensor_dtype(idx);
-            if dt != crate::DType::I32 {
+            if dt != DType::I32 {
                 return Ok(idx);
             }
             let qs = cx.tshape(idx);
-            let ones = vec![1; qs.len()];
+            let mut ones = vec![1; qs.len()];
             let zero = Tensor::from_i64_as(DType::I32, ones.clone(), &[0]);
             let zero = cx.static_tensor(node, &format!("{}_zero", node.name), &zero)?;
-            let d = Tensor::from_i64_as(DType::I32, ones, &[dim as i64]);
+            let dv: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+            if dims.len() > 1 {
+                *ones.last_mut().expect("indices of rank >= 1") = dims.len();
+            }
+            let d = Tensor::from_i64_as(DType::I32, ones, &dv);
             let d = cx.static_tensor(node, &format!("{}_dim", node.name), &d)?;
             let neg = cx.emit(
                 node,
                 op::ELEMENT_WISE_LESS,
                 vec![idx, zero],
-                crate::DType::Bool,
+                DType::Bool,
                 &qs,
                 vec![],
             );

@@ -6,6 +6,7 @@ use crate::ops::OpDef;
 pub mod concat;
 pub mod dropout;
 pub mod gather;
+pub mod gather_nd;
 pub mod pad;
 pub mod reshape;
 pub mod scatter;
@@ -28,9 +29,11 @@ pub const OPS: &[OpDef] = &[
     slice::SLICE,
     gather::GATHER,
     gather::GATHER_ELEMENTS,
+    gather_nd::GATHER_ND,
     tile::TILE,
     tile::EXPAND,
     pad::PAD,
     scatter::SCATTER_ELEMENTS,
+    scatter::SCATTER,
     scatter::SCATTER_ND,
 ];

@@ -213,3 +213,25 @@ def test_session_imports_and_runs_without_torch(model_path, tmp_path):
     assert runs[0]["y"] == runs[1]["y"]
     # Only the blocked entry itself: nothing under torch was imported.
     assert runs[0]["modules"] == ["torch"]
+
+
+LATE_TORCH = textwrap.dedent(
+    """
+    import sys
+    import qnnx_backend
+    assert "torch" not in sys.modules, "import qnnx_backend imported torch"
+    import torch
+    c = torch.compile(torch.nn.Linear(4, 4).eval(), backend="qnn", options={"strict": True, "device": "npu"})
+    with torch.no_grad():
+        c(torch.randn(1, 4))
+    print("RESULT", dict(qnnx_backend.STATS))
+    """
+)
+
+
+def test_backend_found_when_torch_is_imported_after_the_package():
+    # The package registers "qnn" at import only when torch is loaded already; otherwise torch
+    # finds it through the torch_dynamo_backends entry point.
+    out = subprocess.run([sys.executable, "-c", LATE_TORCH], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "RESULT {'exports': 1, 'compiles': 1}" in out.stdout

@@ -19,6 +19,7 @@ mod error;
 pub mod io;
 pub mod registry;
 pub mod saved;
+pub mod session;
 pub mod target;
 
 pub use compile::{compile, compile_with_progress, CompileOptions, Compiled, Stage};
@@ -26,4 +27,5 @@ pub use emit::Emitted;
 pub use error::{Error, Result};
 pub use io::HostTensor;
 pub use registry::Runtime;
+pub use session::{Session, SessionOptions};
 pub use target::{Target, TargetSpec};

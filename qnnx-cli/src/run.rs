@@ -17,7 +17,8 @@ use crate::{emit, Cli, Failure};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// A context binary, or an ONNX model (`.onnx`), which is compiled in memory first.
+    /// A context binary, a saved model (`qnnx_backend.export`), or an ONNX model (`.onnx`),
+    /// which is compiled in memory first.
     pub model: PathBuf,
     /// The graph to run in a context binary (default: the first).
     #[arg(long)]
@@ -224,12 +225,59 @@ fn is_onnx(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
 }
 
+/// Whether the file starts as a saved model does (`qnnx_engine::saved::MAGIC`).
+pub fn is_saved(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| &head == qnnx_engine::saved::MAGIC)
+}
+
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
-    if is_onnx(&args.model) {
+    if is_saved(&args.model) {
+        run_saved(cli, args)
+    } else if is_onnx(&args.model) {
         run_onnx(cli, args)
     } else {
         run_binary(cli, args)
     }
+}
+
+const COMPILED_ALREADY: &str = "--cache, --opt-level, --precision and --input-shape apply to ONNX models; a context binary is already compiled";
+
+fn refuse_build_flags(args: &RunArgs) -> Result<(), Failure> {
+    let b = &args.build;
+    if b.cache
+        || b.opt_level.is_some()
+        || !b.input_shapes.is_empty()
+        || b.precision != Default::default()
+    {
+        return Err(Failure::usage(COMPILED_ALREADY));
+    }
+    Ok(())
+}
+
+fn run_saved(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
+    refuse_build_flags(args)?;
+    let loaded = qnnx_engine::saved::load(&args.model).map_err(|e| {
+        Failure::new(format!(
+            "{e}\nhint: `qnnx inspect {}` shows the manifest",
+            args.model.display()
+        ))
+    })?;
+    let c = match &args.graph {
+        Some(name) => loaded
+            .graphs
+            .iter()
+            .find(|g| g.emitted.graph.name() == name)
+            .ok_or_else(|| Failure::new(format!("no graph {name:?} in the saved model")))?,
+        None => &loaded.graphs[0],
+    };
+    let name = c.emitted.graph.name().to_string();
+    let text = format!("loaded in {:.1} ms", c.load_ms);
+    let prepare = json!({ "load_ms": c.load_ms, "soc_model": loaded.manifest.soc_model });
+    run_compiled(cli, args, c, &name, prepare, text)
 }
 
 fn report(
@@ -291,15 +339,7 @@ fn report(
 
 fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     let b = &args.build;
-    if b.cache
-        || b.opt_level.is_some()
-        || !b.input_shapes.is_empty()
-        || b.precision != Default::default()
-    {
-        return Err(Failure::usage(
-            "--cache, --opt-level, --precision and --input-shape apply to ONNX models; a context binary is already compiled",
-        ));
-    }
+    refuse_build_flags(args)?;
     let bytes = crate::read_file(&args.model)?;
     // On the emulator, emulate the SoC the binary was compiled for unless told otherwise.
     let info = crate::system_library(cli)
@@ -404,7 +444,38 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         ));
     }
     let built = crate::compile::build(cli, &args.model, &args.build, "qnnx")?;
-    let e = &built.compiled.emitted;
+    let c = &built.compiled;
+    let prepare_text = if c.from_cache {
+        format!("loaded from the cache in {:.1} ms", c.load_ms)
+    } else {
+        format!(
+            "compiled in {:.0} ms (lowering {:.0} ms, finalize {:.0} ms)",
+            built.total_ms, c.lower_ms, c.finalize_ms
+        )
+    };
+    let prepare = json!({
+        "compile_ms": built.total_ms,
+        "lower_ms": c.lower_ms,
+        "finalize_ms": c.finalize_ms,
+        "load_ms": c.load_ms,
+        "from_cache": c.from_cache,
+        "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
+        "soc_model": built.target.soc_model,
+    });
+    run_compiled(cli, args, c, "qnnx", prepare, prepare_text)
+}
+
+/// Runs a compiled model (ONNX or saved) on the inputs of `args` in the model's dtypes and
+/// reports; `prepare` and `prepare_text` say how it was made ready.
+fn run_compiled(
+    cli: &Cli,
+    args: &RunArgs,
+    c: &qnnx_engine::Compiled,
+    graph: &str,
+    prepare: serde_json::Value,
+    prepare_text: String,
+) -> Result<ExitCode, Failure> {
+    let e = &c.emitted;
     let ios: Vec<Io> = e
         .inputs
         .iter()
@@ -438,32 +509,7 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     }
     let names: Vec<String> = e.outputs.iter().map(|o| o.onnx_name.clone()).collect();
     let written = write_outputs(args.output_dir.as_deref(), arrays, &names)?;
-    let c = &built.compiled;
-    let prepare_text = if c.from_cache {
-        format!("loaded from the cache in {:.1} ms", c.load_ms)
-    } else {
-        format!(
-            "compiled in {:.0} ms (lowering {:.0} ms, finalize {:.0} ms)",
-            built.total_ms, c.lower_ms, c.finalize_ms
-        )
-    };
-    report(
-        cli,
-        args,
-        "qnnx",
-        json!({
-            "compile_ms": built.total_ms,
-            "lower_ms": c.lower_ms,
-            "finalize_ms": c.finalize_ms,
-            "load_ms": c.load_ms,
-            "from_cache": c.from_cache,
-            "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
-            "soc_model": built.target.soc_model,
-        }),
-        prepare_text,
-        &timing,
-        &written,
-    );
+    report(cli, args, graph, prepare, prepare_text, &timing, &written);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -62,6 +62,7 @@ def test_round_trip_matches_eager(saved):
     for a, b in zip(got_np, got):
         np.testing.assert_array_equal(a, b.numpy())
     assert [i.name for i in loaded.get_inputs()] == ["x"]
+    assert [o.name for o in loaded.get_outputs()] == ["output_0", "output_1"]
 
 
 def test_manifest_describes_the_binary(saved):

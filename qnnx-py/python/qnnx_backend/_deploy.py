@@ -78,7 +78,8 @@ def export(
     with torch.no_grad():
         kind, n_out = _structure(model(*inputs))
     names = _input_names(model, len(inputs))
-    onnx = _export.export(model, inputs, s, names=names)
+    outputs = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
+    onnx = _export.export(model, inputs, s, names=names, output_names=outputs)
     native = _native.compile(
         onnx,
         device=device,

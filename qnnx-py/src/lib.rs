@@ -188,11 +188,12 @@ fn warn_all(warnings: &[String]) {
     }
 }
 
-/// Lowers and compiles an ONNX model for `device` (releases the GIL while working). With
+/// Lowers and compiles an ONNX model for `device` (releases the GIL while working);
+/// `input_shapes` gives static shapes to inputs with symbolic dims. With
 /// `cache_dir`, a binary compiled earlier for the same model, target and settings is loaded
 /// instead (no lowering, no finalize), and a new one is stored.
 #[pyfunction]
-#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None, quantized_io = false))]
+#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None, quantized_io = false, input_shapes = None))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
@@ -205,6 +206,7 @@ fn compile(
     name: &str,
     cache_dir: Option<&str>,
     quantized_io: bool,
+    input_shapes: Option<std::collections::BTreeMap<String, Vec<usize>>>,
 ) -> PyResult<Compiled> {
     let t = target(device, soc_model, htp_arch)?;
     let cache = open_cache(py, cache_dir)?;
@@ -213,6 +215,7 @@ fn compile(
         fp16,
         opt_level,
         quantized_io,
+        input_shapes: input_shapes.unwrap_or_default(),
         ..Default::default()
     };
     let compiled = py

@@ -123,6 +123,22 @@ def test_run_errors_name_the_input(model_path, tmp_path):
         sess.run(None, {**f, "ids": np.full((2, 3), 2**40, np.int64)})
 
 
+def test_symbolic_dims_take_input_shapes():
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.raises(qnnx_backend.LoweringError, match="symbolic dims"):
+        InferenceSession(data, cache=False)
+    sess = InferenceSession(data, cache=False, input_shapes={"x": [3, 4]})
+    assert sess.get_inputs()[0].shape == [3, 4]
+    x = np.array([[-1, 2, -3, 4]] * 3, np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x, 0), rtol=1e-3)
+
+
 def test_unsupported_model_lists_its_nodes(tmp_path):
     graph = helper.make_graph(
         [helper.make_node("Det", ["x"], ["y"])],

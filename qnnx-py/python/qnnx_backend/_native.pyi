@@ -97,6 +97,7 @@ def compile(
     name: str = "qnnx",
     cache_dir: Optional[str] = None,
     quantized_io: bool = False,
+    input_shapes: Optional[dict[str, list[int]]] = None,
 ) -> Compiled: ...
 def compile_many(
     onnx_list: list[bytes],

@@ -145,8 +145,9 @@ class SessionOptions:
     (weights and activations stored as float16). ``opt_level``: HTP finalize optimization 1-3.
     ``cache``/``cache_dir``: keep compiled ONNX models in the context-binary cache (default on,
     in ``$QNNX_CACHE_DIR`` or the platform cache folder). ``log_level``: QNN's log level
-    (``error``, ``warn``, ``info``, ``verbose``, ``debug``). Settings other than ``log_level``
-    apply to ONNX models only: a saved model is already compiled."""
+    (``error``, ``warn``, ``info``, ``verbose``, ``debug``). ``input_shapes``: static shapes for
+    inputs with symbolic dims (``{"x": [1, 3, 224, 224]}``; graphs are compiled static). Settings
+    other than ``log_level`` apply to ONNX models only: a saved model is already compiled."""
 
     soc_model: Union[int, str, None] = None
     htp_arch: Optional[int] = None
@@ -155,6 +156,7 @@ class SessionOptions:
     cache: bool = True
     cache_dir: Optional[str] = None
     log_level: Optional[str] = None
+    input_shapes: Optional[Mapping[str, Sequence[int]]] = None
 
 
 # QNN EP provider options (onnxruntime-qnn) with a meaning here, by their ORT names.
@@ -244,6 +246,7 @@ class InferenceSession:
             fp16=o.precision == "fp16",
             opt_level=o.opt_level,
             cache_dir=None if cache_dir is None else str(cache_dir),
+            input_shapes=None if o.input_shapes is None else {k: [int(d) for d in v] for k, v in o.input_shapes.items()},
         )
 
     @property

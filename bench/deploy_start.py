@@ -1,5 +1,7 @@
 """Time to first output of a saved model (``qnnx_backend.load``) against a ``torch.compile``
-warm start (the cache filled by an earlier process), each in fresh processes, and the per-call
+warm start (the cache filled by an earlier process) and against ONNX Runtime's QNN EP loading its
+own EPContext model (bench/.venv-ort, same libQnnHtp.so, SoC 60 / v73 / fp16, no torch in the
+process), each in fresh processes, and the per-call
 cost of the saved model's call: its Python work with a ``.run`` that returns at once (the
 emulator's graphExecute times vary by milliseconds from call to call, far more than the overhead).
 
@@ -33,10 +35,42 @@ EXPORT = textwrap.dedent(
     sys.path.insert(0, {here!r})
     import models, qnnx_backend
     m, inputs, _ = models.build({name!r})
-    qnnx_backend.export(m, inputs, sys.argv[1], options={{"soc_model": 60, "htp_arch": 73, "fp16": True}})
+    opts = {{"soc_model": 60, "htp_arch": 73, "fp16": True}}
+    qnnx_backend.export(m, inputs, sys.argv[1], options=opts)
     np.save(sys.argv[2], inputs[0].numpy())
+    # The same ONNX export, for ONNX Runtime.
+    from qnnx_backend import _export
+    data = _export.export(m, inputs, qnnx_backend.parse_options(opts), names=["x"])
+    open(sys.argv[3], "wb").write(data)
     """
 )
+
+# ONNX Runtime's QNN EP (bench/.venv-ort), configured as bench/ort_ref_backend.py does: with a
+# context path the session writes the EPContext model; without, argv[1] is that model.
+ORT = textwrap.dedent(
+    """
+    import json, sys, time
+    import numpy as np
+    x = np.load(sys.argv[2])
+    t0 = time.perf_counter()
+    import onnxruntime as ort, onnxruntime_qnn
+    ort.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if len(sys.argv) > 4:
+        so.add_session_config_entry("ep.context_enable", "1")
+        so.add_session_config_entry("ep.context_file_path", sys.argv[4])
+    so.add_provider_for_devices(devices, {"backend_path": sys.argv[3], "soc_model": "60", "htp_arch": "73",
+                                          "enable_htp_fp16_precision": "1"})
+    sess = ort.InferenceSession(sys.argv[1], sess_options=so)
+    y = sess.run(None, {sess.get_inputs()[0].name: x})
+    print("RESULT " + json.dumps({"first_s": time.perf_counter() - t0, "first_at": time.time(),
+                                  "torch_loaded": "torch" in sys.modules}))
+    """
+)
+ORT_PY = os.path.join(HERE, ".venv-ort", "bin", "python")
 
 LOAD = textwrap.dedent(
     """
@@ -94,10 +128,10 @@ WARM = textwrap.dedent(
 )
 
 
-def child(code: str, *args: str) -> tuple[dict, float]:
+def child(code: str, *args: str, python: str = sys.executable) -> tuple[dict, float]:
     """The child's result and the wall time from spawning it to its first output."""
     t = time.time()
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=1200)
+    out = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=1200)
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
     line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
@@ -115,8 +149,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             saved, x = os.path.join(tmp, f"{name}.qnnx"), os.path.join(tmp, f"{name}.npy")
+            onnx, ctx = os.path.join(tmp, f"{name}.onnx"), os.path.join(tmp, f"{name}_ctx.onnx")
             cache = os.path.join(tmp, f"{name}-cache")
-            subprocess.run([sys.executable, "-c", EXPORT.format(here=HERE, name=name), saved, x], check=True)
+            subprocess.run([sys.executable, "-c", EXPORT.format(here=HERE, name=name), saved, x, onnx], check=True)
+            htp = os.path.join(os.environ["QNNX_RUNTIME_DIR"], "qnn", "libQnnHtp.so")
+            ort_rows = []
+            if os.path.exists(ORT_PY):
+                child(ORT, onnx, x, htp, ctx, python=ORT_PY)
+                ort_rows = [child(ORT, ctx, x, htp, python=ORT_PY) for _ in range(args.reps)]
             warm_code = WARM.format(here=HERE, name=name)
             filled, _ = child(warm_code, cache)
             assert filled["stats"].get("compiles") == 1, filled
@@ -136,9 +176,22 @@ def main() -> None:
                 "call_ms": med(r["call_ms"] for r, _ in loads),
                 "run_ms": med(r["run_ms"] for r, _ in loads),
                 "python_us": med(r["python_us"] for r, _ in loads),
+                "ort_ctx_first_s": med(r["first_s"] for r, _ in ort_rows) if ort_rows else None,
+                "ort_ctx_process_s": med(w for _, w in ort_rows) if ort_rows else None,
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
+    print()
+    print("| model | load() / ORT EPContext session: import to first output (ratio) | spawn to first output (ratio) |")
+    print("|---|---|---|")
+    for r in rows:
+        if r["ort_ctx_first_s"] is None:
+            continue
+        print(
+            f"| {r['model']} | {r['load_first_s'] * 1e3:.0f} ms / {r['ort_ctx_first_s'] * 1e3:.0f} ms "
+            f"(**{r['load_first_s'] / r['ort_ctx_first_s']:.2f}x**) | {r['load_process_s']:.2f} s / "
+            f"{r['ort_ctx_process_s']:.2f} s (**{r['load_process_s'] / r['ort_ctx_process_s']:.2f}x**) |"
+        )
     print()
     print("| model | saved file | load(): import to first output / process spawn to first output | torch.compile warm start: import to first output / spawn to first output | ratios | load_ms (Rust: map, checks, contextCreateFromBinary) | call median / .run median, emulator | qnnx Python per call, .run returning at once |")
     print("|---|---|---|---|---|---|---|---|")

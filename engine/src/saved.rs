@@ -487,6 +487,94 @@ fn load_on(
     Ok(Loaded { manifest, graphs })
 }
 
+/// A plain context binary (from `qnnx compile` or QNN's tools: no manifest, no model I/O
+/// binding), memory-mapped and loaded on the runtime for the SoC it records (emulated on
+/// x86_64), with its graph `graph` (default: the first) bound as it is: the graph's own tensor
+/// names, dtypes and shapes are the model's (no int64 conversion). main's pre-checks run before
+/// `contextCreateFromBinary`; the binary's SoC must be the device's.
+pub fn load_context_binary(path: &Path, graph: Option<&str>) -> Result<Compiled> {
+    let start = Instant::now();
+    let file = qnn::MappedFile::open(path)?;
+    let host = Target::host_default(BackendKind::Htp);
+    let probe = registry::for_target(&host, None, false)?;
+    let system = probe.backend.system()?;
+    let info = qnn::binary_info(&system, file.bytes()).map_err(|e| match e {
+        qnn::Error::Api(mut api) => {
+            api.context = Some(format!(
+                "{} (not a saved model, an ONNX model or a QNN context binary?)",
+                path.display()
+            ));
+            Error::qnn(qnn::Error::Api(api))
+        }
+        other => Error::qnn(other),
+    })?;
+    let emulated = qnn::HtpDeviceConfig::host_default().soc_model.is_some();
+    let soc = info.soc_model.filter(|&s| s != 0);
+    let target = Target::resolve(
+        &TargetSpec {
+            backend: BackendKind::Htp,
+            soc: None,
+            soc_model: soc.filter(|_| emulated),
+            htp_arch: None,
+            library: None,
+        },
+        None,
+    )?;
+    let runtime = registry::for_target(&target, None, false)?;
+    let expected = qnn::ExpectedBinary {
+        soc_model: soc,
+        build_id: None,
+    };
+    let context = qnn::Context::from_mapped_expecting(
+        &runtime.backend,
+        Some(&runtime.device),
+        &file,
+        0..file.len(),
+        &expected,
+    )
+    .map_err(|e| match e {
+        qnn::Error::InvalidArgument(m) => Error::SavedModel(m),
+        other => Error::qnn(other),
+    })?;
+    let names = context.graph_names();
+    let name = match graph {
+        Some(g) => g.to_string(),
+        None => names
+            .first()
+            .cloned()
+            .ok_or_else(|| bad(path, "the context binary has no graphs"))?,
+    };
+    let g = context.graph(&name)?;
+    let io = |ts: &[qnn::TensorInfo]| -> Vec<lowering::plan::PlanIo> {
+        ts.iter()
+            .map(|t| lowering::plan::PlanIo {
+                tensor: 0,
+                onnx_name: t.name.clone(),
+                host_dtype: t.dtype,
+                shape: t.dims.iter().map(|&d| d as usize).collect(),
+            })
+            .collect()
+    };
+    let emitted = Emitted {
+        inputs: io(g.inputs()),
+        outputs: io(g.outputs()),
+        input_slots: (0..g.inputs().len()).collect(),
+        output_slots: (0..g.outputs().len()).collect(),
+        graph: g,
+    };
+    Ok(Compiled {
+        emitted,
+        context,
+        runtime,
+        lower_ms: 0.0,
+        finalize_ms: 0.0,
+        load_ms: start.elapsed().as_secs_f64() * 1e3,
+        from_cache: false,
+        cache_key: None,
+        warnings: Vec::new(),
+    })
+}
+
 /// Whether the manifest says what QNN's description of the binary says: build, SoC, graphs and
 /// their I/O tensors. `Err` names the first difference.
 pub fn check_against_info(m: &Manifest, info: &qnn::BinaryInfo) -> std::result::Result<(), String> {

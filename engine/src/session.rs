@@ -46,8 +46,9 @@ pub struct Session {
 }
 
 impl Session {
-    /// A saved model (recognised by its first bytes) is loaded as [`saved::load`] does; any
-    /// other file is read as an ONNX model and compiled with `opts`.
+    /// A saved model (recognised by its first bytes) is loaded as [`saved::load`] does, a file
+    /// named `*.onnx` is compiled with `opts`, any other file is loaded as a plain context
+    /// binary ([`saved::load_context_binary`], its first graph).
     pub fn open(path: &Path, opts: &SessionOptions) -> Result<Session> {
         let mut head = [0u8; 8];
         let n = {
@@ -70,6 +71,15 @@ impl Session {
             return Ok(Session {
                 compiled: graphs.remove(0),
                 manifest: Some(loaded.manifest),
+            });
+        }
+        let is_onnx = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+        if !is_onnx {
+            return Ok(Session {
+                compiled: saved::load_context_binary(path, None)?,
+                manifest: None,
             });
         }
         let onnx = std::fs::read(path)

@@ -426,6 +426,21 @@ fn load_saved_bytes(py: Python<'_>, what: &str, data: &[u8]) -> PyResult<(Vec<Co
     ))
 }
 
+/// A plain QNN context binary (no manifest), memory-mapped and loaded for the SoC it records,
+/// graph `graph` (default the first) bound with its own tensor names, dtypes and shapes.
+#[pyfunction]
+#[pyo3(signature = (path, graph = None))]
+fn load_context_binary(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    graph: Option<String>,
+) -> PyResult<Compiled> {
+    let c = py
+        .detach(|| qnnx_engine::saved::load_context_binary(&path, graph.as_deref()))
+        .map_err(|e| engine_error(py, e))?;
+    Ok(Compiled { inner: c })
+}
+
 /// The manifest of the saved model at `path` as JSON, checked (binary hash included) without
 /// opening QNN.
 #[pyfunction]
@@ -469,6 +484,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(saved_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(load_saved_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(load_context_binary, m)?)?;
     m.add_function(wrap_pyfunction!(set_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(default_cache_dir, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_target, m)?)?;

@@ -123,6 +123,31 @@ def test_run_errors_name_the_input(model_path, tmp_path):
         sess.run(None, {**f, "ids": np.full((2, 3), 2**40, np.int64)})
 
 
+def test_context_binary_session(model_path, tmp_path):
+    """A plain context binary (what `qnnx compile` writes) runs with its graph's own I/O: the
+    same tensor names, float outputs equal to the ONNX session's, int64 ids as the graph's
+    int32."""
+    onnx_sess = InferenceSession(model_path, cache=False)
+    binary = tmp_path / "mlp.bin"
+    binary.write_bytes(qnnx_backend._native.compile(mlp_onnx()).binary())
+    sess = InferenceSession(binary)
+    assert sess.manifest is None
+    assert [(i.name, i.shape, i.type) for i in sess.get_inputs()] == [
+        ("x", [2, 16], "tensor(float)"),
+        ("ids", [2, 3], "tensor(int32)"),
+    ]
+    f = feed()
+    y, e = sess.run(None, {"x": f["x"], "ids": f["ids"].astype(np.int32)})
+    want = onnx_sess.run(None, f)
+    np.testing.assert_array_equal(y, want[0])
+    np.testing.assert_array_equal(e, want[1])
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\0" * 100)
+    with pytest.raises(QnnApiError, match="not a saved model, an ONNX model or a QNN context binary") as err:
+        InferenceSession(junk)
+    assert err.value.code in (30001, 30010)
+
+
 def test_symbolic_dims_take_input_shapes():
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],

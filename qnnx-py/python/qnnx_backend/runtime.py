@@ -11,8 +11,8 @@ Porting an ONNX Runtime app::
     (y,) = sess.run(None, {"x": x})
 
 ``InferenceSession`` takes an ONNX model (a path or its bytes; compiled at the first session and
-kept in the context-binary cache, so later sessions load the binary) or a file written by
-``qnnx_backend.export`` (loaded with no compile at all).
+kept in the context-binary cache, so later sessions load the binary), a file written by
+``qnnx_backend.export`` (loaded with no compile at all) or a context binary from ``qnnx compile``.
 """
 
 from __future__ import annotations
@@ -182,7 +182,9 @@ def _from_provider_options(opts: SessionOptions, provider_options: Optional[Sequ
 class InferenceSession:
     """``onnxruntime.InferenceSession`` for QNN's HTP, without ONNX Runtime or PyTorch.
 
-    ``path_or_bytes``: an ONNX model (path or bytes) or a saved model (``qnnx_backend.export``).
+    ``path_or_bytes``: an ONNX model (bytes, or a path ending in ``.onnx``), a saved model
+    (``qnnx_backend.export``), or a QNN context binary (``qnnx compile``; its first graph, with
+    the graph's own tensor names and dtypes).
     ``sess_options``: a ``SessionOptions``; keyword arguments override its fields.
     ``providers`` is accepted for porting and must name QNN or CPU execution providers (the model
     runs on the HTP either way); ``provider_options`` takes the QNN EP's ``soc_model``,
@@ -227,9 +229,13 @@ class InferenceSession:
                 graphs, manifest = _native.load_saved(path)
                 native = graphs[0]
                 self.manifest = json.loads(manifest)
-            else:
+            elif path.lower().endswith(".onnx"):
                 with open(path, "rb") as f:
                     native = self._compile(f.read())
+            else:
+                # A plain context binary (qnnx compile, QNN's tools): no manifest, so its graph
+                # I/O is the model's as it stands (int64 I/O is the graph's int32).
+                native = _native.load_context_binary(path)
         self._graph = _Graph(native)
         self._native = native
 

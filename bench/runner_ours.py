@@ -65,6 +65,9 @@ def instrument() -> None:
     def compiled(native):
         _add("lower_ms", native.lower_ms)
         _add("finalize_ms", native.finalize_ms)
+        # The engine's own breakdown (qnnx compile --timings), as engine_<stage>_ms.
+        for stage, ms in getattr(native, "timings", []):
+            _add("engine_" + stage.lower().replace(" ", "_") + "_ms", ms)
 
     _wrap_function(_native, "compile", "native_compile_ms", after=compiled)
 

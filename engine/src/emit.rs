@@ -2,7 +2,7 @@
 //! tensor params registered by the builder, every op validated by the backend before it is
 //! added (a failure names the ONNX node it came from), then finalize.
 
-use lowering::plan::{Param, Plan, PlanIo, Scalar, TensorKind};
+use lowering::plan::{AssumedInput, Param, Plan, PlanIo, Scalar, TensorKind};
 use lowering::LowerError;
 
 use crate::error::{Error, Result};
@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 /// A finalized QNN graph and the model I/O it binds.
 pub struct Emitted {
     pub graph: qnn::Graph,
-    /// Model inputs in ONNX order.
+    /// The graph's inputs in ONNX order: the model's, less `assumed`.
     pub inputs: Vec<PlanIo>,
     /// Model outputs in ONNX order.
     pub outputs: Vec<PlanIo>,
@@ -19,6 +19,9 @@ pub struct Emitted {
     pub input_slots: Vec<usize>,
     /// Likewise for outputs.
     pub output_slots: Vec<usize>,
+    /// Model inputs the graph does not take ([`Plan::assumed_inputs`]): checked on the host
+    /// when a caller passes them, never handed to QNN.
+    pub assumed: Vec<AssumedInput>,
 }
 
 fn scalar(s: Scalar) -> qnn::Scalar {
@@ -33,6 +36,28 @@ fn scalar(s: Scalar) -> qnn::Scalar {
 /// Builds and finalizes graph `name` of `plan` in `ctx` (with the graph configs of the context's
 /// backend).
 pub fn emit(ctx: &qnn::Context, name: &str, plan: &Plan) -> Result<Emitted> {
+    emit_with(ctx, name, plan, None).map(|(e, _)| e)
+}
+
+/// Milliseconds [`emit_with`] spent building the graph and finalizing it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EmitTimes {
+    /// Creating the graph and its tensors, validating and adding the nodes.
+    pub build_ms: f64,
+    /// `graphFinalize`: the QNN preparer, the long part for large models.
+    pub finalize_ms: f64,
+}
+
+/// [`emit`], timing the graph build and the finalize, with finalize recorded in `profile`
+/// when one is given.
+pub fn emit_with(
+    ctx: &qnn::Context,
+    name: &str,
+    plan: &Plan,
+    profile: Option<&qnn::Profile>,
+) -> Result<(Emitted, EmitTimes)> {
+    let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e3;
+    let start = std::time::Instant::now();
     plan.validate().map_err(|e| {
         Error::Lower(LowerError::InvalidModel(format!(
             "internal plan error: {e}"
@@ -94,7 +119,17 @@ pub fn emit(ctx: &qnn::Context, name: &str, plan: &Plan) -> Result<Emitted> {
         }
         g.add_node(&node).map_err(at(Some(&op.onnx_node)))?;
     }
-    let graph = g.finalize().map_err(at(None))?;
+    let build_ms = ms(start);
+    let start = std::time::Instant::now();
+    let graph = match profile {
+        Some(p) => g.finalize_profiled(p),
+        None => g.finalize(),
+    }
+    .map_err(at(None))?;
+    let times = EmitTimes {
+        build_ms,
+        finalize_ms: ms(start),
+    };
     let slots = |ios: &[PlanIo], kind: fn(&TensorKind) -> bool| -> Vec<usize> {
         let order: Vec<usize> = (0..plan.tensors.len())
             .filter(|&t| kind(&plan.tensors[t].kind))
@@ -110,11 +145,15 @@ pub fn emit(ctx: &qnn::Context, name: &str, plan: &Plan) -> Result<Emitted> {
     };
     let input_slots = slots(&plan.inputs, |k| matches!(k, TensorKind::Input));
     let output_slots = slots(&plan.outputs, |k| matches!(k, TensorKind::Output));
-    Ok(Emitted {
-        graph,
-        inputs: plan.inputs.clone(),
-        outputs: plan.outputs.clone(),
-        input_slots,
-        output_slots,
-    })
+    Ok((
+        Emitted {
+            graph,
+            inputs: plan.inputs.clone(),
+            outputs: plan.outputs.clone(),
+            input_slots,
+            output_slots,
+            assumed: plan.assumed_inputs.clone(),
+        },
+        times,
+    ))
 }

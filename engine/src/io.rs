@@ -4,7 +4,8 @@
 
 use std::borrow::Cow;
 
-use lowering::plan::PlanIo;
+use lowering::plan::{Accept, AssumedInput, PlanIo, Source};
+use lowering::tensor::Tensor;
 use qnnx_types::DType;
 
 use crate::emit::Emitted;
@@ -51,10 +52,109 @@ impl HostTensor {
     }
 }
 
+/// What a model input (in ONNX order) is to a compiled graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelInput {
+    /// [`Emitted::inputs`]`[i]`, a graph tensor.
+    Graph(usize),
+    /// [`Emitted::assumed`]`[j]`: checked on the host, not passed to QNN.
+    Assumed(usize),
+}
+
 impl Emitted {
+    /// Every model input in ONNX order, graph tensors and assumed inputs alike.
+    pub fn model_inputs(&self) -> Vec<ModelInput> {
+        let total = self.inputs.len() + self.assumed.len();
+        let mut graph = 0;
+        (0..total)
+            .map(|k| match self.assumed.iter().position(|a| a.index == k) {
+                Some(j) => ModelInput::Assumed(j),
+                None => {
+                    graph += 1;
+                    ModelInput::Graph(graph - 1)
+                }
+            })
+            .collect()
+    }
+
+    /// How `n` inputs given by a caller map to the model: all of the model's inputs in ONNX
+    /// order, or only the graph's (the assumed ones left out).
+    pub fn bind_inputs(&self, n: usize) -> Result<Vec<ModelInput>> {
+        if n == self.inputs.len() {
+            return Ok((0..n).map(ModelInput::Graph).collect());
+        }
+        if n == self.inputs.len() + self.assumed.len() {
+            return Ok(self.model_inputs());
+        }
+        let assumed = if self.assumed.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<&str> = self.assumed.iter().map(|a| a.onnx_name.as_str()).collect();
+            format!(
+                " ({} of them, {names:?}, assumed at compile time, which may be left out)",
+                self.assumed.len()
+            )
+        };
+        Err(Error::Input(format!(
+            "the model takes {} inputs{assumed}, got {n}",
+            self.inputs.len() + self.assumed.len()
+        )))
+    }
+
+    /// Checks the bytes a caller passes for assumed input `j` (in the model's dtype and shape)
+    /// against the value the graph was compiled for.
+    pub fn check_assumed(
+        &self,
+        j: usize,
+        dtype: DType,
+        shape: &[usize],
+        data: &[u8],
+    ) -> Result<()> {
+        let a = &self.assumed[j];
+        let bad = Error::Input;
+        if dtype != a.value.dtype {
+            return Err(bad(format!(
+                "input {:?} is {} but the model declares {}",
+                a.onnx_name,
+                dtype.name(),
+                a.value.dtype.name()
+            )));
+        }
+        if shape != a.value.shape {
+            return Err(bad(format!(
+                "input {:?} has shape {shape:?}; the compiled graph assumes {} of shape {:?}",
+                a.onnx_name,
+                lowering::plan::assumed::fmt_value(&a.value),
+                a.value.shape
+            )));
+        }
+        let given = Tensor::from_bytes(dtype, shape.to_vec(), data.to_vec())
+            .map_err(|e| bad(format!("input {:?}: {e}", a.onnx_name)))?;
+        a.check(&given).map_err(bad)
+    }
+
     /// Runs the graph on host tensors in the model's dtypes, converting at the boundary where
     /// the graph narrowed int64 I/O to int32 (values outside int32 are an error, never wrapped).
+    /// `inputs` are the model's in ONNX order, with or without the assumed ones
+    /// ([`Emitted::bind_inputs`]).
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        self.run_with(inputs, None)
+    }
+
+    /// [`Emitted::run`], recording the execute in `profile`.
+    pub fn run_profiled(
+        &self,
+        inputs: &[HostTensor],
+        profile: &qnn::Profile,
+    ) -> Result<Vec<HostTensor>> {
+        self.run_with(inputs, Some(profile))
+    }
+
+    fn run_with(
+        &self,
+        inputs: &[HostTensor],
+        profile: Option<&qnn::Profile>,
+    ) -> Result<Vec<HostTensor>> {
         let converted = self.graph_inputs(inputs)?;
         let mut outs: Vec<Vec<u8>> = self
             .graph
@@ -74,26 +174,42 @@ impl Emitted {
                 .zip(outs.iter_mut())
                 .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
                 .collect();
-            self.graph.execute(&ins, &mut o)?;
+            match profile {
+                Some(p) => self.graph.execute_profiled(&ins, &mut o, p)?,
+                None => self.graph.execute(&ins, &mut o)?,
+            }
         }
         Ok(self.host_outputs(outs))
     }
 
     /// Host tensors in ONNX order checked against the graph and converted to what
     /// [`qnn::Graph::execute`] takes: one (dtype, bytes) per graph input, in graph order. Only
-    /// int64 inputs narrowed to int32 are copied.
+    /// int64 inputs narrowed to int32 are copied. Assumed inputs, when given, are checked
+    /// ([`Emitted::check_assumed`]) and left out.
     pub fn graph_inputs<'a>(&self, inputs: &'a [HostTensor]) -> Result<Vec<GraphBuffer<'a>>> {
         let bad = Error::Input;
-        if inputs.len() != self.inputs.len() {
-            return Err(bad(format!(
-                "the model takes {} inputs, got {}",
-                self.inputs.len(),
-                inputs.len()
-            )));
-        }
+        let binding = self.bind_inputs(inputs.len())?;
         let mut converted: Vec<GraphBuffer> =
-            vec![(DType::U8, Cow::Borrowed(&[][..])); inputs.len()];
-        for ((io, t), &slot) in self.inputs.iter().zip(inputs).zip(&self.input_slots) {
+            vec![(DType::U8, Cow::Borrowed(&[][..])); self.inputs.len()];
+        for (t, role) in inputs.iter().zip(binding) {
+            let i = match role {
+                ModelInput::Graph(i) => i,
+                ModelInput::Assumed(j) => {
+                    let a = &self.assumed[j];
+                    if t.data.len() != t.shape.iter().product::<usize>() * t.dtype.size() {
+                        return Err(bad(format!(
+                            "input {:?}: {} bytes for {} {:?}",
+                            a.onnx_name,
+                            t.data.len(),
+                            t.dtype,
+                            t.shape
+                        )));
+                    }
+                    self.check_assumed(j, t.dtype, &t.shape, &t.data)?;
+                    continue;
+                }
+            };
+            let (io, slot) = (&self.inputs[i], self.input_slots[i]);
             let info = &self.graph.inputs()[slot];
             if t.dtype != io.host_dtype {
                 return Err(bad(format!(
@@ -184,16 +300,20 @@ impl Emitted {
                 .map(|(io, s)| serde_json::json!([io.onnx_name, io.host_dtype.name(), s, io.shape]))
                 .collect()
         };
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "inputs": side(&self.inputs, &self.input_slots),
             "outputs": side(&self.outputs, &self.output_slots),
-        })
-        .to_string()
+        });
+        if !self.assumed.is_empty() {
+            v["assumed"] = self.assumed.iter().map(assumed_json).collect();
+        }
+        v.to_string()
     }
 
     /// Binds `graph` (loaded from a context binary) to the model I/O described by
     /// [`Emitted::io_binding_json`]; `None` if the text does not parse ([`parse_io_binding`]) or
-    /// does not fit the graph ([`IoBinding::fits`], [`IoBinding::bind_shapes`]).
+    /// does not fit the graph ([`IoBinding::fits`], [`IoBinding::bind_shapes`]). Entries without
+    /// `assumed` have no assumed inputs.
     pub fn from_io_binding(graph: qnn::Graph, json: &str) -> Option<Emitted> {
         let mut b = parse_io_binding(json)?;
         let dtypes = |t: &[qnn::TensorInfo]| t.iter().map(|t| t.dtype).collect::<Vec<_>>();
@@ -213,6 +333,7 @@ impl Emitted {
             outputs: b.outputs,
             input_slots: b.input_slots,
             output_slots: b.output_slots,
+            assumed: b.assumed,
         })
     }
 }
@@ -233,6 +354,8 @@ pub struct IoBinding {
     /// written before shapes were recorded: the graph tensor's shape is taken).
     pub input_shapes: Vec<Option<Vec<usize>>>,
     pub output_shapes: Vec<Option<Vec<usize>>>,
+    /// Model inputs the graph assumes a value for (checked on the host, not passed to QNN).
+    pub assumed: Vec<AssumedInput>,
 }
 
 /// Parses the text of [`Emitted::io_binding_json`]: `{"inputs": [[name, dtype, slot, shape],
@@ -272,6 +395,22 @@ pub fn parse_io_binding(json: &str) -> Option<IoBinding> {
     };
     let (inputs, input_slots, input_shapes) = side("inputs")?;
     let (outputs, output_slots, output_shapes) = side("outputs")?;
+    let assumed = match v.get("assumed") {
+        None => Vec::new(),
+        Some(a) => a
+            .as_array()?
+            .iter()
+            .map(assumed_from_json)
+            .collect::<Option<Vec<_>>>()?,
+    };
+    // Distinct positions among the model's inputs.
+    let total = inputs.len() + assumed.len();
+    let mut seen = vec![false; total];
+    for a in &assumed {
+        if a.index >= total || std::mem::replace(&mut seen[a.index], true) {
+            return None;
+        }
+    }
     Some(IoBinding {
         inputs,
         input_slots,
@@ -279,6 +418,7 @@ pub fn parse_io_binding(json: &str) -> Option<IoBinding> {
         output_slots,
         input_shapes,
         output_shapes,
+        assumed,
     })
 }
 
@@ -349,6 +489,136 @@ impl IoBinding {
 
 fn recorded_len_ok(b: &IoBinding) -> bool {
     b.input_shapes.len() == b.inputs.len() && b.output_shapes.len() == b.outputs.len()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// An assumed input as the cache entry's I/O binding stores it: its value exactly (bytes in
+/// hex), where it comes from and how a passed value is compared.
+fn assumed_json(a: &AssumedInput) -> serde_json::Value {
+    use serde_json::json;
+    let origin = match &a.origin {
+        Source::Fixed => json!({ "fixed": true }),
+        Source::Declared { node, value } => json!({ "node": node, "value": value }),
+    };
+    let accept: Vec<serde_json::Value> = a
+        .accept
+        .iter()
+        .map(|c| match c {
+            Accept::Equal => json!({ "kind": "equal" }),
+            Accept::Reshape {
+                input,
+                allowzero,
+                output,
+            } => json!({ "kind": "reshape", "input": input, "allowzero": allowzero, "output": output }),
+            Accept::Unsqueeze { input, output } => {
+                json!({ "kind": "unsqueeze", "input": input, "output": output })
+            }
+            Accept::Squeeze { input, output } => {
+                json!({ "kind": "squeeze", "input": input, "output": output })
+            }
+            Accept::Expand { input, output } => {
+                json!({ "kind": "expand", "input": input, "output": output })
+            }
+            Accept::Reduce {
+                input,
+                keepdims,
+                noop_with_empty_axes,
+            } => json!({
+                "kind": "reduce",
+                "input": input,
+                "keepdims": keepdims,
+                "noop_with_empty_axes": noop_with_empty_axes,
+            }),
+        })
+        .collect();
+    json!({
+        "name": a.onnx_name,
+        "index": a.index,
+        "dtype": a.value.dtype.name(),
+        "shape": a.value.shape,
+        "data": hex(a.value.bytes()),
+        "origin": origin,
+        "accept": accept,
+    })
+}
+
+fn assumed_from_json(v: &serde_json::Value) -> Option<AssumedInput> {
+    let dims = |v: &serde_json::Value| -> Option<Vec<usize>> {
+        v.as_array()?
+            .iter()
+            .map(|d| usize::try_from(d.as_u64()?).ok())
+            .collect()
+    };
+    let dtype = DType::from_name(v.get("dtype")?.as_str()?)?;
+    let shape = dims(v.get("shape")?)?;
+    let data = unhex(v.get("data")?.as_str()?)?;
+    let value = Tensor::from_bytes(dtype, shape, data).ok()?;
+    let o = v.get("origin")?;
+    let origin = match o.get("node") {
+        Some(node) => Source::Declared {
+            node: node.as_str()?.to_string(),
+            value: o.get("value")?.as_str()?.to_string(),
+        },
+        None => Source::Fixed,
+    };
+    let accept = v
+        .get("accept")?
+        .as_array()?
+        .iter()
+        .map(|c| {
+            let io = || Some((dims(c.get("input")?)?, dims(c.get("output")?)?));
+            let flag = |k: &str| c.get(k)?.as_bool();
+            Some(match c.get("kind")?.as_str()? {
+                "equal" => Accept::Equal,
+                "reshape" => {
+                    let (input, output) = io()?;
+                    Accept::Reshape {
+                        input,
+                        allowzero: flag("allowzero")?,
+                        output,
+                    }
+                }
+                "unsqueeze" => {
+                    let (input, output) = io()?;
+                    Accept::Unsqueeze { input, output }
+                }
+                "squeeze" => {
+                    let (input, output) = io()?;
+                    Accept::Squeeze { input, output }
+                }
+                "expand" => {
+                    let (input, output) = io()?;
+                    Accept::Expand { input, output }
+                }
+                "reduce" => Accept::Reduce {
+                    input: dims(c.get("input")?)?,
+                    keepdims: flag("keepdims")?,
+                    noop_with_empty_axes: flag("noop_with_empty_axes")?,
+                },
+                _ => return None,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(AssumedInput {
+        onnx_name: v.get("name")?.as_str()?.to_string(),
+        index: usize::try_from(v.get("index")?.as_u64()?).ok()?,
+        value,
+        origin,
+        accept,
+    })
 }
 
 #[cfg(test)]

@@ -17,12 +17,15 @@ pub mod compile;
 pub mod emit;
 mod error;
 pub mod io;
+pub mod profile;
 pub mod registry;
 pub mod saved;
 pub mod session;
 pub mod target;
 
-pub use compile::{compile, compile_with_progress, CompileOptions, Compiled, Stage};
+pub use compile::{
+    compile, compile_with_progress, CompileOptions, Compiled, Stage, StageTimes, Timed,
+};
 pub use emit::Emitted;
 pub use error::{Error, Result};
 pub use io::HostTensor;

@@ -42,9 +42,10 @@ use sha2::{Digest, Sha256};
 
 use qnnx_types::{tensor_type_name, BackendKind};
 
-use crate::compile::Compiled;
+use crate::compile::{Compiled, StageTimes, Timed};
 use crate::emit::Emitted;
 use crate::error::{Error, Result};
+use crate::profile::NodeOrigins;
 use crate::registry::{self, Runtime};
 use crate::target::{Target, TargetSpec};
 
@@ -112,9 +113,13 @@ pub struct SavedGraph {
     pub inputs: Vec<SavedTensor>,
     /// Graph outputs likewise.
     pub outputs: Vec<SavedTensor>,
-    /// The model I/O binding (ONNX names and dtypes, graph slots, model shapes), in the cache's
-    /// format ([`Emitted::io_binding_json`]).
+    /// The model I/O binding (ONNX names and dtypes, graph slots, model shapes, inputs fixed
+    /// at compile time), in the cache's format ([`Emitted::io_binding_json`]).
     pub io: String,
+    /// Which ONNX node each QNN op came from, for profiles ([`NodeOrigins::to_json`]); absent
+    /// when the compile recorded none.
+    #[serde(default)]
+    pub origins: Option<String>,
 }
 
 /// The manifest of a saved model.
@@ -194,6 +199,7 @@ pub fn to_bytes(
             inputs: g.inputs.iter().map(SavedTensor::from).collect(),
             outputs: g.outputs.iter().map(SavedTensor::from).collect(),
             io: compiled.emitted.io_binding_json(),
+            origins: (!compiled.origins.is_empty()).then(|| compiled.origins.to_json()),
         }],
         options,
         extra,
@@ -472,17 +478,18 @@ fn load_on(
                 ),
             )
         })?;
-        graphs.push(Compiled {
+        let origins = g
+            .origins
+            .as_deref()
+            .and_then(NodeOrigins::from_json)
+            .unwrap_or_default();
+        graphs.push(loaded_compiled(
             emitted,
-            context: context.clone(),
-            runtime: runtime.clone(),
-            lower_ms: 0.0,
-            finalize_ms: 0.0,
-            load_ms: start.elapsed().as_secs_f64() * 1e3,
-            from_cache: false,
-            cache_key: None,
-            warnings: Vec::new(),
-        });
+            context.clone(),
+            runtime.clone(),
+            origins,
+            start,
+        ));
     }
     Ok(Loaded { manifest, graphs })
 }
@@ -560,19 +567,43 @@ pub fn load_context_binary(path: &Path, graph: Option<&str>) -> Result<Compiled>
         outputs: io(g.outputs()),
         input_slots: (0..g.inputs().len()).collect(),
         output_slots: (0..g.outputs().len()).collect(),
+        assumed: Vec::new(),
         graph: g,
     };
-    Ok(Compiled {
+    Ok(loaded_compiled(
+        emitted,
+        context,
+        runtime,
+        NodeOrigins::default(),
+        start,
+    ))
+}
+
+/// A graph loaded from a file (no lowering, no finalize), timed from `start`.
+fn loaded_compiled(
+    emitted: Emitted,
+    context: qnn::Context,
+    runtime: Arc<Runtime>,
+    origins: NodeOrigins,
+    start: Instant,
+) -> Compiled {
+    let load_ms = start.elapsed().as_secs_f64() * 1e3;
+    let mut timings = StageTimes::default();
+    timings.record(Timed::CacheLoad, load_ms);
+    Compiled {
         emitted,
         context,
         runtime,
         lower_ms: 0.0,
         finalize_ms: 0.0,
-        load_ms: start.elapsed().as_secs_f64() * 1e3,
+        load_ms,
         from_cache: false,
+        timings,
+        finalize_phases: Vec::new(),
+        origins,
         cache_key: None,
         warnings: Vec::new(),
-    })
+    }
 }
 
 /// Whether the manifest says what QNN's description of the binary says: build, SoC, graphs and
@@ -694,6 +725,7 @@ mod tests {
                 inputs: vec![],
                 outputs: vec![],
                 io: "{}".into(),
+                origins: None,
             }],
             options: BTreeMap::new(),
             extra: BTreeMap::new(),

@@ -49,6 +49,11 @@ pub struct LowerOptions {
     /// calibrating a quantization and comparing layers. Their [`plan::PlanIo::onnx_name`] is the
     /// model value's name (a value may appear more than once, in NCHW and NHWC order).
     pub observe: bool,
+    /// Graph inputs fixed to a constant at compile time, by name, with their value as the
+    /// front ends spell it (`3`, `0.5`, `true`, `1,2,3`; see [`passes::fix_inputs::parse_value`];
+    /// the dtype is the input's). They leave the compiled graph and are listed in
+    /// [`Plan::assumed_inputs`].
+    pub fix_inputs: BTreeMap<String, String>,
 }
 
 impl Default for LowerOptions {
@@ -59,6 +64,7 @@ impl Default for LowerOptions {
             input_shapes: BTreeMap::new(),
             quantized_io: false,
             observe: false,
+            fix_inputs: BTreeMap::new(),
         }
     }
 }
@@ -87,10 +93,33 @@ pub fn lower(model: impl Into<LowerInput>, opts: &LowerOptions) -> Result<Plan, 
         LowerInput::Model(m) => *m,
         LowerInput::Source(s) => Model::load(s)?,
     };
-    let prepared = passes::prepare(&model, opts)?;
+    lower_timed(&model, opts).map(|(plan, _)| plan)
+}
+
+/// Milliseconds [`lower_timed`] spent in each of its two halves.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LowerTimes {
+    /// Shape inference, folding, expansion, layout and the other passes over the IR.
+    pub passes_ms: f64,
+    /// The per-op rules that turn the prepared IR into the plan.
+    pub rules_ms: f64,
+}
+
+/// [`lower`] of a loaded model, timing its passes and its op rules (the compile-time
+/// breakdown of `qnnx compile --timings`).
+pub fn lower_timed(model: &Model, opts: &LowerOptions) -> Result<(Plan, LowerTimes), LowerError> {
+    let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e3;
+    let start = std::time::Instant::now();
+    let prepared = passes::prepare(model, opts)?;
+    let passes_ms = ms(start);
+    let start = std::time::Instant::now();
     let (plan, mut errors) = lower_graph(&prepared, opts.backend, opts.observe);
+    let times = LowerTimes {
+        passes_ms,
+        rules_ms: ms(start),
+    };
     match errors.len() {
-        0 => plan,
+        0 => plan.map(|p| (p, times)),
         1 => Err(errors.pop().expect("len is 1")),
         _ => Err(LowerError::Unsupported(
             errors
@@ -101,34 +130,47 @@ pub fn lower(model: impl Into<LowerInput>, opts: &LowerOptions) -> Result<Plan, 
     }
 }
 
-/// Every node of `model` that cannot run on `backend`, without touching QNN. Symbolic input
-/// dims are taken as 1; a model-level problem is reported as one entry with an empty node.
+/// Every node of `model` that cannot run on `backend`, without touching QNN. A model-level
+/// problem is one entry with an empty node. An input with symbolic dims is such a problem: no
+/// size is guessed for it (a guess of 1 makes kernels and concatenations that fit at the real
+/// size look unsupported); [`check_with`] takes their shapes.
 pub fn check(model: &Model, backend: Backend) -> Vec<Unsupported> {
-    let mut opts = LowerOptions {
+    let opts = LowerOptions {
         backend,
         ..Default::default()
     };
-    for (k, &v) in model.graph.inputs.iter().enumerate() {
-        if let Some(Some(dims)) = model.input_dims.get(k) {
-            opts.input_shapes.insert(
-                model.graph.value(v).name.clone(),
-                dims.iter().map(|d| d.unwrap_or(1)).collect(),
-            );
-        }
-    }
     match check_with(model, &opts) {
         Ok(v) => v,
         Err(e) => e.to_unsupported("", ""),
     }
 }
 
-/// Like [`check`] with explicit options; model-level problems are errors.
+/// Like [`check`] with explicit options (input shapes, fixed inputs); model-level problems are
+/// errors.
 pub fn check_with(model: &Model, opts: &LowerOptions) -> Result<Vec<Unsupported>, LowerError> {
     let prepared = passes::prepare(model, opts)?;
     let (_, errors) = lower_graph(&prepared, opts.backend, false);
     Ok(errors
         .iter()
         .flat_map(|e| e.to_unsupported("", ""))
+        .collect())
+}
+
+/// The dtype and shape lowering infers for every value of `model` it can (after constant
+/// folding, If inlining and the inputs resolved from declared shapes; before fusions, layout
+/// and dtype rewrites), by value name. Values downstream of a node that could not be inferred
+/// are missing.
+pub fn infer_shapes(
+    model: &Model,
+    opts: &LowerOptions,
+) -> Result<BTreeMap<String, (DType, Vec<usize>)>, LowerError> {
+    let inferred = passes::infer(model, opts)?;
+    Ok(inferred
+        .graph
+        .values
+        .iter()
+        .filter(|v| v.known)
+        .map(|v| (v.name.clone(), (v.dtype, v.shape.clone())))
         .collect())
 }
 
@@ -209,7 +251,11 @@ fn lower_graph(
             }
         }
     }
-    (cx.finish(&p.output_host_dtypes, observe), vec![])
+    let plan = cx.finish(&p.output_host_dtypes, observe).map(|mut plan| {
+        plan.assumed_inputs = p.assumed.clone();
+        plan
+    });
+    (plan, vec![])
 }
 
 /// Why `node` reached lowering without a rule for `backend`.

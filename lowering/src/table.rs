@@ -97,6 +97,25 @@ pub struct OpTable {
     pub ops: BTreeMap<String, OpEntry>,
 }
 
+/// The ops of dynamic quantization, by domain: ONNX's, and the `com.microsoft` contrib ops that
+/// ONNX Runtime's `quantize_dynamic` writes. Refused with [`DYNAMIC_QUANT`], which names what to
+/// compile instead.
+pub const DYNAMIC_QUANT_OPS: &[(&str, &str)] = &[
+    ("", "DynamicQuantizeLinear"),
+    ("", "MatMulInteger"),
+    ("", "ConvInteger"),
+    ("com.microsoft", "DynamicQuantizeMatMul"),
+    ("com.microsoft", "MatMulIntegerToFloat"),
+    ("com.microsoft", "DynamicQuantizeLSTM"),
+];
+
+/// Why a dynamically quantized model cannot run, and the alternatives.
+pub const DYNAMIC_QUANT: &str = "the model is dynamically quantized (ONNX Runtime's \
+    quantize_dynamic): its activation scales are computed at run time, which a QNN graph cannot \
+    do. Compile the float model instead, or a statically quantized QDQ model (QuantizeLinear / \
+    DequantizeLinear pairs with constant scales, as onnxruntime.quantization.quantize_static \
+    writes with quant_format=QuantFormat.QDQ)";
+
 impl OpTable {
     pub fn parse(text: &str) -> Result<OpTable, String> {
         let t: OpTable = toml::from_str(text).map_err(|e| e.to_string())?;
@@ -142,6 +161,12 @@ impl OpTable {
     /// dtypes of its non-constant inputs.
     pub fn check_node(&self, node: &Node, g: &Graph, backend: Backend) -> Result<()> {
         let b = backend.label();
+        if DYNAMIC_QUANT_OPS.contains(&(node.domain.as_str(), node.op_type.as_str())) {
+            return Err(node.err_op(format!(
+                "{} is not supported on {b}: {DYNAMIC_QUANT}",
+                node.op_type
+            )));
+        }
         if !node.domain.is_empty() {
             return Err(node.err_op(format!(
                 "custom domain '{}' is not supported on {b}",

@@ -54,6 +54,8 @@ pub enum A {
     Fs(Vec<f32>),
     Ss(Vec<String>),
     T(Tensor),
+    /// A subgraph (If branches, Loop bodies).
+    G(onnx::GraphProto),
 }
 
 pub fn attr(name: &str, a: &A) -> onnx::AttributeProto {
@@ -89,6 +91,10 @@ pub fn attr(name: &str, a: &A) -> onnx::AttributeProto {
         A::T(t) => {
             p.r#type = Some(at::TENSOR);
             p.t = Some(tensor_proto("", t));
+        }
+        A::G(g) => {
+            p.r#type = Some(at::GRAPH);
+            p.g = Some(Box::new(g.clone()));
         }
     }
     p

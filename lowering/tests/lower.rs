@@ -241,6 +241,65 @@ fn check_reports_every_unsupported_node() {
     }
 }
 
+/// What `onnxruntime.quantization.quantize_dynamic` writes: DynamicQuantizeLinear on the
+/// activation, MatMulInteger / ConvInteger on int8 weights (or ONNX Runtime's contrib op
+/// DynamicQuantizeMatMul). Each node is refused naming the alternatives.
+#[test]
+fn dynamic_quantization_names_the_alternatives() {
+    let i8w = |shape: &[usize]| {
+        Tensor::from_i64_as(DType::I8, shape.to_vec(), &vec![1; shape.iter().product()])
+    };
+    let mut b = ModelBuilder::new(17)
+        .input("x", DType::F32, &[2, 8])
+        .input("img", DType::F32, &[1, 3, 8, 8])
+        .init("w", i8w(&[8, 4]))
+        .init("k", i8w(&[4, 3, 3, 3]))
+        .node("DynamicQuantizeLinear", &["x"], &["xq", "xs", "xz"], &[])
+        .node("MatMulInteger", &["xq", "w", "xz"], &["acc"], &[])
+        .node("Cast", &["acc"], &["accf"], &[("to", A::I(1))])
+        .node("Mul", &["accf", "xs"], &["y"], &[])
+        .node("DynamicQuantizeLinear", &["img"], &["iq", "is", "iz"], &[])
+        .node("ConvInteger", &["iq", "k", "iz"], &["c"], &[])
+        .node("DynamicQuantizeMatMul", &["x", "w", "xs"], &["z"], &[])
+        .output("y")
+        .output("c")
+        .output("z");
+    let g = b.model.graph.as_mut().unwrap();
+    g.node.last_mut().unwrap().domain = Some("com.microsoft".into());
+    b.model
+        .opset_import
+        .push(lowering::onnx::OperatorSetIdProto {
+            domain: Some("com.microsoft".into()),
+            version: Some(1),
+        });
+    let m = Model::load(b.bytes()).unwrap();
+    let list = check(&m, Backend::Htp);
+    let refused: Vec<&str> = list.iter().map(|u| u.op_type.as_str()).collect();
+    assert_eq!(
+        refused,
+        [
+            "DynamicQuantizeLinear",
+            "MatMulInteger",
+            "DynamicQuantizeLinear",
+            "ConvInteger",
+            "DynamicQuantizeMatMul"
+        ],
+        "{list:#?}"
+    );
+    for u in &list {
+        assert!(
+            u.reason.contains("dynamically quantized")
+                && u.reason.contains("float model")
+                && u.reason.contains("QuantizeLinear / DequantizeLinear pairs"),
+            "{}",
+            u.reason
+        );
+    }
+    assert!(list[4]
+        .reason
+        .contains("DynamicQuantizeMatMul is not supported on HTP: "));
+}
+
 #[test]
 fn check_on_gpu_uses_gpu_table() {
     let b = ModelBuilder::new(17)
@@ -275,7 +334,7 @@ fn symbolic_dims_need_input_shapes() {
     let e = lower(b.bytes(), &LowerOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("input 'x' has symbolic dims [?, 4]"), "{e}");
+    assert!(e.contains("input 'x' has symbolic dims [N, 4]"), "{e}");
     let mut o = LowerOptions::default();
     o.input_shapes.insert("x".into(), vec![3, 4]);
     let p = lower(b.bytes(), &o).unwrap();
@@ -285,11 +344,50 @@ fn symbolic_dims_need_input_shapes() {
         .unwrap_err()
         .to_string()
         .contains("does not match the declared dims"));
+    // check guesses no size: the symbolic input is the problem it reports.
     let m = Model::load(b.bytes()).unwrap();
+    let list = check(&m, Backend::Htp);
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0].node, "");
     assert!(
-        check(&m, Backend::Htp).is_empty(),
-        "check assumes 1 for symbolic dims"
+        list[0]
+            .reason
+            .contains("input 'x' has symbolic dims [N, 4]"),
+        "{list:?}"
     );
+    let mut o = LowerOptions::default();
+    o.input_shapes.insert("x".into(), vec![3, 4]);
+    assert!(lowering::check_with(&m, &o).unwrap().is_empty());
+}
+
+/// Paddle and older exporters write a dynamic dim as `dim_value: -1`: symbolic, and
+/// `input_shapes` gives it.
+#[test]
+fn minus_one_dims_take_input_shapes() {
+    let mut b = ModelBuilder::new(17)
+        .input("x", DType::F32, &[1, 4])
+        .node("Relu", &["x"], &["y"], &[])
+        .output("y");
+    let dim = &mut b.model.graph.as_mut().unwrap().input[0]
+        .r#type
+        .as_mut()
+        .unwrap()
+        .tensor_type
+        .as_mut()
+        .unwrap()
+        .shape
+        .as_mut()
+        .unwrap()
+        .dim[0];
+    dim.value = Some(lowering::onnx::DimensionValue::DimValue(-1));
+    let e = lower(b.bytes(), &LowerOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("input 'x' has symbolic dims [?, 4]"), "{e}");
+    let mut o = LowerOptions::default();
+    o.input_shapes.insert("x".into(), vec![6, 4]);
+    let p = lower(b.bytes(), &o).unwrap();
+    assert_eq!(p.tensors[p.inputs[0].tensor].shape, vec![6, 4]);
 }
 
 #[test]

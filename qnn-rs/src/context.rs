@@ -11,6 +11,7 @@ use crate::backend::{Backend, BackendInner, BackendKind};
 use crate::device::{Device, DeviceInner};
 use crate::error::{io, Error, Result};
 use crate::graph::{Graph, GraphBuilder};
+use crate::profile::Profile;
 use crate::system::BinaryInfo;
 
 pub(crate) struct ContextInner {
@@ -104,7 +105,18 @@ impl Context {
         bytes: &[u8],
         expected: &ExpectedBinary,
     ) -> Result<Context> {
-        Context::load(backend, device, bytes, None, expected)
+        Context::load(backend, device, bytes, None, expected, None)
+    }
+
+    /// [`Context::from_binary_expecting`], recording the load's events in `profile`.
+    pub fn from_binary_profiled(
+        backend: &Backend,
+        device: Option<&Device>,
+        bytes: &[u8],
+        expected: &ExpectedBinary,
+        profile: &Profile,
+    ) -> Result<Context> {
+        Context::load(backend, device, bytes, None, expected, Some(profile))
     }
 
     /// Memory-maps `path` and loads it like [`Context::from_binary`]; the context keeps the
@@ -145,8 +157,15 @@ impl Context {
                 file.len()
             ))
         })?;
-        Context::load(backend, device, bytes, Some(file.map.clone()), expected).map_err(|e| match e
-        {
+        Context::load(
+            backend,
+            device,
+            bytes,
+            Some(file.map.clone()),
+            expected,
+            None,
+        )
+        .map_err(|e| match e {
             Error::Api(mut api) => {
                 let ctx = format!("{}", path.display());
                 api.context = Some(match api.context.take() {
@@ -166,6 +185,7 @@ impl Context {
         bytes: &[u8],
         map: Option<Arc<memmap2::Mmap>>,
         expected: &ExpectedBinary,
+        profile: Option<&Profile>,
     ) -> Result<Context> {
         if bytes.is_empty() {
             return Err(Error::InvalidArgument("context binary is empty".into()));
@@ -203,8 +223,10 @@ impl Context {
             .map(|d| d.inner.handle)
             .unwrap_or(std::ptr::null_mut());
         let mut handle: Handle = std::ptr::null_mut();
+        let p = profile.map_or(std::ptr::null_mut(), Profile::handle);
         // SAFETY: `bytes` is valid for `len` bytes during the call; handles are live; the config
-        // list is NULL or NULL-terminated and outlives the call.
+        // list is NULL or NULL-terminated and outlives the call; the profile handle is NULL or a
+        // live profile of this backend.
         unsafe {
             qnn_call!(b.api, contextCreateFromBinary(
                 b.handle,
@@ -213,7 +235,7 @@ impl Context {
                 bytes.as_ptr().cast(),
                 bytes.len() as u64,
                 &mut handle,
-                std::ptr::null_mut()
+                p
             ); || format!("a {}-byte context binary", bytes.len()))
         }?;
         Ok(Context {

@@ -20,6 +20,9 @@ static FAIL_FINALIZE: AtomicU64 = AtomicU64::new(0);
 static FAIL_EXECUTE: AtomicU64 = AtomicU64::new(0);
 static FAIL_LOAD: AtomicU64 = AtomicU64::new(0);
 static CONTEXT_FREES: AtomicU32 = AtomicU32::new(0);
+/// `profileCreate` calls, and finalize/execute/load calls given a non-NULL profile handle.
+static PROFILE_CREATES: AtomicU32 = AtomicU32::new(0);
+static PROFILED_CALLS: AtomicU32 = AtomicU32::new(0);
 /// The fault flags are process-wide: tests that use them run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -27,7 +30,20 @@ fn real() -> &'static CoreFunctions {
     REAL.get().expect("real table recorded")
 }
 
+fn note_profile(p: Handle) {
+    if !p.is_null() {
+        PROFILED_CALLS.fetch_add(1, SeqCst);
+    }
+}
+
+unsafe extern "C" fn profile_create(b: Handle, level: u32, out: *mut Handle) -> ErrorHandle {
+    PROFILE_CREATES.fetch_add(1, SeqCst);
+    // SAFETY: as above.
+    unsafe { real().profileCreate.unwrap()(b, level, out) }
+}
+
 unsafe extern "C" fn finalize(g: Handle, p: Handle, s: Handle) -> ErrorHandle {
+    note_profile(p);
     match FAIL_FINALIZE.swap(0, SeqCst) {
         // SAFETY: forwards the caller's arguments unchanged to the real slot.
         0 => unsafe { real().graphFinalize.unwrap()(g, p, s) },
@@ -44,6 +60,7 @@ unsafe extern "C" fn execute(
     p: Handle,
     s: Handle,
 ) -> ErrorHandle {
+    note_profile(p);
     match FAIL_EXECUTE.swap(0, SeqCst) {
         // SAFETY: as above.
         0 => unsafe { real().graphExecute.unwrap()(g, i, ni, o, no, p, s) },
@@ -60,6 +77,7 @@ unsafe extern "C" fn load(
     out: *mut Handle,
     p: Handle,
 ) -> ErrorHandle {
+    note_profile(p);
     match FAIL_LOAD.swap(0, SeqCst) {
         // SAFETY: as above.
         0 => unsafe { real().contextCreateFromBinary.unwrap()(b, d, c, buf, n, out, p) },
@@ -88,6 +106,7 @@ fn faulty() -> Option<(Backend, Device)> {
     f.graphExecute = Some(execute);
     f.contextCreateFromBinary = Some(load);
     f.contextFree = Some(context_free);
+    f.profileCreate = Some(profile_create);
     let (path, name, version) = (
         lib.path().to_path_buf(),
         lib.provider_name().to_string(),
@@ -193,4 +212,34 @@ fn context_load_failure_propagates_and_the_next_load_works() {
     assert_eq!(CONTEXT_FREES.load(SeqCst), frees);
     let loaded = Context::from_binary(&backend, Some(&device), &bytes).unwrap();
     assert_relu(&run(&loaded.graph("g").unwrap()).unwrap());
+}
+
+#[test]
+fn profiling_is_off_unless_asked_for() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((backend, device)) = faulty() else {
+        return;
+    };
+    let (creates, profiled) = (PROFILE_CREATES.load(SeqCst), PROFILED_CALLS.load(SeqCst));
+    let ctx = Context::new(&backend, Some(&device)).unwrap();
+    let graph = relu_graph(&ctx, "g").unwrap();
+    assert_relu(&run(&graph).unwrap());
+    let loaded = Context::from_binary(&backend, Some(&device), &ctx.to_binary().unwrap()).unwrap();
+    assert_relu(&run(&loaded.graph("g").unwrap()).unwrap());
+    // No handle was made and every call QNN could profile got NULL.
+    assert_eq!(PROFILE_CREATES.load(SeqCst), creates);
+    assert_eq!(PROFILED_CALLS.load(SeqCst), profiled);
+    // The same counters see a profile when one is asked for.
+    let p = crate::Profile::new(&backend, crate::ProfileLevel::Basic).unwrap();
+    let mut out = vec![0f32; 4];
+    graph
+        .execute_profiled(
+            &[Input::new(&[-1f32, 2.0, -3.0, 4.0])],
+            &mut [Output::new(&mut out)],
+            &p,
+        )
+        .unwrap();
+    assert_relu(&out);
+    assert_eq!(PROFILE_CREATES.load(SeqCst), creates + 1);
+    assert_eq!(PROFILED_CALLS.load(SeqCst), profiled + 1);
 }

@@ -10,6 +10,7 @@ use crate::api::qnn_call;
 use crate::backend::Backend;
 use crate::context::ContextInner;
 use crate::error::{Error, Result};
+use crate::profile::Profile;
 use crate::tensor::{
     check_buffer, DType, Element, Input, Output, Quantization, RawTensor, TensorInfo, TensorKind,
 };
@@ -433,12 +434,24 @@ impl GraphBuilder {
 
     /// `graphFinalize`: prepares the graph for execution.
     pub fn finalize(self) -> Result<Graph> {
+        self.finalize_with(None)
+    }
+
+    /// [`GraphBuilder::finalize`], recording finalize events in `profile` (on the HTP: the
+    /// finalize time and, where the library has them, its performance estimates).
+    pub fn finalize_profiled(self, profile: &Profile) -> Result<Graph> {
+        self.finalize_with(Some(profile))
+    }
+
+    fn finalize_with(self, profile: Option<&Profile>) -> Result<Graph> {
         let b = &self.ctx.backend;
+        let p = profile.map_or(std::ptr::null_mut(), Profile::handle);
         {
             let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
-            // SAFETY: live graph handle; no profile or signal.
+            // SAFETY: live graph handle; the profile handle is NULL or a live profile of this
+            // backend, borrowed for the call; no signal.
             unsafe {
-                qnn_call!(b.api, graphFinalize(self.handle, std::ptr::null_mut(), std::ptr::null_mut());
+                qnn_call!(b.api, graphFinalize(self.handle, p, std::ptr::null_mut());
                     || format!("graph {:?}", self.name))
             }?;
         }
@@ -561,6 +574,26 @@ impl Graph {
     /// `graphExecute`. Every buffer is checked against its tensor (count, dtype, exact byte size)
     /// before QNN is called: QNN itself ignores `dataSize` and would overflow a short output.
     pub fn execute(&self, inputs: &[Input<'_>], outputs: &mut [Output<'_>]) -> Result<()> {
+        self.execute_with(inputs, outputs, None)
+    }
+
+    /// [`Graph::execute`], recording execute events in `profile` (at
+    /// [`ProfileLevel::Detailed`](crate::ProfileLevel::Detailed), one per node).
+    pub fn execute_profiled(
+        &self,
+        inputs: &[Input<'_>],
+        outputs: &mut [Output<'_>],
+        profile: &Profile,
+    ) -> Result<()> {
+        self.execute_with(inputs, outputs, Some(profile))
+    }
+
+    fn execute_with(
+        &self,
+        inputs: &[Input<'_>],
+        outputs: &mut [Output<'_>],
+        profile: Option<&Profile>,
+    ) -> Result<()> {
         if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
             return Err(Error::InvalidArgument(format!(
                 "graph {:?} takes {} inputs and {} outputs, got {} and {}",
@@ -590,8 +623,10 @@ impl Graph {
         let in_arr: Vec<qnn_sys::Tensor> = ins.iter().map(|t| *t.raw()).collect();
         let mut out_arr: Vec<qnn_sys::Tensor> = outs.iter().map(|t| *t.raw()).collect();
         let api = &self.ctx.backend.api;
+        let p = profile.map_or(std::ptr::null_mut(), Profile::handle);
         // SAFETY: input buffers are read-only for QNN (the `*mut` is the C signature), outputs
-        // are exclusively borrowed and exactly sized; descriptors point at owned names/dims.
+        // are exclusively borrowed and exactly sized; descriptors point at owned names/dims; the
+        // profile handle is NULL or a live profile, borrowed for the call.
         let result = unsafe {
             qnn_call!(api, graphExecute(
                 self.handle,
@@ -599,7 +634,7 @@ impl Graph {
                 in_arr.len() as u32,
                 out_arr.as_mut_ptr(),
                 out_arr.len() as u32,
-                std::ptr::null_mut(),
+                p,
                 std::ptr::null_mut()
             ); || format!("graph {:?}", self.name))
         };

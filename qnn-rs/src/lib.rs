@@ -34,6 +34,7 @@ mod device;
 mod error;
 mod graph;
 pub mod log;
+pub mod profile;
 mod system;
 mod tensor;
 
@@ -52,6 +53,7 @@ pub use device::Device;
 pub use error::{ApiError, Error, LoadError, Result};
 pub use graph::{Graph, GraphBuilder, Node, ParamValue, Scalar, TensorRef, DEFAULT_PACKAGE};
 pub use log::LogLevel;
+pub use profile::{Event, EventUnit, Profile, ProfileLevel};
 pub use qnnx_types::{soc, DType, HtpArch};
 pub use system::{binary_info, BinaryInfo, GraphInfo, HtpGraphInfo};
 pub use tensor::{

@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod htp;
 pub mod interface;
 pub mod loader;
+pub mod profile;
 pub mod system;
 pub mod types;
 

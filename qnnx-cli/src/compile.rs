@@ -44,6 +44,12 @@ pub struct BuildArgs {
     /// converting them in the graph.
     #[arg(long)]
     pub quantized_io: bool,
+    /// Fix a small input (a scalar or a short 1-D tensor: a flag, a sample rate, a shape) to a
+    /// value at compile time, as NAME=VALUE with VALUE like 3, 0.5, true or 1,2,3 (the dtype is
+    /// the model's); repeatable. The input leaves the compiled graph; a value passed for it at
+    /// run time must be this one.
+    #[arg(long = "fix-input", value_name = "NAME=VALUE")]
+    pub fix_inputs: Vec<String>,
     /// Use the context-binary cache: load a binary compiled earlier for the same model, target
     /// and settings, or store the new one (see --cache-dir).
     #[arg(long)]
@@ -78,6 +84,11 @@ pub struct CompileArgs {
     /// library cannot.
     #[arg(long)]
     pub no_weight_sharing: bool,
+    /// Print how long each stage took (reading, backend open, cache, load, passes, lowering,
+    /// QNN graph build, finalize, serialization, writing). `QNNX_LOG=info` logs the engine's
+    /// stages as they end; --json always reports them.
+    #[arg(long)]
+    pub timings: bool,
     #[command(flatten)]
     pub build: BuildArgs,
 }
@@ -93,27 +104,23 @@ pub struct CheckArgs {
     /// (a quantized model lists its I/O and a summary without this).
     #[arg(long)]
     pub tensors: bool,
+    /// Static shape for an input with symbolic dims, as NAME=D,D,... (repeatable). Without
+    /// one for each such input, check lists them instead of guessing sizes.
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    pub input_shapes: Vec<String>,
+    /// Fix an input to a value, as NAME=VALUE (as for `compile`; repeatable).
+    #[arg(long = "fix-input", value_name = "NAME=VALUE")]
+    pub fix_inputs: Vec<String>,
 }
 
 /// The lowered plan's tensors for `check`: all with `all`, else a quantized plan's I/O and the
 /// nodes that compute in float; `None` for a float plan without `all`.
 fn plan_tensors(
     model: &lowering::Model,
-    backend: BackendKind,
+    opts: &lowering::LowerOptions,
     all: bool,
 ) -> Option<(Value, String)> {
-    let mut opts = lowering::LowerOptions {
-        backend,
-        ..Default::default()
-    };
-    for (k, &v) in model.graph.inputs.iter().enumerate() {
-        if let Some(Some(dims)) = model.input_dims.get(k) {
-            let dims = dims.iter().map(|d| d.unwrap_or(1)).collect();
-            opts.input_shapes
-                .insert(model.graph.value(v).name.clone(), dims);
-        }
-    }
-    let plan = lowering::lower(model.clone(), &opts).ok()?;
+    let plan = lowering::lower(model.clone(), opts).ok()?;
     let quantized = plan.tensors.iter().any(|t| t.quant.is_some());
     if !quantized && !all {
         return None;
@@ -202,6 +209,23 @@ pub(crate) fn parse_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<usiz
     Ok(out)
 }
 
+/// `--fix-input NAME=VALUE` flags by input name; the value is parsed against the model's
+/// declared input type when the model is lowered.
+pub(crate) fn parse_fixed(specs: &[String]) -> Result<BTreeMap<String, String>, Failure> {
+    let mut out = BTreeMap::new();
+    for spec in specs {
+        let (name, value) = spec.split_once('=').filter(|(n, _)| !n.is_empty()).ok_or_else(|| {
+            Failure::usage(format!(
+                "--fix-input {spec:?}: expected NAME=VALUE such as mode=1, scale=0.5, flag=true or shape=1,3,224,224"
+            ))
+        })?;
+        if out.insert(name.to_string(), value.to_string()).is_some() {
+            return Err(Failure::usage(format!("--fix-input gives {name:?} twice")));
+        }
+    }
+    Ok(out)
+}
+
 /// A model read from disk and decoded (validated) once.
 pub struct OnnxFile {
     pub bytes: Vec<u8>,
@@ -281,10 +305,14 @@ pub fn compile_failure(e: Error, model: &Path, backend: BackendKind) -> Failure 
         );
     }
     let text = e.to_string();
-    let hint = if text.contains("LowerOptions::input_shapes") {
-        "\nhint: give static shapes with --input-shape NAME=D,D,... (for example x=1,3,224,224)"
+    let (text, hint) = if text.contains("LowerOptions::input_shapes") {
+        (
+            text.replace("in LowerOptions::input_shapes", "with --input-shape")
+                .replace("LowerOptions::input_shapes", "--input-shape"),
+            "\nhint: give static shapes with --input-shape NAME=D,D,... (for example x=1,3,224,224)",
+        )
     } else {
-        ""
+        (text.replace("fix_inputs", "--fix-input"), "")
     };
     Failure::new(format!("{}: {text}{hint}", model.display()))
 }
@@ -377,6 +405,12 @@ pub struct Built {
     pub compiled: Compiled,
     pub target: Target,
     pub total_ms: f64,
+    /// Milliseconds spent reading (and parsing) the model file, before the engine's stages.
+    pub read_ms: f64,
+    /// The model's bytes and the options it was compiled with (a profile of a cached graph
+    /// lowers it again to name its nodes).
+    pub onnx: Vec<u8>,
+    pub opts: CompileOptions,
     /// The cache, when `--cache` was given.
     pub cache: Option<Cache>,
 }
@@ -414,21 +448,27 @@ pub fn build(
     model: &Path,
     args: &BuildArgs,
     graph_name: &str,
+    profile_finalize: bool,
 ) -> Result<Built, Failure> {
     let target = crate::target::resolve(cli, &args.target, None)?;
     let input_shapes = parse_shapes(&args.input_shapes)?;
+    let fix_inputs = parse_fixed(&args.fix_inputs)?;
     let progress = Progress::new(cli.json);
     progress.stage("reading the model");
+    let read = std::time::Instant::now();
     let file = load_onnx(model)?;
+    let read_ms = read.elapsed().as_secs_f64() * 1e3;
     let cache = if args.cache { open_cache(cli)? } else { None };
     let opts = CompileOptions {
         name: graph_name.to_string(),
         fp16: args.precision == Precision::Fp16,
         input_shapes,
+        fix_inputs,
         opt_level: args.opt_level,
         quantized_io: args.quantized_io,
         observe: false,
         base_dir: Some(file.dir.clone()),
+        profile_finalize,
     };
     let start = std::time::Instant::now();
     progress.stage("opening the QNN backend");
@@ -448,6 +488,9 @@ pub fn build(
         compiled,
         target,
         total_ms: start.elapsed().as_secs_f64() * 1e3,
+        read_ms,
+        onnx: file.bytes,
+        opts,
         cache,
     })
 }
@@ -471,6 +514,43 @@ pub fn io_json(e: &qnnx_engine::Emitted) -> (Vec<Value>, Vec<Value>) {
         side(&e.inputs, &e.input_slots, e.graph.inputs()),
         side(&e.outputs, &e.output_slots, e.graph.outputs()),
     )
+}
+
+/// The model inputs a compiled graph does not take (fixed, or resolved from declared shapes):
+/// name, dtype, shape, value, and where the value comes from.
+pub fn assumed_json(e: &qnnx_engine::Emitted) -> Vec<Value> {
+    use lowering::plan::Source;
+    e.assumed
+        .iter()
+        .map(|a| {
+            json!({
+                "name": a.onnx_name,
+                "dtype": a.value.dtype.name(),
+                "shape": a.value.shape,
+                "value": lowering::plan::assumed::fmt_value(&a.value),
+                "origin": match &a.origin {
+                    Source::Fixed => "--fix-input".to_string(),
+                    Source::Declared { node, value } => {
+                        format!("the declared shape of {value:?} (node {node:?})")
+                    }
+                },
+            })
+        })
+        .collect()
+}
+
+/// Text lines of [`assumed_json`].
+pub fn assumed_text(list: &[Value]) -> String {
+    list.iter()
+        .map(|a| {
+            format!(
+                "  assumed {:<23} {} (from {}; not a graph input, checked when passed)\n",
+                a["name"].as_str().unwrap_or(""),
+                a["value"].as_str().unwrap_or(""),
+                a["origin"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
 }
 
 pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
@@ -499,15 +579,30 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
             output.display()
         )));
     }
-    let built = build(cli, model, &args.build, &graph_name)?;
+    let built = build(cli, model, &args.build, &graph_name, args.timings)?;
     let c = &built.compiled;
+    let mut stages: Vec<(&str, f64)> = vec![("read file", built.read_ms)];
+    stages.extend(c.timings.stages.iter().map(|&(t, ms)| (t.name(), ms)));
+    let start = std::time::Instant::now();
     let binary = built.binary()?;
+    // A cached graph's binary is the entry's file: QNN cannot serialise a loaded context.
+    let cached = c.from_cache || c.timings.get(qnnx_engine::Timed::CacheStore) > 0.0;
+    let what = if cached {
+        "binary from the cache"
+    } else {
+        "serialization"
+    };
+    stages.push((what, start.elapsed().as_secs_f64() * 1e3));
+    let start = std::time::Instant::now();
     let written = Written::write(&output, &binary, &c.runtime.backend, &built.target)?;
+    stages.push(("write", start.elapsed().as_secs_f64() * 1e3));
     let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let (inputs, outputs) = io_json(&c.emitted);
+    let assumed = assumed_json(&c.emitted);
     let report = json!({
         "model": model,
         "output": output,
+        "assumed_inputs": assumed,
         "size": binary.len(),
         "backend": built.target.backend.name(),
         "soc_model": soc_model,
@@ -524,6 +619,10 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
         "total_ms": built.total_ms,
         "from_cache": c.from_cache,
         "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
+        "timings": timings_json(&stages),
+        "finalize_phases": c.finalize_phases.iter()
+            .map(|(phase, ms)| json!({ "phase": phase, "ms": ms }))
+            .collect::<Vec<_>>(),
     });
     emit(cli, &report, || {
         let target = written.describe(&built.target);
@@ -557,15 +656,105 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
                 );
             }
         }
+        s += &assumed_text(&assumed);
+        if args.timings {
+            s += &timings_text(&stages);
+            if !c.finalize_phases.is_empty() {
+                s += "  finalize, by QNN's preparer (its detailed profile):\n";
+                for (phase, ms) in &c.finalize_phases {
+                    s += &format!("    {phase:<30} {ms:>9.1}\n");
+                }
+            }
+        }
         s
     });
     Ok(ExitCode::SUCCESS)
 }
 
+/// The failure of `check` for a model whose inputs `symbolic` (name, declared dims) have no
+/// static shape: sizes decide whether kernels fit, concatenations agree and reshapes are valid,
+/// so none is guessed.
+fn symbolic_failure(model: &Path, symbolic: &[(String, String)]) -> Failure {
+    let lines: Vec<String> = symbolic.iter().map(|(n, d)| format!("  {n} {d}")).collect();
+    let flags: Vec<String> = symbolic
+        .iter()
+        .map(|(n, d)| {
+            let dims = d
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .split(", ")
+                .map(|x| {
+                    if x.parse::<usize>().is_ok() {
+                        x.to_string()
+                    } else {
+                        format!("<{x}>")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            format!("--input-shape {n}={dims}")
+        })
+        .collect();
+    Failure {
+        code: crate::EXIT_FAILURE,
+        msg: format!(
+            "{}: {} input(s) have symbolic dims, and whether a node lowers depends on sizes \
+             (kernels that fit, concatenations that agree), so check guesses none:\n{}\nhint: \
+             give the sizes the model runs at: {}",
+            model.display(),
+            symbolic.len(),
+            lines.join("\n"),
+            flags.join(" ")
+        ),
+        details: Some(json!({
+            "symbolic_inputs": symbolic
+                .iter()
+                .map(|(n, d)| json!({ "name": n, "dims": d }))
+                .collect::<Vec<_>>(),
+        })),
+    }
+}
+
+/// Stages and their milliseconds as JSON: `[{"stage": name, "ms": ms}, ...]`.
+pub fn timings_json(stages: &[(&str, f64)]) -> Value {
+    stages
+        .iter()
+        .map(|(stage, ms)| json!({ "stage": stage, "ms": ms }))
+        .collect()
+}
+
+/// The `--timings` table: one line per stage with its share of the total.
+pub fn timings_text(stages: &[(&str, f64)]) -> String {
+    let total: f64 = stages.iter().map(|(_, ms)| ms).sum();
+    let mut s = String::from("  stage                    ms  share\n");
+    for (stage, ms) in stages {
+        let share = if total > 0.0 { ms / total * 100.0 } else { 0.0 };
+        s += &format!("  {stage:<21} {ms:>9.1} {share:>5.1}%\n");
+    }
+    s += &format!("  {:<21} {total:>9.1}\n", "total");
+    s
+}
+
 pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
     let file = load_onnx(&args.model)?;
     let backend = args.backend;
-    let unsupported = lowering::check(&file.model, backend);
+    let opts = lowering::LowerOptions {
+        backend,
+        input_shapes: parse_shapes(&args.input_shapes)?,
+        fix_inputs: parse_fixed(&args.fix_inputs)?,
+        ..Default::default()
+    };
+    let symbolic: Vec<(String, String)> = file
+        .model
+        .symbolic_inputs()
+        .into_iter()
+        .filter(|(n, _)| !opts.input_shapes.contains_key(n) && !opts.fix_inputs.contains_key(n))
+        .collect();
+    if !symbolic.is_empty() {
+        return Err(symbolic_failure(&args.model, &symbolic));
+    }
+    let unsupported = lowering::check_with(&file.model, &opts)
+        .map_err(|e| compile_failure(Error::Lower(e), &args.model, backend))?;
     let bad: BTreeMap<&str, &Unsupported> = unsupported
         .iter()
         .filter(|u| !u.node.is_empty())
@@ -597,7 +786,7 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
     let supported_count = nodes.iter().filter(|n| n["supported"] == true).count();
     let ok = unsupported.is_empty();
     let tensors = ok
-        .then(|| plan_tensors(&file.model, backend, args.tensors))
+        .then(|| plan_tensors(&file.model, &opts, args.tensors))
         .flatten();
     let report = json!({
         "model": args.model,

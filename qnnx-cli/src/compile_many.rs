@@ -10,8 +10,8 @@ use qnnx_engine::compile::multi::{GraphSpec, MultiOptions};
 use serde_json::{json, Value};
 
 use crate::compile::{
-    compile_failure, context_binary, io_json, load_onnx, open_cache, parse_shapes, stage_text,
-    CompileArgs, OnnxFile, Precision, Written,
+    compile_failure, context_binary, io_json, load_onnx, open_cache, parse_fixed, parse_shapes,
+    stage_text, CompileArgs, OnnxFile, Precision, Written,
 };
 use crate::progress::Progress;
 use crate::{emit, Cli, Failure};
@@ -74,6 +74,30 @@ fn shapes_per_graph(
     Ok(out)
 }
 
+/// `--fix-input` per graph: `GRAPH:NAME=VALUE` for one graph, `NAME=VALUE` for every graph.
+fn fixed_per_graph(
+    specs: &[String],
+    graphs: &[String],
+) -> Result<Vec<BTreeMap<String, String>>, Failure> {
+    let mut out = vec![BTreeMap::new(); graphs.len()];
+    for spec in specs {
+        let target = spec
+            .split_once(':')
+            .filter(|(_, rest)| rest.contains('='))
+            .and_then(|(g, rest)| graphs.iter().position(|n| n == g).map(|i| (i, rest)));
+        match target {
+            Some((i, rest)) => out[i].extend(parse_fixed(&[rest.to_string()])?),
+            None => {
+                let fixed = parse_fixed(std::slice::from_ref(spec))?;
+                for m in &mut out {
+                    m.extend(fixed.clone());
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A size in bytes for people.
 fn human(bytes: u64) -> String {
     match bytes {
@@ -102,6 +126,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
     let build = &args.build;
     let target = crate::target::resolve(cli, &build.target, None)?;
     let shapes = shapes_per_graph(&build.input_shapes, &names)?;
+    let fixed = fixed_per_graph(&build.fix_inputs, &names)?;
     let fp16 = build.precision == Precision::Fp16;
     let progress = Progress::new(cli.json);
     let mut files: Vec<OnnxFile> = Vec::new();
@@ -113,11 +138,12 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
     let specs: Vec<GraphSpec> = files
         .iter()
         .zip(&names)
-        .zip(shapes)
-        .map(|((f, name), input_shapes)| GraphSpec {
+        .zip(shapes.into_iter().zip(fixed))
+        .map(|((f, name), (input_shapes, fix_inputs))| GraphSpec {
             name: name.clone(),
             onnx: &f.bytes,
             input_shapes,
+            fix_inputs,
             base_dir: Some(f.dir.clone()),
         })
         .collect();
@@ -183,6 +209,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
                 "outputs": outputs,
                 "lower_ms": g.lower_ms,
                 "finalize_ms": g.finalize_ms,
+                "timings": crate::compile::timings_json(&stages(g)),
                 "own_weights_bytes": htp.map(|h| h.const_size),
             })
         })
@@ -240,6 +267,11 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
                 );
             }
             s += "\n";
+            if args.timings && !compiled.from_cache {
+                if let Some(mg) = compiled.graph(g["name"].as_str().unwrap_or("")) {
+                    s += &crate::compile::timings_text(&stages(mg));
+                }
+            }
             for (what, list) in [("input ", &g["inputs"]), ("output", &g["outputs"])] {
                 for t in list.as_array().into_iter().flatten() {
                     s += &format!(
@@ -259,6 +291,15 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
         s
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// One graph's timed stages by name (the shared serialization and cache store are logged).
+fn stages(g: &qnnx_engine::compile::multi::MultiGraph) -> Vec<(&'static str, f64)> {
+    g.timings
+        .stages
+        .iter()
+        .map(|&(t, ms)| (t.name(), ms))
+        .collect()
 }
 
 #[cfg(test)]

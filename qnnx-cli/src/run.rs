@@ -11,6 +11,8 @@ use qnn::Context;
 use qnnx_types::DType;
 use serde_json::json;
 
+use qnnx_engine::profile::{ExecutionProfile, NodeOrigins};
+
 use crate::compile::BuildArgs;
 use crate::npy;
 use crate::{emit, Cli, Failure};
@@ -34,6 +36,15 @@ pub struct RunArgs {
     /// each (dtype, shape, range, mean) is printed].
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
+    /// Profile one more execute (after the timed ones, which stay unprofiled) with QNN's
+    /// profiler and print a per-op table: QNN op, the ONNX node it came from, cycles and
+    /// share. `basic` gives whole-graph times only [default level: detailed].
+    #[arg(long, value_name = "LEVEL", num_args = 0..=1, default_missing_value = "detailed")]
+    pub profile: Option<qnn::ProfileLevel>,
+    /// Write the profiled execute (and, for an ONNX model, the compile's stages) as a Chrome
+    /// trace, for Perfetto or chrome://tracing; implies --profile.
+    #[arg(long, value_name = "FILE.json")]
+    pub trace: Option<PathBuf>,
     /// Backend, target and build settings. For a context binary only --backend and the
     /// target flags apply [default target: the SoC the binary was compiled for].
     #[command(flatten)]
@@ -89,8 +100,8 @@ fn random_array(io: &Io) -> npy::Array {
     }
 }
 
-/// The input arrays, in `ios` order: from `--input` files or random.
-fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Array>, Failure> {
+/// The `--input NAME=FILE.npy` arrays by name.
+fn given_arrays(specs: &[String]) -> Result<HashMap<String, npy::Array>, Failure> {
     let mut given = HashMap::new();
     for spec in specs {
         let (n, file) = spec
@@ -98,6 +109,29 @@ fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Arr
             .ok_or_else(|| Failure::usage(format!("--input {spec:?}: expected NAME=FILE.npy")))?;
         given.insert(n.to_string(), npy::read(Path::new(file))?);
     }
+    Ok(given)
+}
+
+/// The input arrays, in `ios` order: from `--input` files or random.
+fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Array>, Failure> {
+    let given = given_arrays(specs)?;
+    let (arrays, given) = arrays_for(given, ios, what)?;
+    if let Some(extra) = given.keys().next() {
+        let names: Vec<_> = ios.iter().map(|t| t.name.clone()).collect();
+        return Err(Failure::new(format!(
+            "{what} has no input {extra:?}; its inputs are {names:?}"
+        )));
+    }
+    Ok(arrays)
+}
+
+/// The arrays of `ios` taken from `given` (checked against `ios`) or random; returns what is
+/// left of `given`.
+fn arrays_for(
+    mut given: HashMap<String, npy::Array>,
+    ios: &[Io],
+    what: &str,
+) -> Result<(Vec<npy::Array>, HashMap<String, npy::Array>), Failure> {
     let mut arrays = Vec::new();
     for io in ios {
         let a = match given.remove(&io.name) {
@@ -114,13 +148,7 @@ fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Arr
         };
         arrays.push(a);
     }
-    if let Some(extra) = given.keys().next() {
-        let names: Vec<_> = ios.iter().map(|t| t.name.clone()).collect();
-        return Err(Failure::new(format!(
-            "{what} has no input {extra:?}; its inputs are {names:?}"
-        )));
-    }
-    Ok(arrays)
+    Ok((arrays, given))
 }
 
 struct Timing {
@@ -162,6 +190,123 @@ fn execute(
         .collect::<Result<Vec<_>, _>>()?;
     times.sort_by(f64::total_cmp);
     Ok((Timing { first_ms, times }, outs))
+}
+
+/// One profiled execute of `graph` at `level` (its own profile handle, freed after).
+fn profiled(
+    backend: &qnn::Backend,
+    graph: &qnn::Graph,
+    ins: &[(DType, Cow<[u8]>)],
+    level: qnn::ProfileLevel,
+    origins: &NodeOrigins,
+) -> Result<ExecutionProfile, Failure> {
+    let profile = qnn::Profile::new(backend, level)?;
+    let mut outs: Vec<Vec<u8>> = graph
+        .outputs()
+        .iter()
+        .map(|t| vec![0u8; t.num_bytes()])
+        .collect();
+    let inputs: Vec<qnn::Input> = ins
+        .iter()
+        .map(|(d, b)| qnn::Input::from_bytes(*d, b))
+        .collect();
+    let mut o: Vec<qnn::Output> = graph
+        .outputs()
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
+        .collect();
+    graph.execute_profiled(&inputs, &mut o, &profile)?;
+    Ok(ExecutionProfile::from_events(
+        level,
+        profile.events()?,
+        origins,
+    ))
+}
+
+/// The profile's table: the whole-graph times, then the ops, most expensive first.
+fn profile_text(p: &ExecutionProfile) -> String {
+    let us = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} us"));
+    let mut s = format!(
+        "profile ({}): execute {}, accelerator {}",
+        p.level.name(),
+        us(p.execute_us),
+        us(p.accel_us)
+    );
+    if let Some(c) = p.accel_cycles {
+        s += &format!(" / {c} cycles");
+    }
+    s += "\n";
+    if p.ops.is_empty() {
+        if p.level == qnn::ProfileLevel::Basic {
+            s += "(per-op times need --profile detailed)\n";
+        }
+        return s;
+    }
+    let unit = p.ops[0].unit.suffix();
+    let mut ops: Vec<_> = p.ops.iter().collect();
+    ops.sort_by_key(|o| std::cmp::Reverse(o.value));
+    let rows: Vec<(String, String, &qnnx_engine::profile::OpTime)> = ops
+        .into_iter()
+        .map(|o| match &o.origin {
+            Some(x) => (x.qnn_op.clone(), x.onnx_node.clone(), o),
+            // The HTP's I/O pseudo-nodes.
+            None if o.qnn_node == "Input" || o.qnn_node == "Output" => {
+                (format!("[{}]", o.qnn_node), "-".to_string(), o)
+            }
+            // A node of a binary, whose plan is unknown: QNN's node name is all there is.
+            None => ("?".to_string(), format!("{} (QNN node)", o.qnn_node), o),
+        })
+        .collect();
+    let op_w = rows
+        .iter()
+        .map(|r| r.0.len())
+        .max()
+        .unwrap_or(6)
+        .clamp(6, 32);
+    let node_w = rows
+        .iter()
+        .map(|r| r.1.len())
+        .max()
+        .unwrap_or(9)
+        .clamp(9, 64);
+    s += &format!(
+        "  {:<op_w$} {:<node_w$} {:>10} {:>6} {:>8}\n",
+        "QNN op", "ONNX node", unit, "share", "~us"
+    );
+    for (op, node, o) in rows {
+        let est = o.est_us.map_or("-".to_string(), |v| format!("{v:.1}"));
+        s += &format!(
+            "  {op:<op_w$} {node:<node_w$} {:>10} {:>5.1}% {est:>8}\n",
+            o.value,
+            o.share * 100.0
+        );
+    }
+    s += "(~us: each op's share of the accelerator time; the HTP reports node cycles)\n";
+    s
+}
+
+/// Prints or reports the profile and writes the trace, when asked for.
+fn profile_and_trace(
+    args: &RunArgs,
+    run: impl FnOnce(qnn::ProfileLevel) -> Result<ExecutionProfile, Failure>,
+    graph: &str,
+    stages: &[(&str, f64)],
+) -> Result<Option<ExecutionProfile>, Failure> {
+    let Some(level) = args
+        .profile
+        .or(args.trace.as_ref().map(|_| qnn::ProfileLevel::Detailed))
+    else {
+        return Ok(None);
+    };
+    let p = run(level)?;
+    if let Some(path) = &args.trace {
+        let trace = p.chrome_trace(graph, stages);
+        let text = serde_json::to_string(&trace).unwrap_or_default();
+        std::fs::write(path, text)
+            .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(Some(p))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
@@ -244,16 +389,17 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     }
 }
 
-const COMPILED_ALREADY: &str = "--cache, --opt-level, --precision and --input-shape apply to ONNX models; a context binary is already compiled";
-
 fn refuse_build_flags(args: &RunArgs) -> Result<(), Failure> {
     let b = &args.build;
     if b.cache
         || b.opt_level.is_some()
         || !b.input_shapes.is_empty()
+        || !b.fix_inputs.is_empty()
         || b.precision != Default::default()
     {
-        return Err(Failure::usage(COMPILED_ALREADY));
+        return Err(Failure::usage(
+            "--cache, --opt-level, --precision, --input-shape and --fix-input apply to ONNX models; a context binary is already compiled",
+        ));
     }
     Ok(())
 }
@@ -277,9 +423,14 @@ fn run_saved(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     let name = c.emitted.graph.name().to_string();
     let text = format!("loaded in {:.1} ms", c.load_ms);
     let prepare = json!({ "load_ms": c.load_ms, "soc_model": loaded.manifest.soc_model });
-    run_compiled(cli, args, c, &name, prepare, text)
+    let stages = [("load", c.load_ms)];
+    // A saved model carries no ONNX: profiled ops are named by QNN only.
+    run_compiled(cli, args, c, &name, prepare, text, &stages, &|| {
+        Ok(NodeOrigins::default())
+    })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn report(
     cli: &Cli,
     args: &RunArgs,
@@ -288,9 +439,10 @@ fn report(
     prepare_text: String,
     timing: &Timing,
     written: &[Written],
+    profile: Option<&ExecutionProfile>,
 ) {
     let t = &timing.times;
-    let report = json!({
+    let mut report = json!({
         "model": args.model,
         "graph": graph,
         "prepare": prepare,
@@ -309,6 +461,16 @@ fn report(
             "file": w.file,
         })).collect::<Vec<_>>(),
     });
+    if let Some(p) = profile {
+        let mut v = p.to_json();
+        v["by_onnx_node"] = p
+            .by_onnx_node()
+            .into_iter()
+            .map(|(node, value, share)| json!({"onnx_node": node, "value": value, "share": share}))
+            .collect();
+        report["profile"] = v;
+        report["trace"] = json!(args.trace);
+    }
     emit(cli, &report, || {
         let mut s = format!(
             "graph {graph:?}: {prepare_text}, first execute {:.2} ms\n",
@@ -332,6 +494,12 @@ fn report(
         }
         if written.iter().all(|w| w.file.is_none()) {
             s += "(pass -o DIR to write the outputs as .npy)\n";
+        }
+        if let Some(p) = profile {
+            s += &profile_text(p);
+        }
+        if let Some(path) = &args.trace {
+            s += &format!("wrote the trace to {}\n", path.display());
         }
         s
     });
@@ -413,6 +581,13 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         .map(|a| (a.dtype, Cow::Borrowed(&a.data[..])))
         .collect();
     let (timing, outs) = execute(&graph, &ins, args.runs)?;
+    // A binary carries no plan: its ops are shown by QNN node name.
+    let profile = profile_and_trace(
+        args,
+        |level| profiled(&rt.backend, &graph, &ins, level, &NodeOrigins::default()),
+        &name,
+        &[("load", load_ms)],
+    )?;
     let names: Vec<String> = graph.outputs().iter().map(|t| t.name.clone()).collect();
     let arrays = graph
         .outputs()
@@ -433,6 +608,7 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         format!("load {load_ms:.1} ms"),
         &timing,
         &written,
+        profile.as_ref(),
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -443,8 +619,10 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
             "--graph selects a graph of a context binary; an ONNX model has one",
         ));
     }
-    let built = crate::compile::build(cli, &args.model, &args.build, "qnnx")?;
+    let built = crate::compile::build(cli, &args.model, &args.build, "qnnx", false)?;
     let c = &built.compiled;
+    let mut stages: Vec<(&str, f64)> = vec![("read file", built.read_ms)];
+    stages.extend(c.timings.stages.iter().map(|&(t, ms)| (t.name(), ms)));
     let prepare_text = if c.from_cache {
         format!("loaded from the cache in {:.1} ms", c.load_ms)
     } else {
@@ -462,11 +640,26 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
         "soc_model": built.target.soc_model,
     });
-    run_compiled(cli, args, c, "qnnx", prepare, prepare_text)
+    run_compiled(
+        cli,
+        args,
+        c,
+        "qnnx",
+        prepare,
+        prepare_text,
+        &stages,
+        &|| {
+            NodeOrigins::by_lowering(built.target.backend, &built.onnx, &built.opts)
+                .map_err(|e| Failure::new(format!("naming the profiled ops: {e}")))
+        },
+    )
 }
 
 /// Runs a compiled model (ONNX or saved) on the inputs of `args` in the model's dtypes and
-/// reports; `prepare` and `prepare_text` say how it was made ready.
+/// reports; `prepare` and `prepare_text` say how it was made ready, `stages` how long each step
+/// took (for the trace), and `origins` names the ONNX nodes of profiled ops when the compile
+/// did not record them.
+#[allow(clippy::too_many_arguments)]
 fn run_compiled(
     cli: &Cli,
     args: &RunArgs,
@@ -474,6 +667,8 @@ fn run_compiled(
     graph: &str,
     prepare: serde_json::Value,
     prepare_text: String,
+    stages: &[(&str, f64)],
+    origins: &dyn Fn() -> Result<NodeOrigins, Failure>,
 ) -> Result<ExitCode, Failure> {
     let e = &c.emitted;
     let ios: Vec<Io> = e
@@ -485,19 +680,67 @@ fn run_compiled(
             shape: io.shape.clone(),
         })
         .collect();
-    let arrays = input_arrays(&args.inputs, &ios, "the model")?;
-    let hosts: Vec<qnnx_engine::HostTensor> = arrays
-        .into_iter()
-        .map(|a| qnnx_engine::HostTensor {
-            dtype: a.dtype,
-            shape: a.shape,
-            data: a.data,
-        })
-        .collect();
+    let (arrays, mut given) = arrays_for(given_arrays(&args.inputs)?, &ios, "the model")?;
+    let mut arrays = arrays.into_iter();
+    let host = |a: npy::Array| qnnx_engine::HostTensor {
+        dtype: a.dtype,
+        shape: a.shape,
+        data: a.data,
+    };
+    // The model's inputs in ONNX order. An input the graph was compiled for one value of
+    // (--fix-input, or resolved from the model's declared shapes) is checked when a file gives
+    // it, and otherwise takes that value.
+    let mut hosts: Vec<qnnx_engine::HostTensor> = Vec::new();
+    for m in e.model_inputs() {
+        hosts.push(match m {
+            qnnx_engine::io::ModelInput::Graph(_) => {
+                host(arrays.next().expect("one per graph input"))
+            }
+            qnnx_engine::io::ModelInput::Assumed(j) => {
+                let a = &e.assumed[j];
+                match given.remove(&a.onnx_name) {
+                    Some(arr) => host(arr),
+                    None => qnnx_engine::HostTensor {
+                        dtype: a.value.dtype,
+                        shape: a.value.shape.clone(),
+                        data: a.value.bytes().to_vec(),
+                    },
+                }
+            }
+        });
+    }
+    if let Some(extra) = given.keys().next() {
+        let names: Vec<String> = e
+            .model_inputs()
+            .into_iter()
+            .map(|m| match m {
+                qnnx_engine::io::ModelInput::Graph(i) => e.inputs[i].onnx_name.clone(),
+                qnnx_engine::io::ModelInput::Assumed(j) => e.assumed[j].onnx_name.clone(),
+            })
+            .collect();
+        return Err(Failure::new(format!(
+            "the model has no input {extra:?}; its inputs are {names:?}"
+        )));
+    }
     let ins = e
         .graph_inputs(&hosts)
         .map_err(|err| Failure::new(err.to_string()))?;
     let (timing, outs) = execute(&e.graph, &ins, args.runs)?;
+    let profile = profile_and_trace(
+        args,
+        |level| {
+            let found;
+            let origins = if c.origins.is_empty() {
+                found = origins()?;
+                &found
+            } else {
+                &c.origins
+            };
+            profiled(&c.runtime.backend, &e.graph, &ins, level, origins)
+        },
+        graph,
+        stages,
+    )?;
     let hosts = e.host_outputs(outs);
     let mut arrays = Vec::new();
     for h in hosts {
@@ -509,7 +752,16 @@ fn run_compiled(
     }
     let names: Vec<String> = e.outputs.iter().map(|o| o.onnx_name.clone()).collect();
     let written = write_outputs(args.output_dir.as_deref(), arrays, &names)?;
-    report(cli, args, graph, prepare, prepare_text, &timing, &written);
+    report(
+        cli,
+        args,
+        graph,
+        prepare,
+        prepare_text,
+        &timing,
+        &written,
+        profile.as_ref(),
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -3,6 +3,8 @@
 use pyo3::prelude::*;
 use qnnx_types::tensor_type_name;
 
+use qnnx_engine::io::ModelInput;
+
 use crate::errors::{engine_error, qnn_error, with_attrs, Attrs, InputError};
 
 /// A compiled graph, ready to run.
@@ -72,10 +74,28 @@ impl Compiled {
 
     /// Inputs in ONNX order: (name, graph dtype, graph shape, model dtype). The caller passes
     /// buffers of the graph dtype; it converts from the model dtype where they differ (int64).
+    /// An input the graph was compiled for one value of (fixed, or resolved from the model's
+    /// declared shapes) is listed in the model's dtype and shape: `run` checks its value and
+    /// does not hand it to QNN.
     #[getter]
     fn inputs(&self) -> Vec<IoDesc> {
         let e = &self.inner.emitted;
-        io_descs(&e.inputs, &e.input_slots, e.graph.inputs())
+        let graph = io_descs(&e.inputs, &e.input_slots, e.graph.inputs());
+        e.model_inputs()
+            .into_iter()
+            .map(|m| match m {
+                ModelInput::Graph(i) => graph[i].clone(),
+                ModelInput::Assumed(j) => {
+                    let v = &e.assumed[j].value;
+                    (
+                        e.assumed[j].onnx_name.clone(),
+                        v.dtype.name().to_string(),
+                        v.shape.iter().map(|&d| d as u32).collect(),
+                        v.dtype.name().to_string(),
+                    )
+                }
+            })
+            .collect()
     }
 
     /// Outputs in ONNX order, like `inputs`.
@@ -98,29 +118,122 @@ impl Compiled {
         outputs: Vec<(usize, usize)>,
         check_nan: bool,
     ) -> PyResult<()> {
+        self.run_with(py, inputs, outputs, check_nan, None)
+    }
+
+    /// The compile's timed stages in order: (stage, milliseconds), as `qnnx compile --timings`
+    /// names them.
+    #[getter]
+    fn timings(&self) -> Vec<(String, f64)> {
+        self.inner
+            .timings
+            .stages
+            .iter()
+            .map(|&(t, ms)| (t.name().to_string(), ms))
+            .collect()
+    }
+
+    /// `run`, with the execute recorded by QNN's profiler at `level` (`"basic"` or
+    /// `"detailed"`). Returns the profile and a Chrome trace (with this graph's compile stages)
+    /// as JSON text: `(profile, trace)`.
+    #[pyo3(signature = (inputs, outputs, level = "detailed", check_nan = true))]
+    fn run_profiled(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<(usize, usize)>,
+        outputs: Vec<(usize, usize)>,
+        level: &str,
+        check_nan: bool,
+    ) -> PyResult<(String, String)> {
+        let level: qnn::ProfileLevel = level
+            .parse()
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let profile = qnn::Profile::new(&self.inner.runtime.backend, level)
+            .map_err(|e| qnn_error(py, e, None))?;
+        self.run_with(py, inputs, outputs, check_nan, Some(&profile))?;
+        let events = profile.events().map_err(|e| qnn_error(py, e, None))?;
+        let p =
+            qnnx_engine::profile::ExecutionProfile::from_events(level, events, &self.inner.origins);
+        let stages: Vec<(&str, f64)> = self
+            .inner
+            .timings
+            .stages
+            .iter()
+            .map(|&(t, ms)| (t.name(), ms))
+            .collect();
+        let trace = p.chrome_trace(self.inner.emitted.graph.name(), &stages);
+        Ok((p.to_json().to_string(), trace.to_string()))
+    }
+
+    /// The context binary (for inspection or an offline cache).
+    fn binary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let bytes = py
+            .detach(|| self.inner.context.to_binary())
+            .map_err(|e| qnn_error(py, e, None))?;
+        Ok(pyo3::types::PyBytes::new(py, &bytes))
+    }
+}
+
+impl Compiled {
+    fn run_with(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<(usize, usize)>,
+        outputs: Vec<(usize, usize)>,
+        check_nan: bool,
+        profile: Option<&qnn::Profile>,
+    ) -> PyResult<()> {
         let e = &self.inner.emitted;
-        if inputs.len() != e.inputs.len() || outputs.len() != e.outputs.len() {
-            return Err(input_error(
-                py,
-                format!(
-                    "the graph takes {} inputs and {} outputs, got {} and {}",
-                    e.inputs.len(),
-                    e.outputs.len(),
-                    inputs.len(),
-                    outputs.len()
-                ),
-            ));
-        }
+        let binding = match e.bind_inputs(inputs.len()) {
+            Ok(b) if outputs.len() == e.outputs.len() => b,
+            _ => {
+                return Err(input_error(
+                    py,
+                    format!(
+                        "the graph takes {} inputs ({} with the assumed ones) and {} outputs, got \
+                         {} and {}",
+                        e.inputs.len(),
+                        e.inputs.len() + e.assumed.len(),
+                        e.outputs.len(),
+                        inputs.len(),
+                        outputs.len()
+                    ),
+                ))
+            }
+        };
         let gi = e.graph.inputs();
         let go = e.graph.outputs();
         let mut ins: Vec<Option<qnn::Input<'_>>> = vec![None; gi.len()];
-        for ((&(addr, len), &slot), io) in inputs.iter().zip(&e.input_slots).zip(&e.inputs) {
+        for (&(addr, len), role) in inputs.iter().zip(binding) {
             if addr == 0 && len != 0 {
                 return Err(input_error(py, "null input buffer".into()));
             }
             // SAFETY: the caller guarantees `addr` is valid for `len` bytes for this call
             // (see the method docs); `execute` checks `len` against the tensor before use.
             let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+            let i = match role {
+                ModelInput::Graph(i) => i,
+                ModelInput::Assumed(j) => {
+                    let v = &e.assumed[j].value;
+                    if len != v.bytes().len() {
+                        return Err(input_error(
+                            py,
+                            format!(
+                                "input {:?}: {len} bytes; the compiled graph assumes {} {:?} ({} \
+                                 bytes)",
+                                e.assumed[j].onnx_name,
+                                v.dtype.name(),
+                                v.shape,
+                                v.bytes().len()
+                            ),
+                        ));
+                    }
+                    e.check_assumed(j, v.dtype, &v.shape, bytes)
+                        .map_err(|err| input_error(py, err.to_string()))?;
+                    continue;
+                }
+            };
+            let (slot, io) = (e.input_slots[i], &e.inputs[i]);
             if check_nan && len == gi[slot].num_bytes() {
                 if let Some(i) = qnn::first_nan(gi[slot].dtype, bytes) {
                     return Err(input_error(
@@ -158,23 +271,19 @@ impl Compiled {
             // Raw pointers are not Send; the slices are only used inside this closure while
             // the caller's Python frame keeps the tensors alive.
             struct Unchecked<T>(T);
-            // SAFETY: see the method docs: the memory outlives the call.
+            // SAFETY: see the method docs: the memory outlives the call. The profile (not Sync)
+            // is used only by the detached closure, while this thread waits for it.
             unsafe impl<T> Send for Unchecked<T> {}
-            let work = Unchecked((ins, &mut outs));
+            let work = Unchecked((ins, &mut outs, profile));
             py.detach(move || {
                 let w = work;
-                let (ins, outs) = w.0;
-                graph.execute(&ins, outs)
+                let (ins, outs, profile) = w.0;
+                match profile {
+                    Some(p) => graph.execute_profiled(&ins, outs, p),
+                    None => graph.execute(&ins, outs),
+                }
             })
         };
         result.map_err(|err| qnn_error(py, err, None))
-    }
-
-    /// The context binary (for inspection or an offline cache).
-    fn binary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let bytes = py
-            .detach(|| self.inner.context.to_binary())
-            .map_err(|e| qnn_error(py, e, None))?;
-        Ok(pyo3::types::PyBytes::new(py, &bytes))
     }
 }

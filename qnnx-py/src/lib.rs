@@ -7,6 +7,8 @@ mod compiled;
 mod errors;
 mod log;
 
+use std::collections::BTreeMap;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -139,15 +141,32 @@ fn build_id(py: Python<'_>, device: &str) -> PyResult<String> {
 }
 
 /// Every node of an ONNX model that `device` cannot run, as (node, op_type, reason), without
-/// touching QNN: the lowering's own decision, the one `qnnx check` reports.
+/// touching QNN: the lowering's own decision, the one `qnnx check` reports. `input_shapes` and
+/// `fix_inputs` as for `compile`.
 #[pyfunction]
-fn check(py: Python<'_>, onnx: &[u8], device: &str) -> PyResult<Vec<(String, String, String)>> {
+#[pyo3(signature = (onnx, device, *, input_shapes = None, fix_inputs = None))]
+fn check(
+    py: Python<'_>,
+    onnx: &[u8],
+    device: &str,
+    input_shapes: Option<BTreeMap<String, Vec<usize>>>,
+    fix_inputs: Option<BTreeMap<String, String>>,
+) -> PyResult<Vec<(String, String, String)>> {
     let backend = backend_kind(device)?;
     let model = py
         .detach(|| lowering::Model::from_bytes(onnx, None))
         .map_err(|e| engine_error(py, e.into()))?;
-    Ok(py
-        .detach(|| lowering::check(&model, backend))
+    let opts = lowering::LowerOptions {
+        backend,
+        input_shapes: input_shapes.unwrap_or_default(),
+        fix_inputs: fix_inputs.unwrap_or_default(),
+        ..Default::default()
+    };
+    let list = match py.detach(|| lowering::check_with(&model, &opts)) {
+        Ok(list) => list,
+        Err(e) => e.to_unsupported("", ""),
+    };
+    Ok(list
         .into_iter()
         .map(|u| (u.node, u.op_type, u.reason))
         .collect())
@@ -188,12 +207,13 @@ fn warn_all(warnings: &[String]) {
     }
 }
 
-/// Lowers and compiles an ONNX model for `device` (releases the GIL while working);
-/// `input_shapes` gives static shapes to inputs with symbolic dims. With
+/// Lowers and compiles an ONNX model for `device` (releases the GIL while working). With
 /// `cache_dir`, a binary compiled earlier for the same model, target and settings is loaded
-/// instead (no lowering, no finalize), and a new one is stored.
+/// instead (no lowering, no finalize), and a new one is stored. `input_shapes` gives inputs with
+/// symbolic dims a static shape; `fix_inputs` fixes inputs to a value at compile time (name to
+/// value as the `qnnx` command spells it: `3`, `0.5`, `true`, `1,2,3`).
 #[pyfunction]
-#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None, quantized_io = false, input_shapes = None))]
+#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None, input_shapes = None, fix_inputs = None, quantized_io = false))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
@@ -205,8 +225,9 @@ fn compile(
     opt_level: Option<u8>,
     name: &str,
     cache_dir: Option<&str>,
+    input_shapes: Option<BTreeMap<String, Vec<usize>>>,
+    fix_inputs: Option<BTreeMap<String, String>>,
     quantized_io: bool,
-    input_shapes: Option<std::collections::BTreeMap<String, Vec<usize>>>,
 ) -> PyResult<Compiled> {
     let t = target(device, soc_model, htp_arch)?;
     let cache = open_cache(py, cache_dir)?;
@@ -214,8 +235,9 @@ fn compile(
         name: name.to_string(),
         fp16,
         opt_level,
-        quantized_io,
         input_shapes: input_shapes.unwrap_or_default(),
+        fix_inputs: fix_inputs.unwrap_or_default(),
+        quantized_io,
         ..Default::default()
     };
     let compiled = py

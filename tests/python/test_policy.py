@@ -61,3 +61,33 @@ def test_dry_run_falls_back_with_one_warning_naming_the_device():
     ours = [str(w.message) for w in caught if "qnn backend" in str(w.message)]
     assert len(ours) == 1 and "npu: " in ours[0] and "Det" in ours[0], ours
     assert qnnx_backend.STATS["fallbacks"] == 1
+
+
+class ClampBelow(nn.Module):
+    """torch.clamp with a tensor bound: ONNX Clip whose `min` is a graph input, which the HTP
+    needs as a constant."""
+
+    def forward(self, x, lo):
+        return torch.clamp(x, min=lo) * 2
+
+
+@pytest.mark.parametrize("key", ["lo", "l_lo_", "input_1"])
+def test_fix_inputs_makes_a_graph_input_a_constant_checked_at_each_call(key):
+    m = ClampBelow().eval()
+    x, lo = torch.randn(2, 3), torch.tensor(0.25)
+    with pytest.raises(qnnx_backend.UnsupportedOpError, match="must be a constant"), torch.inference_mode():
+        compile_strict(m)(x, lo)
+    torch._dynamo.reset()
+    compiled = compile_strict(m, fix_inputs={key: 0.25})
+    with torch.inference_mode():
+        torch.testing.assert_close(compiled(x, lo), m(x, lo), atol=1e-2, rtol=1e-2)
+        # Another value is not silently replaced by the fixed one.
+        with pytest.raises(qnnx_backend.exceptions.InputError, match=r"is 0\.5 but the compiled graph assumes 0\.25"):
+            compiled(x, torch.tensor(0.5))
+
+
+def test_fix_inputs_with_a_name_of_no_input_changes_nothing():
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    x = torch.randn(2, 4)
+    with torch.inference_mode():
+        torch.testing.assert_close(compile_strict(m, fix_inputs={"nope": 1})(x), m(x), atol=1e-2, rtol=1e-2)

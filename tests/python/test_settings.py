@@ -75,3 +75,32 @@ def test_backend_is_registered():
 
     assert "qnn" in torch._dynamo.list_backends()
 
+
+
+def test_fix_inputs_values_are_spelled_for_the_native_module():
+    import torch
+
+    from qnnx_backend.settings import fixed_value_text, fixed_values
+
+    assert fixed_value_text("f", True) == "true"
+    assert fixed_value_text("n", 16000) == "16000"
+    assert fixed_value_text("s", 0.5) == "0.5"
+    assert fixed_value_text("shape", [1, 3, 224]) == "[1,3,224]"
+    assert fixed_value_text("one", (4,)) == "[4]"
+    assert fixed_value_text("t", torch.tensor(0.25)) == "0.25"
+    assert fixed_value_text("t", torch.tensor([1, 2])) == "[1,2]"
+    assert fixed_values(None) == {}
+    s = parse_options({"fix_inputs": {"flag": True, "size": [2, 3]}})
+    # Sorted by name in the settings that enter the cache key.
+    assert s.compile_settings()["fix_inputs"] == (("flag", "true"), ("size", "[2,3]"))
+    assert parse_options({"fix_inputs": {"size": [2, 4]}}).compile_settings() != s.compile_settings()
+    assert parse_options(None).compile_settings()["fix_inputs"] == ()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"fix_inputs": [("x", 1)]}, {"fix_inputs": {"x": "1"}}, {"fix_inputs": {"x": [[1, 2]]}}, {"fix_inputs": {"": 1}}],
+)
+def test_bad_fix_inputs_are_rejected(bad):
+    with pytest.raises(ValueError, match="fix_inputs"):
+        parse_options(bad)

@@ -44,13 +44,16 @@ pub fn model_key(backend: &qnn::Backend, onnx: &[u8], opts: &CompileOptions) -> 
 
 /// The key of `onnx` compiled for `target` with `opts`: the model bytes, the backend, the SoC
 /// and arch, the QNN build id, and the settings `graph_name`, `fp16`, `opt_level` (and
-/// `input_shapes`, `quantized_io` and `observe` when given).
+/// `input_shapes`, `fix_inputs`, `quantized_io` and `observe` when given).
 pub fn model_key_for(target: &KeyTarget, onnx: &[u8], opts: &CompileOptions) -> CacheKey {
     let mut b = target_key(target, opts.fp16, opts.opt_level)
         .model(onnx)
         .setting("graph_name", &opts.name);
     if !opts.input_shapes.is_empty() {
         b = b.setting("input_shapes", &shapes_setting(&opts.input_shapes));
+    }
+    if !opts.fix_inputs.is_empty() {
+        b = b.setting("fix_inputs", &fixed_setting(&opts.fix_inputs));
     }
     if opts.quantized_io {
         b = b.setting("quantized_io", "true");
@@ -88,6 +91,12 @@ pub fn multi_key_for(target: &KeyTarget, specs: &[GraphSpec], opts: &MultiOption
                 &format!("graph{i}.input_shapes"),
                 &shapes_setting(&s.input_shapes),
             );
+        if !s.fix_inputs.is_empty() {
+            b = b.setting(
+                &format!("graph{i}.fix_inputs"),
+                &fixed_setting(&s.fix_inputs),
+            );
+        }
     }
     b.build()
 }
@@ -119,6 +128,16 @@ pub fn shapes_setting(shapes: &BTreeMap<String, Vec<usize>>) -> String {
         })
         .collect();
     shapes.join(";")
+}
+
+/// Fixed inputs as a cache-key setting: `name=value` in name order, each length-prefixed (a
+/// value may hold any character, `;` and `=` included).
+pub fn fixed_setting(fixed: &BTreeMap<String, String>) -> String {
+    fixed
+        .iter()
+        .map(|(name, v)| format!("{}:{name}={}:{v}", name.len(), v.len()))
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 #[cfg(test)]
@@ -171,6 +190,8 @@ mod tests {
                 quantized_io: false,
                 observe: false,
                 base_dir: None,
+                fix_inputs: BTreeMap::new(),
+                profile_finalize: false,
             };
             assert_eq!(model_key_for(&target, onnx, &opts).as_str(), single);
             let raw = CompileOptions {
@@ -198,5 +219,38 @@ mod tests {
             };
             assert_eq!(multi_key_for(&target, &specs, &m).as_str(), multi);
         }
+    }
+
+    /// Fixed inputs change the compiled graph: they enter the key, their values distinctly
+    /// (`a=1,2` is not `a=1` and `2=...`), and leave keys without them as they were.
+    #[test]
+    fn fixed_inputs_enter_the_key() {
+        let target = KeyTarget {
+            backend: BackendKind::Htp,
+            qnn_build_id: "v2.51.0.260929181845".into(),
+            soc_model: Some(60),
+            arch: None,
+        };
+        let onnx = include_bytes!("../../tests/key_model.onnx");
+        let key = |fixed: &[(&str, &str)]| {
+            let opts = CompileOptions {
+                name: "qnnx".into(),
+                fix_inputs: fixed
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            };
+            model_key_for(&target, onnx, &opts).to_string()
+        };
+        assert_eq!(
+            key(&[]),
+            "f59ce4e329fa7e5d7a61c228ddea8a410f61df07a870d1c34a9e56653dd354a7"
+        );
+        let a = key(&[("mode", "1")]);
+        assert_ne!(a, key(&[]));
+        assert_ne!(a, key(&[("mode", "2")]));
+        assert_eq!(a, key(&[("mode", "1")]));
+        assert_ne!(key(&[("a", "1;b=2")]), key(&[("a", "1"), ("b", "2")]));
     }
 }

@@ -10,15 +10,16 @@ use lowering::{LowerOptions, Plan};
 use qnnx_types::BackendKind;
 
 use crate::cache::{Cache, CacheKey, Entry, NewEntry};
-use crate::emit::{emit, Emitted};
+use crate::emit::{emit_with, Emitted};
 use crate::error::Result;
+use crate::profile::NodeOrigins;
 use crate::registry::{self, Runtime};
 use crate::target::Target;
 
 pub mod multi;
 
-/// What [`compile`] builds besides the model. Every field but `base_dir` is part of the cache
-/// key.
+/// What [`compile`] builds besides the model. Every field but `base_dir` and
+/// `profile_finalize` is part of the cache key.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CompileOptions {
     /// The graph's name in the context (the Python package uses `qnnx`).
@@ -27,6 +28,9 @@ pub struct CompileOptions {
     pub fp16: bool,
     /// [`LowerOptions::input_shapes`]: static shapes for inputs with symbolic dims.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// [`LowerOptions::fix_inputs`]: inputs fixed to a value at compile time (name to value as
+    /// written, `3`, `0.5`, `true`, `1,2,3`).
+    pub fix_inputs: BTreeMap<String, String>,
     /// HTP finalize optimization level 1 to 3 ([`qnn::HtpGraphConfig::opt_level`]); an HTP
     /// setting, refused for other backends.
     pub opt_level: Option<u8>,
@@ -37,6 +41,21 @@ pub struct CompileOptions {
     /// Where external data files are read from. Without it a model with external data is
     /// rejected; with it such a model is never cached (the key covers the ONNX bytes only).
     pub base_dir: Option<PathBuf>,
+    /// Record the finalize with a detailed QNN profile, for [`Compiled::finalize_phases`]. Not
+    /// in the cache key either: it changes what is measured, not the binary.
+    pub profile_finalize: bool,
+}
+
+impl CompileOptions {
+    /// What the model is lowered with besides the backend and precision.
+    pub(crate) fn model_io(&self) -> ModelIo<'_> {
+        ModelIo {
+            input_shapes: &self.input_shapes,
+            fix_inputs: &self.fix_inputs,
+            quantized_io: self.quantized_io,
+            observe: self.observe,
+        }
+    }
 }
 
 /// The steps of [`compile_with_progress`], reported as each one starts.
@@ -52,13 +71,89 @@ pub enum Stage {
     CacheStore,
 }
 
+/// A timed stage of a compile, as `qnnx compile --timings` and the `info` log name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Timed {
+    /// Opening the QNN backend and device (once per process and target: later compiles reuse
+    /// them and record almost nothing here).
+    BackendOpen,
+    /// The cache key (hashing the model and settings) and the entry lookup.
+    CacheLookup,
+    /// Loading a cached context binary (`contextCreateFromBinary`) and binding its graph.
+    CacheLoad,
+    /// Decoding the ONNX protobuf and building the IR, external data included.
+    Load,
+    /// Shape inference, folding, expansion, layout and the other IR passes.
+    Passes,
+    /// The op rules: prepared IR to a QNN plan.
+    Lowering,
+    /// Creating the QNN graph and its tensors, validating and adding its nodes.
+    GraphBuild,
+    /// `graphFinalize`.
+    Finalize,
+    /// `contextGetBinary` and reading its binary info back.
+    Serialization,
+    /// Writing the cache entry.
+    CacheStore,
+}
+
+impl Timed {
+    pub fn name(self) -> &'static str {
+        match self {
+            Timed::BackendOpen => "backend open",
+            Timed::CacheLookup => "cache lookup",
+            Timed::CacheLoad => "cache load",
+            Timed::Load => "load",
+            Timed::Passes => "passes",
+            Timed::Lowering => "lowering",
+            Timed::GraphBuild => "QNN graph build",
+            Timed::Finalize => "finalize",
+            Timed::Serialization => "serialization",
+            Timed::CacheStore => "cache store",
+        }
+    }
+}
+
+/// The timed stages of one compile, in the order they ran, in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StageTimes {
+    pub stages: Vec<(Timed, f64)>,
+}
+
+impl StageTimes {
+    /// Appends a stage and logs it at `info` (target `qnnx::compile`), so `QNNX_LOG=info`
+    /// shows where a compile's time went as it goes.
+    pub fn record(&mut self, stage: Timed, ms: f64) {
+        tracing::info!(target: "qnnx::compile", "{}: {ms:.1} ms", stage.name());
+        self.stages.push((stage, ms));
+    }
+
+    /// The milliseconds of `stage` (summed, if it ran more than once; 0 if it did not run).
+    pub fn get(&self, stage: Timed) -> f64 {
+        self.stages
+            .iter()
+            .filter(|(s, _)| *s == stage)
+            .map(|(_, ms)| ms)
+            .sum()
+    }
+
+    /// All stages together.
+    pub fn total_ms(&self) -> f64 {
+        self.stages.iter().map(|(_, ms)| ms).sum()
+    }
+
+    fn extend(&mut self, other: StageTimes) {
+        self.stages.extend(other.stages);
+    }
+}
+
 /// A finalized graph and its context, compiled or loaded from the cache.
 pub struct Compiled {
     pub emitted: Emitted,
     pub context: qnn::Context,
     /// The backend and device it runs on.
     pub runtime: Arc<Runtime>,
-    /// Milliseconds spent lowering (0 on a cache hit).
+    /// Milliseconds spent lowering: load, passes and lowering (0 on a cache hit).
     pub lower_ms: f64,
     /// Milliseconds spent building and finalizing the QNN graph (0 on a cache hit).
     pub finalize_ms: f64,
@@ -66,6 +161,15 @@ pub struct Compiled {
     pub load_ms: f64,
     /// Whether the graph came from the cache.
     pub from_cache: bool,
+    /// Every timed stage of this compile (or cache load).
+    pub timings: StageTimes,
+    /// With [`CompileOptions::profile_finalize`], the phases of QNN's preparer during finalize
+    /// (name, milliseconds) as its detailed profile reports them ("Graph Optimizations", ...);
+    /// empty otherwise and on a cache hit.
+    pub finalize_phases: Vec<(String, f64)>,
+    /// The plan op behind each QNN node, for profiles; a cache entry keeps them (one stored
+    /// before they were recorded has none: [`NodeOrigins::by_lowering`] finds them again).
+    pub origins: NodeOrigins,
     /// The cache key, when a cache was used.
     pub cache_key: Option<CacheKey>,
     /// Cache problems that cost time, not correctness (an entry that could not be loaded and
@@ -109,14 +213,21 @@ fn store_entry(
     cache: &Cache,
     key: &CacheKey,
     context: &qnn::Context,
-    io: (&str, String),
+    extra: Vec<(&str, String)>,
+    times: &mut StageTimes,
 ) -> std::result::Result<(), String> {
+    let start = Instant::now();
     let binary = context.to_binary().map_err(|e| e.to_string())?;
     let system = backend.system().map_err(|e| e.to_string())?;
     let info = qnn::binary_info(&system, &binary).map_err(|e| e.to_string())?;
+    times.record(Timed::Serialization, ms_since(start));
+    let start = Instant::now();
     let mut entry = NewEntry::from_binary_info(backend.kind().name(), &info);
-    entry.extra.insert(io.0.into(), io.1);
+    for (k, v) in extra {
+        entry.extra.insert(k.into(), v);
+    }
     cache.put(key, &binary, entry).map_err(|e| e.to_string())?;
+    times.record(Timed::CacheStore, ms_since(start));
     Ok(())
 }
 
@@ -140,35 +251,62 @@ fn cache_unless_external<'c, 'm>(
     cache.filter(|_| !external)
 }
 
-/// Lowers one model for `backend`, timed in milliseconds.
+/// What one model is lowered with besides the backend and precision.
+pub(crate) struct ModelIo<'a> {
+    pub input_shapes: &'a BTreeMap<String, Vec<usize>>,
+    pub fix_inputs: &'a BTreeMap<String, String>,
+    /// [`LowerOptions::quantized_io`].
+    pub quantized_io: bool,
+    /// [`LowerOptions::observe`].
+    pub observe: bool,
+}
+
+impl ModelIo<'_> {
+    /// The lowering options for `backend` and precision `fp16`.
+    pub(crate) fn lower_options(&self, backend: BackendKind, fp16: bool) -> LowerOptions {
+        LowerOptions {
+            backend,
+            fp16,
+            input_shapes: self.input_shapes.clone(),
+            fix_inputs: self.fix_inputs.clone(),
+            quantized_io: self.quantized_io,
+            observe: self.observe,
+        }
+    }
+}
+
+/// Lowers one model for `backend`, timing its load, passes and lowering.
 fn lower_timed(
     backend: BackendKind,
     onnx: &[u8],
     base_dir: Option<&Path>,
     fp16: bool,
-    input_shapes: &BTreeMap<String, Vec<usize>>,
-    quantized_io: bool,
-    observe: bool,
-) -> Result<(Plan, f64)> {
+    io: ModelIo,
+) -> Result<(Plan, StageTimes)> {
     let start = Instant::now();
-    let lower_opts = LowerOptions {
-        backend,
-        fp16,
-        input_shapes: input_shapes.clone(),
-        quantized_io,
-        observe,
-    };
+    let lower_opts = io.lower_options(backend, fp16);
     // Parsed from the caller's bytes: copying them first cost 30 ms for resnet18's 46 MB.
     let model = lowering::Model::from_bytes(onnx, base_dir)?;
-    let plan = lowering::lower(model, &lower_opts)?;
-    Ok((plan, ms_since(start)))
+    let mut times = StageTimes::default();
+    times.record(Timed::Load, ms_since(start));
+    let (plan, t) = lowering::lower_timed(&model, &lower_opts)?;
+    times.record(Timed::Passes, t.passes_ms);
+    times.record(Timed::Lowering, t.rules_ms);
+    Ok((plan, times))
 }
 
-/// [`emit`], timed in milliseconds.
-fn emit_timed(context: &qnn::Context, name: &str, plan: &Plan) -> Result<(Emitted, f64)> {
-    let start = Instant::now();
-    let emitted = emit(context, name, plan)?;
-    Ok((emitted, ms_since(start)))
+/// [`emit`], timing the graph build and the finalize (recorded in `profile` when given).
+fn emit_timed(
+    context: &qnn::Context,
+    name: &str,
+    plan: &Plan,
+    profile: Option<&qnn::Profile>,
+) -> Result<(Emitted, StageTimes)> {
+    let (emitted, t) = emit_with(context, name, plan, profile)?;
+    let mut times = StageTimes::default();
+    times.record(Timed::GraphBuild, t.build_ms);
+    times.record(Timed::Finalize, t.finalize_ms);
+    Ok((emitted, times))
 }
 
 /// Loads graph `name` of the cache entry `key` on `runtime`. `Ok(None)` is a miss. `Err`
@@ -193,19 +331,35 @@ pub fn load_cached(
         let graph = context.graph(name).map_err(|e| e.to_string())?;
         let emitted =
             Emitted::from_io_binding(graph, io).ok_or("its I/O binding does not fit the graph")?;
-        Ok((emitted, context))
+        // Entries stored before origins were recorded have none: profiles then lower again.
+        let origins = entry
+            .meta()
+            .extra
+            .get("origins")
+            .and_then(|o| NodeOrigins::from_json(o))
+            .unwrap_or_default();
+        Ok((emitted, context, origins))
     })?;
-    Ok(loaded.map(|((emitted, context), load_ms)| Compiled {
-        emitted,
-        context,
-        runtime: runtime.clone(),
-        lower_ms: 0.0,
-        finalize_ms: 0.0,
-        load_ms,
-        from_cache: true,
-        cache_key: Some(key.clone()),
-        warnings: Vec::new(),
-    }))
+    Ok(
+        loaded.map(|((emitted, context, origins), load_ms)| Compiled {
+            emitted,
+            context,
+            runtime: runtime.clone(),
+            lower_ms: 0.0,
+            finalize_ms: 0.0,
+            load_ms,
+            from_cache: true,
+            timings: {
+                let mut t = StageTimes::default();
+                t.record(Timed::CacheLoad, load_ms);
+                t
+            },
+            finalize_phases: Vec::new(),
+            origins,
+            cache_key: Some(key.clone()),
+            warnings: Vec::new(),
+        }),
+    )
 }
 
 /// [`compile_with_progress`] without progress reports.
@@ -241,17 +395,18 @@ pub fn compile_with_progress(
             onnx,
             opts.base_dir.as_deref(),
             false,
-            &opts.input_shapes,
-            opts.quantized_io,
-            opts.observe,
+            opts.model_io(),
         )?;
         target.check_plan(&l.0)?;
         Some(l)
     } else {
         None
     };
+    let start = Instant::now();
     let runtime = registry::for_target(target, opts.opt_level, false)?;
-    compile_lowered(&runtime, onnx, opts, cache, lowered, progress)
+    let mut timings = StageTimes::default();
+    timings.record(Timed::BackendOpen, ms_since(start));
+    compile_lowered(&runtime, onnx, opts, cache, lowered, timings, progress)
 }
 
 /// [`compile_with_progress`] on a given runtime.
@@ -262,7 +417,15 @@ pub fn compile_on(
     cache: Option<&Cache>,
     progress: &mut dyn FnMut(Stage),
 ) -> Result<Compiled> {
-    compile_lowered(runtime, onnx, opts, cache, None, progress)
+    compile_lowered(
+        runtime,
+        onnx,
+        opts,
+        cache,
+        None,
+        StageTimes::default(),
+        progress,
+    )
 }
 
 fn compile_lowered(
@@ -270,13 +433,15 @@ fn compile_lowered(
     onnx: &[u8],
     opts: &CompileOptions,
     cache: Option<&Cache>,
-    lowered: Option<(Plan, f64)>,
+    lowered: Option<(Plan, StageTimes)>,
+    mut timings: StageTimes,
     progress: &mut dyn FnMut(Stage),
 ) -> Result<Compiled> {
     let backend = &runtime.backend;
     let mut warnings = Vec::new();
     let models = std::iter::once((onnx, opts.base_dir.as_deref()));
     let cache = cache_unless_external(cache, models, "the model", &mut warnings);
+    let lookup = Instant::now();
     let key = match cache {
         Some(_) => Some(crate::cache::model_key(backend, onnx, opts)?),
         None => None,
@@ -284,12 +449,19 @@ fn compile_lowered(
     if let (Some(cache), Some(key)) = (cache, &key) {
         progress(Stage::CacheLookup);
         match load_cached(runtime, cache, key, &opts.name) {
-            Ok(Some(c)) => return Ok(c),
+            Ok(Some(mut c)) => {
+                // The lookup's time is what is left once the load's is taken out.
+                timings.record(Timed::CacheLookup, ms_since(lookup) - c.load_ms);
+                timings.extend(c.timings);
+                c.timings = timings;
+                return Ok(c);
+            }
             Ok(None) => {}
             Err(w) => warnings.push(w),
         }
+        timings.record(Timed::CacheLookup, ms_since(lookup));
     }
-    let (plan, lower_ms) = match lowered {
+    let (plan, lower_times) = match lowered {
         Some(l) => l,
         None => {
             progress(Stage::Lower);
@@ -298,20 +470,34 @@ fn compile_lowered(
                 onnx,
                 opts.base_dir.as_deref(),
                 opts.fp16,
-                &opts.input_shapes,
-                opts.quantized_io,
-                opts.observe,
+                opts.model_io(),
             )?
         }
     };
+    let lower_ms = lower_times.total_ms();
+    timings.extend(lower_times);
     Target::of_config(backend.config()).check_plan(&plan)?;
     progress(Stage::Finalize);
     let context = qnn::Context::new(backend, Some(&runtime.device))?;
-    let (emitted, finalize_ms) = emit_timed(&context, &opts.name, &plan)?;
+    let profile = match opts.profile_finalize {
+        true => Some(qnn::Profile::new(backend, qnn::ProfileLevel::Detailed)?),
+        false => None,
+    };
+    let (emitted, emit_times) = emit_timed(&context, &opts.name, &plan, profile.as_ref())?;
+    let finalize_ms = emit_times.total_ms();
+    timings.extend(emit_times);
+    let finalize_phases = match &profile {
+        Some(p) => finalize_phases(&p.events()?),
+        None => Vec::new(),
+    };
+    let origins = NodeOrigins::of_plan(&plan);
     if let (Some(cache), Some(key)) = (cache, &key) {
         progress(Stage::CacheStore);
-        let io = ("io", emitted.io_binding_json());
-        if let Err(e) = store_entry(backend, cache, key, &context, io) {
+        let extra = vec![
+            ("io", emitted.io_binding_json()),
+            ("origins", origins.to_json()),
+        ];
+        if let Err(e) = store_entry(backend, cache, key, &context, extra, &mut timings) {
             warnings.push(format!(
                 "could not store the compiled graph in the cache: {e}"
             ));
@@ -325,9 +511,25 @@ fn compile_lowered(
         finalize_ms,
         load_ms: 0.0,
         from_cache: false,
+        timings,
+        finalize_phases,
+        origins,
         cache_key: key,
         warnings,
     })
+}
+
+/// The sub-events of the FINALIZE event of a detailed profile, in milliseconds (QNN gives
+/// microseconds).
+fn finalize_phases(events: &[qnn::Event]) -> Vec<(String, f64)> {
+    let finalize = qnn::qnn_sys::profile::event_type::FINALIZE;
+    events
+        .iter()
+        .filter(|e| e.event_type == finalize)
+        .flat_map(|e| &e.sub_events)
+        .filter(|s| s.unit == qnn::EventUnit::Microseconds)
+        .map(|s| (s.identifier.clone(), s.value as f64 / 1e3))
+        .collect()
 }
 
 /// Whether any initializer of the model keeps its data in an external file (or the bytes do

@@ -22,10 +22,11 @@ use qnnx_types::BackendKind;
 
 use super::{
     cache_unless_external, emit_timed, load_entry, lower_timed, store_entry, Compiled, Emitted,
-    Stage,
+    ModelIo, Stage, StageTimes,
 };
 use crate::cache::{Cache, CacheKey};
 use crate::error::{Error, Result};
+use crate::profile::NodeOrigins;
 use crate::registry::{self, Runtime};
 use crate::target::Target;
 
@@ -41,6 +42,8 @@ pub struct GraphSpec<'a> {
     pub onnx: &'a [u8],
     /// [`lowering::LowerOptions::input_shapes`] for this model.
     pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// [`lowering::LowerOptions::fix_inputs`] for this model.
+    pub fix_inputs: BTreeMap<String, String>,
     /// Where this model's external data files are read from (as
     /// [`super::CompileOptions::base_dir`]).
     pub base_dir: Option<PathBuf>,
@@ -67,6 +70,10 @@ pub struct MultiGraph {
     pub lower_ms: f64,
     /// Milliseconds spent building and finalizing this graph (0 on a cache hit).
     pub finalize_ms: f64,
+    /// This graph's load, passes, lowering, graph build and finalize (empty on a cache hit).
+    pub timings: StageTimes,
+    /// The plan op behind each QNN node (empty on a cache hit).
+    pub origins: NodeOrigins,
 }
 
 /// Finalized graphs of one context, compiled or loaded from the cache.
@@ -116,6 +123,9 @@ impl MultiCompiled {
                 finalize_ms: g.finalize_ms,
                 load_ms,
                 from_cache,
+                timings: g.timings,
+                finalize_phases: Vec::new(),
+                origins: g.origins,
                 cache_key: cache_key.clone(),
                 warnings: std::mem::take(&mut warnings),
             })
@@ -222,6 +232,8 @@ pub fn bind_graphs(
                 emitted: Emitted::from_io_binding(graph, &io)?,
                 lower_ms: 0.0,
                 finalize_ms: 0.0,
+                timings: StageTimes::default(),
+                origins: NodeOrigins::default(),
             })
         })
         .collect()
@@ -304,9 +316,12 @@ pub fn compile_multi_with_progress(
                 s.onnx,
                 s.base_dir.as_deref(),
                 opts.fp16 && !target.lacks_float(),
-                &s.input_shapes,
-                false,
-                false,
+                ModelIo {
+                    input_shapes: &s.input_shapes,
+                    fix_inputs: &s.fix_inputs,
+                    quantized_io: false,
+                    observe: false,
+                },
             )
             .map_err(of(&s.name))?;
             target.check_plan(&plan).map_err(of(&s.name))?;
@@ -349,9 +364,12 @@ pub fn compile_multi_with_progress(
             s.onnx,
             s.base_dir.as_deref(),
             opts.fp16,
-            &s.input_shapes,
-            false,
-            false,
+            ModelIo {
+                input_shapes: &s.input_shapes,
+                fix_inputs: &s.fix_inputs,
+                quantized_io: false,
+                observe: false,
+            },
         );
         let lowered = lowered.map_err(of(&s.name))?;
         target.check_plan(&lowered.0).map_err(of(&s.name))?;
@@ -370,14 +388,20 @@ pub fn compile_multi_with_progress(
         Err(e) => return Err(whole(e)),
     };
     let mut graphs = Vec::with_capacity(specs.len());
-    for (s, (plan, lower_ms)) in specs.iter().zip(plans) {
+    for (s, (plan, mut timings)) in specs.iter().zip(plans) {
         progress(Stage::Finalize, Some(&s.name));
-        let (emitted, finalize_ms) = emit_timed(&context, &s.name, &plan).map_err(of(&s.name))?;
+        let lower_ms = timings.total_ms();
+        let (emitted, emit_times) =
+            emit_timed(&context, &s.name, &plan, None).map_err(of(&s.name))?;
+        let finalize_ms = emit_times.total_ms();
+        timings.stages.extend(emit_times.stages);
         graphs.push(MultiGraph {
             name: s.name.clone(),
             emitted,
             lower_ms,
             finalize_ms,
+            timings,
+            origins: NodeOrigins::of_plan(&plan),
         });
     }
     if let (Some(cache), Some(key)) = (cache, &key) {
@@ -386,7 +410,16 @@ pub fn compile_multi_with_progress(
             "io_graphs",
             bindings_json(graphs.iter().map(|g| (g.name.as_str(), &g.emitted))),
         );
-        if let Err(e) = store_entry(&runtime.backend, cache, key, &context, io) {
+        // The context's serialization and store belong to no one graph; the log shows them.
+        let mut shared = StageTimes::default();
+        if let Err(e) = store_entry(
+            &runtime.backend,
+            cache,
+            key,
+            &context,
+            vec![io],
+            &mut shared,
+        ) {
             warnings.push(format!(
                 "could not store the compiled graphs in the cache: {e}"
             ));

@@ -24,8 +24,56 @@ pub struct Model {
     pub ir_version: i64,
     pub producer: String,
     /// Declared dims of each graph input (parallel to `graph.inputs`); `None` is a symbolic or
-    /// missing dim that `LowerOptions::input_shapes` must fill.
+    /// missing dim that `LowerOptions::input_shapes` must fill: a `dim_param`, no value, or
+    /// `-1` (as Paddle and older exporters write a dynamic dim).
     pub input_dims: Vec<Option<Vec<Option<usize>>>>,
+    /// The `dim_param` name of each symbolic input dim (parallel to `input_dims`; `None` for a
+    /// static dim and for a dynamic one without a name), for messages.
+    pub input_dim_params: Vec<Vec<Option<String>>>,
+    /// The shapes the model declares for graph outputs and `value_info` entries, by value name
+    /// (a dim is `None` when symbolic). Lowering infers every shape itself; these only resolve
+    /// shape-defining inputs given at run time (`passes::declared_shapes`).
+    pub declared_shapes: HashMap<String, Vec<Option<usize>>>,
+}
+
+impl Model {
+    /// The declared dims of graph input `k` for people: `[batch, 3, ?, 224]`, or `None` when
+    /// the input declares no shape.
+    pub fn describe_input_dims(&self, k: usize) -> Option<String> {
+        let dims = self.input_dims.get(k)?.as_ref()?;
+        let params = self.input_dim_params.get(k);
+        let d: Vec<String> = dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match d {
+                Some(v) => v.to_string(),
+                None => params
+                    .and_then(|p| p.get(i).cloned().flatten())
+                    .unwrap_or_else(|| "?".into()),
+            })
+            .collect();
+        Some(format!("[{}]", d.join(", ")))
+    }
+
+    /// The graph inputs with a symbolic or missing dim (or no shape at all), by name, with
+    /// their declared dims as [`Model::describe_input_dims`] writes them.
+    pub fn symbolic_inputs(&self) -> Vec<(String, String)> {
+        self.graph
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| match self.input_dims.get(*k) {
+                Some(Some(d)) => d.iter().any(Option::is_none),
+                _ => true,
+            })
+            .map(|(k, &v)| {
+                let dims = self
+                    .describe_input_dims(k)
+                    .unwrap_or_else(|| "no shape".into());
+                (self.graph.value(v).name.clone(), dims)
+            })
+            .collect()
+    }
 }
 
 /// Where a model comes from. External data is resolved relative to the model's directory.
@@ -122,13 +170,15 @@ impl Model {
             ));
         }
         let mut ext = ExternalData::new(base_dir);
-        let (mut graph, input_dims) = convert_graph(gp, &mut ext)?;
+        let (mut graph, input_dims, input_dim_params) = convert_graph(gp, &mut ext)?;
         graph.opsets = opsets;
         Ok(Model {
             graph,
             ir_version,
             producer: proto.producer_name.clone().unwrap_or_default(),
             input_dims,
+            input_dim_params,
+            declared_shapes: declared_shapes(gp),
         })
     }
 }
@@ -528,8 +578,14 @@ fn convert_attr(
     })
 }
 
-/// Name, element type and declared dims (`None` when the shape or a dim is symbolic).
-type ValueType = (String, DType, Option<Vec<Option<usize>>>);
+/// Name, element type, declared dims (`None` when the shape or a dim is symbolic) and the
+/// `dim_param` name of each dim that has one.
+type ValueType = (
+    String,
+    DType,
+    Option<Vec<Option<usize>>>,
+    Vec<Option<String>>,
+);
 
 fn value_type(vi: &onnx::ValueInfoProto, what: &str) -> Result<ValueType> {
     let name = vi.name.clone().unwrap_or_default();
@@ -550,6 +606,9 @@ fn value_type(vi: &onnx::ValueInfoProto, what: &str) -> Result<ValueType> {
             s.dim
                 .iter()
                 .map(|d| match &d.value {
+                    // Paddle and older exporters write a dynamic dim as -1: symbolic, like a
+                    // dim_param.
+                    Some(onnx::DimensionValue::DimValue(-1)) => Ok(None),
                     Some(onnx::DimensionValue::DimValue(v)) => usize::try_from(*v)
                         .map(Some)
                         .map_err(|_| invalid(format!("{what} '{name}' has negative dim {v}"))),
@@ -558,12 +617,93 @@ fn value_type(vi: &onnx::ValueInfoProto, what: &str) -> Result<ValueType> {
                 .collect::<Result<Vec<_>>>()?,
         ),
     };
-    Ok((name, dtype, dims))
+    let params = tt
+        .shape
+        .iter()
+        .flat_map(|s| &s.dim)
+        .map(|d| match &d.value {
+            Some(onnx::DimensionValue::DimParam(p)) if !p.is_empty() => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    Ok((name, dtype, dims, params))
+}
+
+/// The declared shapes of `gp`'s outputs and `value_info` (see [`Model::declared_shapes`]).
+/// Entries that are not tensors, have no shape, or have a negative dim other than `-1` are
+/// left out: a declaration only helps, so a bad one is no reason to refuse the model.
+fn declared_shapes(gp: &onnx::GraphProto) -> HashMap<String, Vec<Option<usize>>> {
+    let mut out = HashMap::new();
+    for vi in gp.output.iter().chain(&gp.value_info) {
+        let Some(name) = vi.name.clone().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let Some(shape) = vi
+            .r#type
+            .as_ref()
+            .and_then(|t| t.tensor_type.as_ref())
+            .and_then(|t| t.shape.as_ref())
+        else {
+            continue;
+        };
+        let dims: Option<Vec<Option<usize>>> = shape
+            .dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(onnx::DimensionValue::DimValue(-1)) => Some(None),
+                Some(onnx::DimensionValue::DimValue(v)) => usize::try_from(*v).ok().map(Some),
+                _ => Some(None),
+            })
+            .collect();
+        if let Some(dims) = dims {
+            out.insert(name, dims);
+        }
+    }
+    out
 }
 
 type InputDims = Vec<Option<Vec<Option<usize>>>>;
+type InputDimParams = Vec<Vec<Option<String>>>;
 
-fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph, InputDims)> {
+fn convert_graph(
+    gp: &onnx::GraphProto,
+    ext: &mut ExternalData,
+) -> Result<(Graph, InputDims, InputDimParams)> {
+    let c = convert_scope(gp, ext, false)?;
+    Ok((c.graph, c.input_dims, c.input_dim_params))
+}
+
+/// A graph as converted: the IR graph, its declared input dims, and (for a subgraph) the names
+/// of the enclosing graphs' values it reads, whose placeholders follow its formal inputs in
+/// `graph.inputs`.
+struct Converted {
+    graph: Graph,
+    input_dims: InputDims,
+    input_dim_params: InputDimParams,
+    captures: Vec<String>,
+}
+
+/// A subgraph attribute (If branch, Loop or Scan body) as an [`Attr::Graph`], and the names of
+/// the outer values it reads, which become inputs of its node.
+fn convert_subgraph(
+    gp: &onnx::GraphProto,
+    ext: &mut ExternalData,
+) -> Result<(crate::ir::SubGraph, Vec<String>)> {
+    let c = convert_scope(gp, ext, true)?;
+    let formal = c.graph.inputs.len() - c.captures.len();
+    Ok((
+        crate::ir::SubGraph {
+            graph: c.graph,
+            formal,
+            captures: vec![],
+        },
+        c.captures,
+    ))
+}
+
+/// Converts a graph; with `sub`, names it reads but does not define are values of an
+/// enclosing graph (captures) rather than errors.
+fn convert_scope(gp: &onnx::GraphProto, ext: &mut ExternalData, sub: bool) -> Result<Converted> {
     let mut g = Graph::default();
     let mut ids: HashMap<String, ValueId> = HashMap::new();
     let define = |g: &mut Graph, ids: &mut HashMap<String, ValueId>, v: Value| -> Result<ValueId> {
@@ -614,8 +754,9 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
         inits.iter().map(|(n, _)| n.as_str()).collect();
 
     let mut input_dims = Vec::new();
+    let mut input_dim_params = Vec::new();
     for vi in &gp.input {
-        let (name, dtype, dims) = value_type(vi, "graph input")?;
+        let (name, dtype, dims, params) = value_type(vi, "graph input")?;
         // Before IR 4 initializers were also listed as inputs; they are constants here.
         if init_names.contains(name.as_str()) {
             continue;
@@ -640,6 +781,7 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
         )?;
         g.inputs.push(id);
         input_dims.push(dims);
+        input_dim_params.push(params);
     }
     for (name, t) in inits {
         define(&mut g, &mut ids, konst(&name, t))?;
@@ -657,8 +799,36 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
             _ => format!("{op_type}_{idx}"),
         };
         let mut attrs = BTreeMap::new();
+        let mut reads: Vec<String> = np.input.clone();
         for a in &np.attribute {
             let an = a.name.clone().unwrap_or_default();
+            let is_graph = match a.r#type {
+                Some(t) if t != at::UNDEFINED => t == at::GRAPH,
+                _ => a.g.is_some(),
+            };
+            if let (true, Some(sg)) = (is_graph, a.g.as_deref()) {
+                // A subgraph that does not load (a Loop body over sequences, say) is kept as an
+                // attribute that is only reported: its node cannot be lowered either way.
+                let v = match convert_subgraph(sg, ext) {
+                    Ok((mut sub, captures)) => {
+                        for c in captures {
+                            let slot = match reads.iter().skip(np.input.len()).position(|r| *r == c)
+                            {
+                                Some(p) => np.input.len() + p,
+                                None => {
+                                    reads.push(c);
+                                    reads.len() - 1
+                                }
+                            };
+                            sub.captures.push(slot);
+                        }
+                        Attr::Graph(std::sync::Arc::new(sub))
+                    }
+                    Err(_) => Attr::Other("graph"),
+                };
+                attrs.insert(an, v);
+                continue;
+            }
             let v = convert_attr(a, ext).map_err(|e| {
                 invalid(format!(
                     "Node \"{name}\" ({op_type}), attribute '{an}': {e}"
@@ -714,31 +884,55 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
         node.domain = domain;
         node.attrs = attrs;
         node.outputs = outputs;
-        pending.push((node, &np.input));
+        pending.push((node, reads));
     }
+    // A name a subgraph reads without defining it is an enclosing graph's value: a placeholder.
+    let mut captures: Vec<(String, ValueId)> = Vec::new();
+    let mut capture = |g: &mut Graph, ids: &mut HashMap<String, ValueId>, name: &str| {
+        let id = g.push_value_raw(Value {
+            name: name.to_string(),
+            dtype: DType::F32,
+            shape: vec![],
+            known: false,
+            konst: None,
+            quant: None,
+            origin: None,
+        });
+        ids.insert(name.to_string(), id);
+        captures.push((name.to_string(), id));
+        id
+    };
     for (mut node, inputs) in pending {
-        for i in inputs {
+        for i in &inputs {
             if i.is_empty() {
                 node.inputs.push(None);
                 continue;
             }
-            let id = ids.get(i).copied().ok_or_else(|| {
-                invalid(format!(
+            let id = match ids.get(i).copied() {
+                Some(id) => id,
+                None if sub => capture(&mut g, &mut ids, i),
+                None => {
+                    return Err(invalid(format!(
                     "Node \"{}\" ({}) reads '{i}', which no node, input or initializer produces",
                     node.name, node.op_type
-                ))
-            })?;
+                )))
+                }
+            };
             node.inputs.push(Some(id));
         }
         g.nodes.push(node);
     }
     for vi in &gp.output {
         let name = vi.name.clone().unwrap_or_default();
-        let id = ids.get(&name).copied().ok_or_else(|| {
-            invalid(format!(
-                "graph output '{name}' is not produced by the graph"
-            ))
-        })?;
+        let id = match ids.get(&name).copied() {
+            Some(id) => id,
+            None if sub && !name.is_empty() => capture(&mut g, &mut ids, &name),
+            None => {
+                return Err(invalid(format!(
+                    "graph output '{name}' is not produced by the graph"
+                )))
+            }
+        };
         if g.outputs.contains(&id) {
             return Err(invalid(format!(
                 "graph output '{name}' is listed more than once"
@@ -761,9 +955,15 @@ fn convert_graph(gp: &onnx::GraphProto, ext: &mut ExternalData) -> Result<(Graph
             }
         }
     }
+    g.inputs.extend(captures.iter().map(|(_, id)| *id));
     g.reserve_names();
     g.toposort()?;
-    Ok((g, input_dims))
+    Ok(Converted {
+        graph: g,
+        input_dims,
+        input_dim_params,
+        captures: captures.into_iter().map(|(n, _)| n).collect(),
+    })
 }
 
 fn constant_value(name: &str, attrs: &BTreeMap<String, Attr>) -> Result<Tensor> {
@@ -1110,6 +1310,110 @@ mod tests {
             .output("y");
         let m = b.load();
         assert_eq!(m.graph.inputs.len(), 1);
+    }
+
+    /// A model whose input `x` declares dims `dims` as `dim_value`s (negative ones included).
+    fn dim_value_model(dims: &[i64]) -> onnx::ModelProto {
+        let mut m = relu_model().model;
+        let shape = m.graph.as_mut().unwrap().input[0]
+            .r#type
+            .as_mut()
+            .unwrap()
+            .tensor_type
+            .as_mut()
+            .unwrap()
+            .shape
+            .as_mut()
+            .unwrap();
+        shape.dim = dims
+            .iter()
+            .map(|&d| onnx::Dimension {
+                value: Some(onnx::DimensionValue::DimValue(d)),
+                denotation: None,
+            })
+            .collect();
+        m
+    }
+
+    #[test]
+    fn minus_one_dims_are_symbolic() {
+        let m = Model::from_proto(&dim_value_model(&[-1, 4]), None).unwrap();
+        assert_eq!(m.input_dims, vec![Some(vec![None, Some(4)])]);
+        assert_eq!(m.describe_input_dims(0).unwrap(), "[?, 4]");
+        assert_eq!(
+            m.symbolic_inputs(),
+            vec![("x".to_string(), "[?, 4]".to_string())]
+        );
+        assert!(!m.graph.value(m.graph.inputs[0]).known);
+        // Only -1 means "dynamic"; other negative dims stay invalid.
+        let e = Model::from_proto(&dim_value_model(&[-2, 4]), None).unwrap_err();
+        assert!(e.to_string().contains("negative dim -2"), "{e}");
+    }
+
+    #[test]
+    fn dim_params_are_named() {
+        let m = ModelBuilder::new(17)
+            .input("x", DType::F32, &[-1, 4])
+            .node("Relu", &["x"], &["y"], &[])
+            .output("y")
+            .load();
+        assert_eq!(m.input_dim_params, vec![vec![Some("N".to_string()), None]]);
+        assert_eq!(m.describe_input_dims(0).unwrap(), "[N, 4]");
+    }
+
+    #[test]
+    fn subgraphs_load_with_their_outer_reads_as_node_inputs() {
+        let then = ModelBuilder::new(17)
+            .node("Mul", &["x", "w"], &["t"], &[])
+            .output("t")
+            .model
+            .graph
+            .unwrap();
+        let els = ModelBuilder::new(17).output("x").model.graph.unwrap();
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2])
+            .input("c", DType::Bool, &[])
+            .init("w", Tensor::from_f32(vec![2], &[1.0, 2.0]))
+            .node(
+                "If",
+                &["c"],
+                &["y"],
+                &[("then_branch", A::G(then)), ("else_branch", A::G(els))],
+            )
+            .output("y");
+        let m = b.load();
+        let g = &m.graph;
+        let n = &g.nodes[0];
+        let names: Vec<&str> = n
+            .inputs
+            .iter()
+            .map(|i| g.value(i.unwrap()).name.as_str())
+            .collect();
+        assert_eq!(names, ["c", "x", "w"]);
+        let Some(Attr::Graph(t)) = n.attrs.get("then_branch") else {
+            panic!("{:?}", n.attrs)
+        };
+        assert_eq!((t.formal, t.captures.clone()), (0, vec![1, 2]));
+        assert_eq!(t.graph.inputs.len(), 2);
+        let Some(Attr::Graph(e)) = n.attrs.get("else_branch") else {
+            panic!()
+        };
+        // The else branch returns the outer x itself.
+        assert_eq!(e.captures, vec![1]);
+        assert_eq!(e.graph.outputs, vec![e.graph.inputs[0]]);
+        // A subgraph that cannot load (a non-tensor formal input) is only reported.
+        let mut body = ModelBuilder::new(17).output("x").model.graph.unwrap();
+        body.input.push(onnx::ValueInfoProto {
+            name: Some("seq".into()),
+            r#type: Some(onnx::TypeProto::default()),
+            ..Default::default()
+        });
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2])
+            .node("Loop", &["", ""], &["y"], &[("body", A::G(body))])
+            .output("y");
+        let m = b.load();
+        assert_eq!(m.graph.nodes[0].attrs["body"], Attr::Other("graph"));
     }
 
     #[test]

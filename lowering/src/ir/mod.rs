@@ -79,9 +79,32 @@ pub enum Attr {
     Floats(Vec<f32>),
     Ints(Vec<i64>),
     Strings(Vec<String>),
-    /// Subgraphs (If/Loop/Scan bodies) and other kinds we do not lower; kept so that the
-    /// attribute's presence can be reported.
+    /// A subgraph: an If branch, a Loop or Scan body.
+    Graph(std::sync::Arc<SubGraph>),
+    /// Kinds we do not lower (lists of graphs or tensors, types), and subgraphs that did not
+    /// load; kept so that the attribute's presence can be reported.
     Other(&'static str),
+}
+
+/// A subgraph attribute as loaded: its own values and nodes. Its `graph.inputs` are its formal
+/// inputs (a Loop or Scan body's; an If branch has none), then one placeholder per value of an
+/// enclosing graph that it reads. Those outer values are explicit inputs of the node that owns
+/// the attribute (after the node's own inputs), so that sorting and dead-code removal see the
+/// dependency; `captures[c]` is the node input of placeholder `graph.inputs[formal + c]`.
+#[derive(Clone, Debug)]
+pub struct SubGraph {
+    pub graph: Graph,
+    /// How many of `graph.inputs` are formal inputs.
+    pub formal: usize,
+    /// For each capture placeholder, the index of the owning node's input it stands for.
+    pub captures: Vec<usize>,
+}
+
+/// Two subgraph attributes are equal when they are the same one.
+impl PartialEq for SubGraph {
+    fn eq(&self, other: &SubGraph) -> bool {
+        std::ptr::eq(self, other)
+    }
 }
 
 impl Attr {
@@ -94,6 +117,7 @@ impl Attr {
             Attr::Floats(_) => "floats",
             Attr::Ints(_) => "ints",
             Attr::Strings(_) => "strings",
+            Attr::Graph(_) => "graph",
             Attr::Other(k) => k,
         }
     }
@@ -441,6 +465,7 @@ fn fmt_attr(a: &Attr) -> String {
         Attr::Floats(v) => format!("{v:?}"),
         Attr::Ints(v) => format!("{v:?}"),
         Attr::Strings(v) => format!("{v:?}"),
+        Attr::Graph(sg) => format!("<graph of {} nodes>", sg.graph.nodes.len()),
         Attr::Other(k) => format!("<{k}>"),
     }
 }

@@ -4,14 +4,18 @@ use crate::dtype::DType;
 use crate::error::{invalid, LowerError, Result};
 use crate::frontend::load::Model;
 use crate::ir::Graph;
+use crate::plan::AssumedInput;
 use crate::table::OpTable;
 use crate::LowerOptions;
 
 pub mod const_fold;
 pub mod dce;
+pub mod declared_shapes;
 pub mod empty;
 pub mod expand;
+pub mod fix_inputs;
 pub mod fold_batchnorm;
+pub mod fold_if;
 pub mod fp16;
 pub mod fuse_gelu;
 pub mod fuse_l2norm;
@@ -32,11 +36,26 @@ pub struct Prepared {
     /// The model's own I/O dtypes (before int64 narrowing), parallel to graph inputs/outputs.
     pub input_host_dtypes: Vec<DType>,
     pub output_host_dtypes: Vec<DType>,
+    /// Model inputs that left the graph with an assumed value, in ONNX order.
+    pub assumed: Vec<AssumedInput>,
 }
 
+/// Gives every graph input its static shape: the declared one, or `opts.input_shapes` for
+/// symbolic dims. Inputs already fixed to a constant keep their value's shape.
 fn set_input_shapes(g: &mut Graph, model: &Model, opts: &LowerOptions) -> Result<()> {
-    for (k, &v) in g.inputs.clone().iter().enumerate() {
+    for (k, &v) in model.graph.inputs.iter().enumerate() {
         let name = g.values[v].name.clone();
+        if !g.inputs.contains(&v) {
+            let fixed = &g.values[v].shape;
+            match opts.input_shapes.get(&name) {
+                Some(s) if s != fixed => {
+                    return Err(invalid(format!(
+                        "input '{name}': input_shapes gives {s:?} but its fixed value has shape {fixed:?}"
+                    )))
+                }
+                _ => continue,
+            }
+        }
         let shape = match opts.input_shapes.get(&name) {
             Some(s) => {
                 if let Some(Some(decl)) = model.input_dims.get(k) {
@@ -55,7 +74,7 @@ fn set_input_shapes(g: &mut Graph, model: &Model, opts: &LowerOptions) -> Result
                 Some(Some(d)) => {
                     return Err(invalid(format!(
                         "input '{name}' has symbolic dims {}; give a static shape in LowerOptions::input_shapes",
-                        fmt_dims(d)
+                        model.describe_input_dims(k).unwrap_or_else(|| fmt_dims(d))
                     )))
                 }
                 _ => {
@@ -75,7 +94,12 @@ fn set_input_shapes(g: &mut Graph, model: &Model, opts: &LowerOptions) -> Result
         val.known = true;
     }
     for name in opts.input_shapes.keys() {
-        if !g.inputs.iter().any(|&v| &g.values[v].name == name) {
+        if !model
+            .graph
+            .inputs
+            .iter()
+            .any(|&v| &g.values[v].name == name)
+        {
             return Err(invalid(format!(
                 "LowerOptions::input_shapes names '{name}', which is not a graph input"
             )));
@@ -93,15 +117,13 @@ fn fmt_dims(d: &[Option<usize>]) -> String {
 }
 
 /// The dtype of every value of `model` the inference sweep reaches (by name), and whether the
-/// sweep folded it to a constant, with the input shapes of `opts`: what a value holds before any
-/// pass rewrites the graph.
+/// sweep folded it to a constant, with the input shapes and fixed inputs of `opts`: what a value
+/// holds before any pass rewrites the graph.
 pub fn value_dtypes(
     model: &Model,
     opts: &LowerOptions,
 ) -> Result<std::collections::HashMap<String, (DType, bool)>> {
-    let mut g = model.graph.clone();
-    set_input_shapes(&mut g, model, opts)?;
-    let _ = const_fold::run(&mut g);
+    let Inferred { graph: g, .. } = infer(model, opts)?;
     Ok(g.values
         .iter()
         .filter(|v| v.known)
@@ -109,15 +131,58 @@ pub fn value_dtypes(
         .collect())
 }
 
-/// Runs every pass in order: infer+fold, QDQ absorption, the L2Norm fusion, expansions, empty
-/// tensors, simplify, rank-6 transposes, dce, fusions (batchnorm, RMSNorm, GELU, linear bias),
-/// layout, settling quantized nodes, int64 narrowing, fp16.
+/// Runs every pass in order: infer+fold (with If folding and declared-shape inputs), QDQ
+/// absorption, the L2Norm fusion, expansions, empty tensors, simplify, rank-6 transposes, dce,
+/// fusions (batchnorm, RMSNorm, GELU, linear bias), layout, settling quantized nodes, int64
+/// narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
+    let Inferred { graph, assumed } = infer(model, opts)?;
+    prepare_inferred(graph, assumed, opts)
+}
+
+/// A model's graph after shape inference and constant folding, before any rewrite: every value
+/// has the dtype and shape the model computes (`known`), unless a node could not be inferred.
+pub struct Inferred {
+    pub graph: Graph,
+    /// Inputs fixed or resolved from declared shapes, in ONNX order.
+    pub assumed: Vec<AssumedInput>,
+}
+
+/// Input shapes and fixed inputs applied, then inference and folding, with If nodes of known
+/// condition inlined and shape-defining inputs resolved from the declared shapes.
+pub fn infer(model: &Model, opts: &LowerOptions) -> Result<Inferred> {
     let mut g = model.graph.clone();
+    let mut assumed = fix_inputs::run(&mut g, model, &opts.fix_inputs)?;
     set_input_shapes(&mut g, model, opts)?;
-    let mut input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
     // Errors of the first sweep are reported again by the second one (or the node is gone).
     let _ = const_fold::run(&mut g);
+    // If nodes with a known condition inlined, and shape-defining graph inputs resolved from
+    // the declared shapes; each can make the next node's inputs known.
+    let declared = declared_shapes::declared(model, &g);
+    let index: std::collections::HashMap<_, _> = model
+        .graph
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| (v, k))
+        .collect();
+    for _ in 0..8 {
+        let inlined = fold_if::run(&mut g);
+        if inlined + declared_shapes::run(&mut g, &declared, &index, &mut assumed) == 0 {
+            break;
+        }
+        let _ = const_fold::run(&mut g);
+    }
+    assumed.sort_by_key(|a| a.index);
+    Ok(Inferred { graph: g, assumed })
+}
+
+fn prepare_inferred(
+    mut g: Graph,
+    assumed: Vec<AssumedInput>,
+    opts: &LowerOptions,
+) -> Result<Prepared> {
+    let mut input_host_dtypes: Vec<DType> = g.inputs.iter().map(|&v| g.values[v].dtype).collect();
     let qdq_errors = qdq::absorb(&mut g, opts.quantized_io);
     for (k, &v) in g.inputs.iter().enumerate() {
         if let Some(q) = &g.values[v].quant {
@@ -150,7 +215,8 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     fuse_linear_bias::run(&mut g, table);
     dce::run(&mut g);
     layout::run(&mut g, table);
-    let errs = const_fold::run(&mut g);
+    let mut errs = const_fold::run(&mut g);
+    declared_shapes::annotate(&g, &mut errs);
     simplify::run(&mut g);
     tile_batch_broadcast::run(&mut g);
     dce::run(&mut g);
@@ -194,5 +260,6 @@ pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
         node_errors,
         input_host_dtypes,
         output_host_dtypes,
+        assumed,
     })
 }

@@ -29,8 +29,11 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+pub mod assumed;
 pub mod check;
 pub mod workarounds;
+
+pub use assumed::{Accept, AssumedInput, Source};
 
 /// QNN op package of every op in a plan.
 pub const PACKAGE: &str = "qti.aisw";
@@ -202,8 +205,14 @@ pub struct PlanIo {
 pub struct Plan {
     pub tensors: Vec<PlanTensor>,
     pub ops: Vec<PlanOp>,
+    /// The graph inputs, in ONNX order (the model's inputs less `assumed_inputs`).
     pub inputs: Vec<PlanIo>,
     pub outputs: Vec<PlanIo>,
+    /// Model inputs the graph does not take because it was built for one value of each (fixed
+    /// at compile time, or resolved from the model's declared shapes); in ONNX order. A caller
+    /// may still pass them: the host checks them ([`AssumedInput::check`]) and does not hand
+    /// them to QNN.
+    pub assumed_inputs: Vec<AssumedInput>,
 }
 
 impl Plan {
@@ -323,6 +332,14 @@ impl Plan {
         };
         for io in &self.inputs {
             let _ = writeln!(s, "input {}", tn(&io.tensor));
+        }
+        for a in &self.assumed_inputs {
+            let _ = writeln!(
+                s,
+                "assumed {} = {}",
+                a.onnx_name,
+                assumed::fmt_value(&a.value)
+            );
         }
         for op in &self.ops {
             let ins: Vec<String> = op.inputs.iter().map(tn).collect();

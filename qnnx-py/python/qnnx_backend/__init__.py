@@ -55,6 +55,8 @@ _LAZY = {
     "STATS": "._policy",
     "qnn_backend": ".backend",
     "export": "._deploy",
+    "profile": "._profile",
+    "Profile": "._profile",
 }
 
 
@@ -75,6 +77,8 @@ __all__ = [
     "is_available",
     "qnn_backend",
     "parse_options",
+    "profile",
+    "Profile",
     "QnnSettings",
     "STATS",
     "exceptions",

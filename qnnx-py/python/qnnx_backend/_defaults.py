@@ -13,3 +13,4 @@ LOG_LEVEL = None
 EXPORTER = "torchscript"
 DRY_RUN = False
 CHECK_NAN = True
+FIX_INPUTS = None

@@ -63,10 +63,10 @@ def _export_with(
     exporter: str,
     frozen: torch.nn.Module,
     runtime_args: Sequence[torch.Tensor],
-    names: Sequence[str],
+    names: Optional[Sequence[str]] = None,
     output_names: Optional[Sequence[str]] = None,
 ) -> bytes:
-    names = list(names)
+    names = [f"input_{i}" for i in range(len(runtime_args))] if names is None else list(names)
     outs = None if output_names is None else list(output_names)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -9,7 +9,7 @@ Neither opens QNN.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from . import _native
 from .exceptions import QnnxError, UnsupportedOpError
@@ -33,10 +33,11 @@ def parse_unsupported(rows: Iterable[Any]) -> list[UnsupportedNode]:
     return out
 
 
-def unsupported_nodes(onnx: bytes, device: str) -> list[UnsupportedNode]:
+def unsupported_nodes(onnx: bytes, device: str, fix_inputs: Optional[dict[str, str]] = None) -> list[UnsupportedNode]:
     """Every node of the ONNX model ``onnx`` that ``device`` ("npu" or "gpu") cannot run, in
-    graph order; empty when the whole model can run there."""
-    return parse_unsupported(_native.check(onnx, device))
+    graph order; empty when the whole model can run there. ``fix_inputs`` as for compiling (ONNX
+    input name to value text)."""
+    return parse_unsupported(_native.check(onnx, device, fix_inputs=fix_inputs or None))
 
 
 def unsupported_error(nodes: Iterable[Any], device: str) -> UnsupportedOpError:

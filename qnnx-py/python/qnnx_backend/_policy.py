@@ -25,7 +25,7 @@ from . import _export, _fingerprint, _kvcache, _native, _partition, _runtime
 from ._decompose import decompose
 from ._runtime import CompiledGraph
 from .exceptions import CacheError, LibraryLoadError, LoweringError, QnnApiError, UnsupportedOpError
-from .settings import QnnSettings
+from .settings import QnnSettings, fixed_values
 
 logger = logging.getLogger("qnnx_backend")
 
@@ -110,6 +110,7 @@ class QnnCallable(_Serializable):
         s = self.settings
         runtime_tensors = [args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)]
         tensor_idx = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
+        fixed = onnx_fix_inputs(self.gm, tensor_idx, s.fix_inputs)
         frozen = _export.Frozen(self.export_gm, args, tensor_idx)
         devices = ["npu", "gpu"] if s.device == "auto" else [s.device]
         reasons: list[str] = []
@@ -141,7 +142,7 @@ class QnnCallable(_Serializable):
                     onnx_bytes = _export.export(frozen, runtime_tensors, s)
                     STATS["exports"] += 1
                 if s.dry_run:
-                    unsupported = _partition.unsupported_nodes(onnx_bytes, device)
+                    unsupported = _partition.unsupported_nodes(onnx_bytes, device, fix_inputs=fixed)
                     if unsupported:
                         raise _partition.unsupported_error(unsupported, device)
                     logger.info("qnn dry run: every node is supported on %s", device)
@@ -158,6 +159,7 @@ class QnnCallable(_Serializable):
                     fp16=s.fp16,
                     opt_level=s.opt_level,
                     cache_dir=cache_dir,
+                    fix_inputs=fixed or None,
                 )
                 if native.from_cache:
                     STATS["cache_hits"] += 1
@@ -174,6 +176,10 @@ class QnnCallable(_Serializable):
                     (time.perf_counter() - t) * 1e3,
                     native.lower_ms,
                     native.finalize_ms,
+                )
+                # The engine's stages, as `qnnx compile --timings` names them.
+                logger.info(
+                    "qnn: compile stages: %s", ", ".join(f"{name} {ms:.1f} ms" for name, ms in native.timings)
                 )
                 return CompiledGraph(native, device, self.out_meta, s.check_nan)
             except _FALLBACK_ERRORS as e:
@@ -286,6 +292,41 @@ class AotGraph:
         outs = self.graph([args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)])
         outs = _runtime.guard_autograd(outs, args)
         return tuple(outs) if self.returns_tuple else outs[0]
+
+
+def _argument_name(placeholder: str) -> str:
+    """The ``forward`` argument a dynamo placeholder stands for: ``L_flag_`` / ``l_flag_`` ->
+    ``flag``."""
+    name = placeholder
+    if name[:2] in ("L_", "l_"):
+        name = name[2:]
+    return name[:-1] if name.endswith("_") else name
+
+
+def onnx_fix_inputs(gm: torch.fx.GraphModule, tensor_idx: Sequence[int], fix_inputs: Any) -> dict[str, str]:
+    """The ``fix_inputs`` setting for the ONNX export of ``gm``, whose input ``input_<j>`` is
+    argument ``tensor_idx[j]``: keys are matched against the exported name, dynamo's placeholder
+    name and target, and the ``forward`` argument they stand for. Keys that match no input of
+    this graph are left out (with graph breaks they may be another graph's)."""
+    values = fixed_values(fix_inputs)
+    if not values:
+        return {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = {}
+    matched = set()
+    for j, i in enumerate(tensor_idx):
+        names = {f"input_{j}"}
+        if i < len(placeholders):
+            p = placeholders[i]
+            for n in (p.name, str(p.target)):
+                names.update((n, _argument_name(n)))
+        for key, text in values.items():
+            if key in names:
+                out[f"input_{j}"] = text
+                matched.add(key)
+    if set(values) - matched:
+        logger.info("qnn: fix_inputs %s name no input of this graph", sorted(set(values) - matched))
+    return out
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], settings: QnnSettings) -> Callable:

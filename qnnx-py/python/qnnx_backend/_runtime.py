@@ -85,6 +85,23 @@ class CompiledGraph:
                 self._out_plan.append((tuple(shape), g, n * g.itemsize, h, final))
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        ins, outs, keep = self._buffers(tensors)
+        self.native.run(ins, [(o.data_ptr(), p[2]) for o, p in zip(outs, self._out_plan)], self.check_nan)
+        del keep
+        return self._finish(outs)
+
+    def profiled(self, tensors: Sequence[torch.Tensor], level: str) -> tuple[list[torch.Tensor], str, str]:
+        """One call recorded by QNN's profiler: the outputs, and the profile and Chrome trace as
+        JSON text (see ``qnnx_backend.profile``)."""
+        ins, outs, keep = self._buffers(tensors)
+        profile, trace = self.native.run_profiled(
+            ins, [(o.data_ptr(), p[2]) for o, p in zip(outs, self._out_plan)], level, self.check_nan
+        )
+        del keep
+        return self._finish(outs), profile, trace
+
+    def _buffers(self, tensors: Sequence[torch.Tensor]) -> tuple[list, list[torch.Tensor], list]:
+        """(input address and size pairs, output tensors, copies to keep alive during the call)."""
         keep = []  # converted or made-contiguous copies stay alive until QNN has run
         ins = []
         for t, (name, want, g, numel, gshape, size) in zip(tensors, self._in_plan):
@@ -113,7 +130,9 @@ class CompiledGraph:
                 keep.append(t)
             ins.append((t.data_ptr(), numel * size))
         outs = [torch.empty(alloc, dtype=g) for (alloc, g, _, _, _) in self._out_plan]
-        self.native.run(ins, [(o.data_ptr(), p[2]) for o, p in zip(outs, self._out_plan)], self.check_nan)
+        return ins, outs, keep
+
+    def _finish(self, outs: list[torch.Tensor]) -> list[torch.Tensor]:
         for i, (_, _, _, h, final) in enumerate(self._out_plan):
             if h is not None:
                 o = outs[i].to(h)

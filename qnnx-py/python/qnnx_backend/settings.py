@@ -56,10 +56,49 @@ class QnnSettings:
     """Refuse float inputs that contain NaN (QnnxError): the HTP computes in saturating fp16 and
     returns a finite number where eager PyTorch returns NaN. Costs one scan of each float input
     per call. Infinities are accepted and saturate to the fp16 range."""
+    fix_inputs: Optional[Mapping[str, Any]] = _defaults.FIX_INPUTS
+    """Small tensor inputs fixed to a value at compile time, by name: a flag, a mode, a sample
+    rate, a shape (``{"flag": True, "scale": 0.5, "size": [2, 3]}``; a bool, int, float, a list
+    of them or a small tensor). A name is the ``forward`` argument's (``flag``), dynamo's
+    placeholder for it (``l_flag_``) or the exported ONNX input (``input_1``). The input leaves
+    the QNN graph: everything computed from it folds at compile time (an ``If`` on a flag takes
+    its branch). It is still passed at each call and checked: another value raises
+    ``InputError``. A name that is no input of a compiled graph (with graph breaks it may be
+    another graph's) is ignored for that graph. Enters the cache key."""
 
     def compile_settings(self) -> dict:
         """The options that change the compiled binary (they enter the cache key)."""
-        return {"fp16": self.fp16, "opt_level": self.opt_level, "exporter": self.exporter}
+        return {
+            "fp16": self.fp16,
+            "opt_level": self.opt_level,
+            "exporter": self.exporter,
+            "fix_inputs": tuple(sorted(fixed_values(self.fix_inputs).items())),
+        }
+
+
+def fixed_value_text(name: str, value: Any) -> str:
+    """``value`` as the native module (and the qnnx command's ``--fix-input``) spells it:
+    ``true``, ``3``, ``0.5``, ``[1, 2, 3]``. Raises ValueError for anything else."""
+    if hasattr(value, "tolist") and callable(value.tolist):  # torch.Tensor, numpy arrays
+        value = value.tolist()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(v, (bool, int, float)) and not isinstance(v, (list, tuple)) for v in value
+    ):
+        return "[" + ",".join(fixed_value_text(name, v) for v in value) + "]"
+    raise ValueError(
+        f"fix_inputs[{name!r}]={value!r}: use a bool, int, float, a flat list of them or a small tensor"
+    )
+
+
+def fixed_values(fix_inputs: Optional[Mapping[str, Any]]) -> dict[str, str]:
+    """``fix_inputs`` with each value in the native module's spelling (``fixed_value_text``)."""
+    return {str(k): fixed_value_text(str(k), v) for k, v in (fix_inputs or {}).items()}
 
 
 VALID_OPTIONS = tuple(f.name for f in dataclasses.fields(QnnSettings))
@@ -88,6 +127,10 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
         raise ValueError(f"exporter={s.exporter!r}: use one of {EXPORTERS}")
     if s.cache_dir is not None and not isinstance(s.cache_dir, (str, os.PathLike)):
         raise ValueError(f"cache_dir={s.cache_dir!r}: must be a path")
+    if s.fix_inputs is not None:
+        if not isinstance(s.fix_inputs, Mapping) or not all(isinstance(k, str) and k for k in s.fix_inputs):
+            raise ValueError(f"fix_inputs={s.fix_inputs!r}: must map input names to values")
+        fixed_values(s.fix_inputs)
     if s.soc_model is not None or s.htp_arch is not None:
         from . import _native
 

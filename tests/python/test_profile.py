@@ -1,0 +1,97 @@
+"""qnnx_backend.profile on the emulated HTP: per-op cycles mapped to ONNX nodes and module
+paths, aggregates, the trace and the compile's stages; and module_path on exporter names."""
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+import qnnx_backend
+from qnnx_backend import _native
+from qnnx_backend._profile import module_path
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.head = nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        return torch.sigmoid(self.head(self.features(x).flatten(1)))
+
+
+def test_module_paths_from_exporter_names():
+    assert module_path("/layer2/layer2.1/conv2/Conv") == "layer2.1.conv2"
+    assert module_path("/features/features.0/Conv") == "features.0"
+    assert module_path("/fc/Gemm") == "fc"
+    assert module_path("/Sigmoid") == ""
+    assert module_path("node_conv2d") is None
+    assert module_path("x_nhwc") is None
+
+
+@pytest.mark.htp
+def test_profile_maps_ops_to_modules():
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = torch.randn(1, 3, 16, 16)
+    p = qnnx_backend.profile(net, x)
+    assert p.level == "detailed"
+    assert p.execute_us > 0 and p.accel_cycles > 0
+    modules = {op.module for op in p.ops if op.module is not None}
+    assert {"features.0", "features.1", "head"} <= modules, modules
+    assert modules <= {name for name, _ in net.named_modules()}, modules
+    assert abs(sum(op.share for op in p.ops) - 1.0) < 1e-6
+    by_module = p.by_module()
+    assert abs(sum(s for _, _, s in by_module) - 1.0) < 1e-6
+    assert by_module == sorted(by_module, key=lambda t: -t[1])
+    assert any(n.endswith("/Conv") for n, _, _ in p.by_onnx_node())
+    stages = [name for name, _ in p.timings]
+    assert stages[-2:] == ["QNN graph build", "finalize"], stages
+    assert "head" in p.table()
+    ops = [e for e in p.trace["traceEvents"] if e.get("cat") == "op"]
+    assert len(ops) == len(p.ops)
+
+
+@pytest.mark.htp
+def test_compiled_modules_are_profiled_as_the_module_they_wrap():
+    net = Net().eval()
+    x = torch.randn(1, 3, 16, 16)
+    want = [o.onnx_node for o in qnnx_backend.profile(net, x).ops]
+    for wrapped in (torch.compile(net, backend="qnn"), qnnx_backend.compile(net, dynamic=False)):
+        assert [o.onnx_node for o in qnnx_backend.profile(wrapped, x).ops] == want
+
+
+@pytest.mark.htp
+def test_profile_levels_and_inputs(tmp_path):
+    net = Net().eval()
+    x = torch.randn(1, 3, 16, 16)
+    onnx = qnnx_backend._profile._onnx_of(net, [x])
+    basic = qnnx_backend.profile(onnx, [x], level="basic")
+    assert basic.ops == [] and basic.execute_us > 0
+    assert "level='detailed'" in basic.table()
+    path = tmp_path / "net.onnx"
+    path.write_bytes(onnx)
+    native = _native.compile(onnx)
+    from_path = qnnx_backend.profile(path, x)
+    from_native = qnnx_backend.profile(native, x)
+    assert [o.onnx_node for o in from_path.ops] == [o.onnx_node for o in from_native.ops]
+    trace = tmp_path / "t.json"
+    from_native.save_trace(trace)
+    assert json.loads(trace.read_text())["traceEvents"]
+    with pytest.raises(ValueError, match="basic' or 'detailed"):
+        qnnx_backend.profile(native, x, level="full")
+    with pytest.raises(TypeError, match="nn.Module, ONNX bytes"):
+        qnnx_backend.profile(42, x)
+    with pytest.raises(qnnx_backend.QnnxError, match="shape"):
+        qnnx_backend.profile(native, torch.randn(1, 3, 8, 8))
+
+
+@pytest.mark.htp
+def test_torch_compile_logs_the_compile_stages(caplog):
+    net = Net().eval()
+    with caplog.at_level("INFO", logger="qnnx_backend"):
+        torch.compile(net, backend="qnn")(torch.randn(1, 3, 16, 16))
+    lines = [r.getMessage() for r in caplog.records if "compile stages" in r.getMessage()]
+    assert lines and "finalize" in lines[0] and "QNN graph build" in lines[0], caplog.text

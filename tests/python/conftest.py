@@ -77,3 +77,82 @@ def assert_close_to_eager(got, want, rel):
     assert scale > 1e-3, f"reference outputs are ~0 ({scale}): the comparison would mean nothing"
     assert err <= rel * scale, f"max error {err:.3e} > {rel} x max|ref| {scale:.3e}"
     return err, scale
+
+
+def structured_images(n, size=64, seed=0):
+    """``n`` images [1, 3, size, size] with structure (smooth gradients, rectangles, discs,
+    stripes, a little noise), normalized like ImageNet inputs: calibration and test data of the
+    kind vision models see, made here (no downloads)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    mean = np.array([0.485, 0.456, 0.406])[:, None, None]
+    std = np.array([0.229, 0.224, 0.225])[:, None, None]
+    out = []
+    for _ in range(n):
+        img = np.empty((3, size, size))
+        for c in range(3):
+            a, b, d = rng.uniform(-1, 1, 3)
+            img[c] = 0.5 + 0.3 * (a * xx + b * yy) + 0.1 * d
+        for _ in range(rng.integers(3, 8)):
+            color = rng.uniform(0, 1, 3)[:, None, None]
+            kind = rng.integers(3)
+            if kind == 0:
+                x0, y0 = rng.uniform(0, 1, 2)
+                w, h = rng.uniform(0.1, 0.5, 2)
+                mask = (xx >= x0) & (xx < x0 + w) & (yy >= y0) & (yy < y0 + h)
+            elif kind == 1:
+                cx, cy = rng.uniform(0, 1, 2)
+                mask = (xx - cx) ** 2 + (yy - cy) ** 2 < rng.uniform(0.05, 0.3) ** 2
+            else:
+                f, th = rng.uniform(4, 16), rng.uniform(0, np.pi)
+                mask = np.sin(2 * np.pi * f * (np.cos(th) * xx + np.sin(th) * yy)) > 0.3
+            img = np.where(mask[None], color, img)
+        img = np.clip(img + rng.normal(0, 0.02, img.shape), 0, 1)
+        out.append(torch.tensor((img - mean) / std, dtype=torch.float32)[None])
+    return out
+
+
+def structured_tokens(n, seq, dim, seed=0):
+    """``n`` token-embedding sequences [1, seq, dim] with structure (each token a soft mixture
+    of 8 fixed directions, plus noise), as text embeddings have: data for transformer layers."""
+    basis = torch.randn(8, dim, generator=torch.Generator().manual_seed(seed))
+    g = torch.Generator().manual_seed(seed + 1)
+    out = []
+    for _ in range(n):
+        w = torch.softmax(torch.randn(1, seq, 8, generator=g) * 3, -1)
+        out.append(w @ basis + 0.1 * torch.randn(1, seq, dim, generator=g))
+    return out
+
+
+def refresh_batchnorm_on(model, images, batch=8):
+    """BatchNorm statistics of ``model`` averaged exactly over ``images`` (a list of [1, ...]
+    tensors, in batches of ``batch``); ``model`` is left in eval mode."""
+    for mod in model.modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            mod.reset_running_stats()
+            mod.momentum = None
+    model.train()
+    with torch.no_grad():
+        for i in range(0, len(images), batch):
+            model(torch.cat(images[i : i + batch]))
+    return model.eval()
+
+
+def capture(model, *args, **kwargs):
+    """What torch.compile hands the qnn backend for ``model(*args, **kwargs)``: the FX graph,
+    its example inputs and the frame (``_calibrate.Frame``), read while dynamo calls the backend.
+    One entry per graph."""
+    from qnnx_backend import _calibrate
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append((gm, list(example_inputs), _calibrate.Frame.capture(gm)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(*args, **kwargs)
+    return graphs

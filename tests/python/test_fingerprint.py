@@ -83,3 +83,25 @@ def test_parts_are_length_prefixed():
     assert fingerprint([b"ab", b"c"]) == fingerprint([b"ab", b"c"])
     assert fingerprint([b""]) != fingerprint([])
 
+
+
+def qfp(calibration="digest-a", **options):
+    args = [torch.randn(2, 3), *weights()]
+    x = args[0]
+    settings = parse_options({"quantize": "8a8w", "calibration": [x], **options})
+    return fx_fingerprint(graph(), args, [0], ((tuple(x.shape), x.dtype),), "npu", settings, calibration)
+
+
+def test_quantize_options_and_calibration_data_enter_the_fingerprint():
+    base = qfp()
+    assert qfp() == base
+    assert base != fp()
+    assert qfp(calibration="digest-b") != base
+    for options in (
+        {"quantize": "16a8w"},
+        {"observer": "histogram"},
+        {"per_channel": False},
+        {"quantize_ops": {"softmax": "16a8w"}},
+        {"quantize_modules": {"fc": "float"}},
+    ):
+        assert qfp(**options) != base, options

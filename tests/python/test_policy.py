@@ -91,3 +91,61 @@ def test_fix_inputs_with_a_name_of_no_input_changes_nothing():
     x = torch.randn(2, 4)
     with torch.inference_mode():
         torch.testing.assert_close(compile_strict(m, fix_inputs={"nope": 1})(x), m(x), atol=1e-2, rtol=1e-2)
+
+
+class SmallConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).mean((2, 3))
+
+
+def test_a_float_model_for_a_v68_target_is_refused_naming_the_quantize_option():
+    compiled = compile_strict(SmallConv().eval(), soc_model="QCS6490")
+    with pytest.raises(qnnx_backend.LoweringError) as info, torch.inference_mode():
+        compiled(torch.randn(1, 3, 8, 8))
+    msg = str(info.value)
+    assert "QCS6490" in msg and "cannot run float models" in msg
+    assert 'options={"quantize": "8a8w", "calibration":' in msg
+
+
+def test_auto_on_a_v68_target_falls_back_with_that_reason():
+    model = SmallConv().eval()
+    compiled = torch.compile(model, backend="qnn", options={"soc_model": "QCS6490"})
+    x = torch.randn(1, 3, 8, 8)
+    with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+        warnings.simplefilter("always")
+        torch.testing.assert_close(compiled(x), model(x))
+    [w] = [w for w in caught if "qnn backend" in str(w.message)]
+    assert "cannot run float models" in str(w.message) and '{"quantize": "8a8w"' in str(w.message)
+    assert qnnx_backend.STATS["fallbacks"] == 1
+
+
+def test_quantize_calibrates_and_exports_once_per_signature():
+    pytest.importorskip("torchao")
+    model = SmallConv().eval()
+    samples = [torch.randn(1, 3, 8, 8) for _ in range(3)]
+    compiled = torch.compile(
+        model, backend="qnn", options={"device": "npu", "quantize": "8a8w", "calibration": samples, "dry_run": True}
+    )
+    x = torch.randn(1, 3, 8, 8)
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), model(x))
+    assert (qnnx_backend.STATS["calibrations"], qnnx_backend.STATS["quantizations"]) == (1, 1)
+    assert qnnx_backend.STATS["exports"] == 1 and qnnx_backend.STATS["compiles"] == 0
+
+
+def test_bad_calibration_data_raises_whatever_strict_says():
+    pytest.importorskip("torchao")
+    model = SmallConv().eval()
+    compiled = torch.compile(
+        model, backend="qnn", options={"quantize": "8a8w", "calibration": [torch.randn(2, 3, 8, 8)]}
+    )
+    with pytest.raises(ValueError, match=r"sample 0: x is \(2, 3, 8, 8\).*compiled for \(1, 3, 8, 8\)"):
+        with torch.inference_mode():
+            compiled(torch.randn(1, 3, 8, 8))
+    assert qnnx_backend.STATS["quantizations"] == 0

@@ -104,3 +104,61 @@ def test_fix_inputs_values_are_spelled_for_the_native_module():
 def test_bad_fix_inputs_are_rejected(bad):
     with pytest.raises(ValueError, match="fix_inputs"):
         parse_options(bad)
+
+
+def test_quantize_options():
+    import torch
+
+    s = parse_options(
+        {
+            "quantize": "16a8w",
+            "calibration": [torch.zeros(1)],
+            "observer": "histogram",
+            "per_channel": False,
+            "quantize_modules": {"encoder.*": "16a16w", "head": "float"},
+            "quantize_ops": {"softmax": None},
+        }
+    )
+    cfg = s.quantize_config()
+    assert (cfg.scheme.name, cfg.observer, cfg.per_channel) == ("16a8w", "histogram", False)
+    assert [(p, x.name if x else None) for p, x in cfg.modules] == [("encoder.*", "16a16w"), ("head", None)]
+    assert [(k, x) for k, x in cfg.ops] == [("softmax", None)]
+    assert parse_options(None).quantize is None
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"quantize": "8a4w", "calibration": [0]}, r"quantize='8a4w': use one of 8a8w, 16a8w, 16a16w"),
+        ({"quantize": "8a8w"}, r"quantize='8a8w' needs calibration data"),
+        ({"quantize": "8a8w", "calibration": []}, r"calibration is empty"),
+        ({"quantize": "8a8w", "calibration": 5}, r"calibration=int: give an iterable"),
+        ({"quantize": "8a8w", "calibration": "images/"}, r"calibration=str"),
+        ({"quantize": "8a8w", "calibration": [0], "observer": "mse"}, r"observer='mse': use one of minmax, histogram"),
+        ({"quantize": "8a8w", "calibration": [0], "per_channel": 1}, r"per_channel=1: must be True or False"),
+        ({"quantize": "8a8w", "calibration": [0], "quantize_ops": {"sofmax": "float"}}, r"unknown op kind 'sofmax'; use one of conv,"),
+        ({"quantize": "8a8w", "calibration": [0], "quantize_ops": ["softmax"]}, r"quantize_ops=\['softmax'\]: give a dict"),
+        ({"quantize": "8a8w", "calibration": [0], "quantize_modules": {"fc": "8bit"}}, r"quantize_modules\['fc'\]='8bit'"),
+        ({"quantize": "8a8w", "calibration": [0], "device": "gpu"}, r"compiles for the NPU"),
+        ({"quantize": "8a8w", "calibration": [0], "kv_cache": True}, r"kv_cache=True is not supported yet"),
+        ({"calibration": [0], "observer": "histogram"}, r"calibration, observer: used only for a quantized graph"),
+    ],
+)
+def test_bad_quantize_options_say_what_to_change(bad, message):
+    with pytest.raises(ValueError, match=message):
+        parse_options(bad)
+
+
+@pytest.mark.parametrize(
+    "target, scheme, eight_bit_matmul",
+    [
+        ({"soc_model": "QCS6490"}, "16a8w", True),
+        ({"htp_arch": 68}, "16a16w", True),
+        ({"soc_model": "QCS6490"}, "8a8w", False),
+        ({"soc_model": 60}, "16a8w", False),
+        ({}, "16a8w", False),
+    ],
+)
+def test_the_target_arch_reaches_the_quantizer(target, scheme, eight_bit_matmul):
+    s = parse_options({"quantize": scheme, "calibration": [0], **target})
+    assert s.quantize_config().matmul_at_8_bits() is eight_bit_matmul

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -34,11 +34,15 @@ def fx_fingerprint(
     signature: tuple,
     device: str,
     settings: QnnSettings,
+    calibration: Optional[str] = None,
 ) -> str:
     """Fingerprint of ``gm`` called with ``args``: the package and torch versions, the graph
-    code, the device, target and compile settings, the runtime inputs' ``signature``, and the
-    dtype, shape and bytes of every other tensor argument (the frozen weights). ``runtime``
-    holds the indices of the arguments that are passed at each call."""
+    code, the device, target and compile settings (the quantization options among them), the
+    runtime inputs' ``signature``, and the dtype, shape and bytes of every other tensor argument
+    (the frozen weights). ``runtime`` holds the indices of the arguments that are passed at
+    each call. A quantized graph adds the torchao version and ``calibration``, the digest of its
+    calibration samples: its encodings are a function of these, the graph and the settings, so
+    other calibration data (or a torchao whose observers may differ) misses."""
     s = settings
     parts = [
         _FORMAT,
@@ -49,6 +53,11 @@ def fx_fingerprint(
         repr((s.soc_model, s.htp_arch, sorted(s.compile_settings().items()))).encode(),
         repr(signature).encode(),
     ]
+    if s.quantize is not None:
+        from importlib import metadata
+
+        parts.append(f"torchao {metadata.version('torchao')}".encode())
+        parts.append((calibration or "").encode())
     # The memoryviews below do not own their bytes: a contiguous copy (made only for a
     # non-contiguous weight) must outlive the hashing. Contiguous weights are read in place:
     # keeping a detached alias of every weight alive here made the ONNX export that follows

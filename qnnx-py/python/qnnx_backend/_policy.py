@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import json
 import logging
 import time
 import warnings
@@ -20,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from . import _export, _fingerprint, _kvcache, _native, _partition, _runtime
+from . import _calibrate, _export, _fingerprint, _kvcache, _native, _partition, _quantize, _runtime
 from ._decompose import decompose
 from ._runtime import CompiledGraph
 from .exceptions import CacheError, LibraryLoadError, LoweringError, QnnApiError, UnsupportedOpError
@@ -28,16 +29,32 @@ from .settings import QnnSettings, fixed_values
 
 logger = logging.getLogger("qnnx_backend")
 
-#: Counters of the work done in this process (exports, compiles, cache hits, fallbacks); tests
-#: use them to prove that a warm start skipped export, lowering and finalize.
+#: Counters of the work done in this process (exports, compiles, cache hits, fallbacks, and for
+#: quantized graphs calibrations and quantizations); tests use them to prove that a warm start
+#: skipped export, lowering and finalize.
 STATS: collections.Counter = collections.Counter()
 
 _FALLBACK_ERRORS = (UnsupportedOpError, LoweringError, QnnApiError, LibraryLoadError)
 
+try:
+    # torch's AOT path (torch.compile(fn).aot_compile(...), torch.compiler.load_compiled_function)
+    # takes backends whose result implements this ABC; experimental in torch 2.13 to 2.15.
+    from torch._dynamo.aot_compile_types import SerializableCallable as _Serializable
+except ImportError:  # older torch: no AOT path
+    _Serializable = object  # type: ignore[assignment,misc]
 
-class QnnCallable:
+# Prefix of what serialize_compile_artifacts returns: then a u64 length, a JSON header and the
+# bytes of a saved model (the file qnnx_backend.export writes).
+_AOT_MAGIC = b"qnnx-aot-1\0"
+
+
+class QnnCallable(_Serializable):
     """What the backend returns to dynamo: picks (or compiles) the graph for each call's input
-    signature and falls back to the original graph when a signature cannot run on QNN."""
+    signature and falls back to the original graph when a signature cannot run on QNN.
+
+    For torch's AOT path it serializes as the graph compiled for the example inputs, stored as
+    a saved model; ``deserialize_compile_artifacts`` loads it with no export or compile
+    (``AotGraph``)."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], settings: QnnSettings):
         self.gm = gm
@@ -70,6 +87,17 @@ class QnnCallable:
         self.returns_tuple = _runtime.returns_sequence(gm)
         self.graphs: dict[Any, Optional[CompiledGraph]] = {}
         self.warned = False
+        # Which frame arguments the graph inputs come from, read while dynamo calls the backend
+        # (calibration samples are the model's arguments; see _calibrate).
+        self.frame = _calibrate.Frame.capture(gm) if settings.quantize is not None else None
+        # The example call's runtime arguments as (shape, dtype) or the constant itself, not the
+        # tensors: keeping them alive would hold a KV cache or a batch for the graph's lifetime.
+        self.example = {
+            i: (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else ("const", a)
+            for i, a in enumerate(example_inputs)
+            if i in self.runtime
+        }
+        self.example_statics = {i: a for i, a in enumerate(example_inputs) if i not in self.runtime}
 
     def signature(self, args: Sequence[Any]) -> tuple:
         sig = []
@@ -91,6 +119,15 @@ class QnnCallable:
         devices = ["npu", "gpu"] if s.device == "auto" else [s.device]
         reasons: list[str] = []
         onnx_bytes = None
+        samples: Optional[list] = None
+        calibration_digest: Optional[str] = None
+        if s.quantize is not None and self.refusal is None:
+            # Quantized graphs are compiled for the HTP only. The samples are mapped (and
+            # checked) before anything else: bad calibration data is the caller's to fix and
+            # raises ValueError whatever `strict` says.
+            devices = [d for d in devices if d == "npu"]
+            samples = self.calibration_samples(args, runtime_tensors)
+            calibration_digest = _calibrate.digest(samples)
         cache_dir = _cache_dir(s)
         if self.refusal is not None:
             if s.strict:
@@ -103,18 +140,26 @@ class QnnCallable:
                 # With an explicit SoC or arch the native calls below open (and check) the
                 # runtime for that configuration themselves; is_available() would open a second
                 # backend and device for the default configuration (70-190 ms here).
-                if s.soc_model is None and s.htp_arch is None and not _native.is_available(device):
+                # soc_model and htp_arch configure the HTP: with device="auto" the GPU after it
+                # is opened with its defaults (the native module refuses a SoC for the GPU).
+                soc_model, htp_arch = (s.soc_model, s.htp_arch) if device == "npu" else (None, None)
+                if soc_model is None and htp_arch is None and not _native.is_available(device):
                     raise LibraryLoadError(f"{device}: {_native.unavailable_reason(device)}")
                 if cache_dir is not None:
                     # Warm start: an FX-level fingerprint maps straight to a cached binary, so
                     # neither the ONNX export nor lowering nor finalize runs.
-                    fingerprint = self.fx_fingerprint(args, device)
+                    fingerprint = self.fx_fingerprint(args, device, calibration_digest)
                     hit = _read_alias(fingerprint, cache_dir, device, s)
                     if hit is not None:
                         STATS["cache_hits"] += 1
                         logger.info("qnn: loaded a cached graph for %s in %.1f ms", device, hit.load_ms)
                         return CompiledGraph(hit, device, self.out_meta, s.check_nan)
-                if onnx_bytes is None:
+                if onnx_bytes is None and samples is not None:
+                    traced = _export.Interpreted(self.export_gm, args, tensor_idx)
+                    onnx_bytes = _quantize.quantize(traced, runtime_tensors, samples, s.quantize_config()).onnx
+                    STATS["quantizations"] += 1
+                    STATS["exports"] += 1
+                elif onnx_bytes is None:
                     onnx_bytes = _export.export(frozen, runtime_tensors, s)
                     STATS["exports"] += 1
                 if s.dry_run:
@@ -130,8 +175,8 @@ class QnnCallable:
                 native = _native.compile(
                     onnx_bytes,
                     device=device,
-                    soc_model=s.soc_model,
-                    htp_arch=s.htp_arch,
+                    soc_model=soc_model,
+                    htp_arch=htp_arch,
                     fp16=s.fp16,
                     opt_level=s.opt_level,
                     cache_dir=cache_dir,
@@ -176,9 +221,29 @@ class QnnCallable:
             )
         return None
 
-    def fx_fingerprint(self, args: Sequence[Any], device: str) -> str:
-        """The warm-start fingerprint of this graph called with ``args`` on ``device``."""
-        return _fingerprint.fx_fingerprint(self.gm, args, self.runtime, self.signature(args), device, self.settings)
+    def fx_fingerprint(self, args: Sequence[Any], device: str, calibration: Optional[str] = None) -> str:
+        """The warm-start fingerprint of this graph called with ``args`` on ``device``;
+        ``calibration`` is the digest of the calibration samples of a quantized graph."""
+        return _fingerprint.fx_fingerprint(
+            self.gm, args, self.runtime, self.signature(args), device, self.settings, calibration
+        )
+
+    def calibration_samples(self, args: Sequence[Any], runtime_tensors: Sequence[torch.Tensor]) -> list:
+        """The calibration data as tuples of this call's runtime tensors (ValueError naming what
+        to change when it does not fit)."""
+        assert self.frame is not None
+        mapper = _calibrate.Mapper(self.frame, args, self.runtime)
+        index = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
+
+        def run_float(inputs):
+            full = list(args)
+            for i, t in zip(index, inputs):
+                full[i] = t
+            return self.gm(*full)
+
+        samples = _calibrate.collect(self.settings.calibration, mapper, run_float)
+        STATS["calibrations"] += 1
+        return samples
 
     def __call__(self, *args):
         sig = self.signature(args)
@@ -197,6 +262,76 @@ class QnnCallable:
         if self.kv_plan is not None:
             outs = self.kv_plan.finish(args, outs)
         outs = _runtime.guard_autograd(outs, list(args) + self.statics)
+        return tuple(outs) if self.returns_tuple else outs[0]
+
+
+    @classmethod
+    def serialize_compile_artifacts(cls, fn: "QnnCallable") -> bytes:
+        """The graph compiled for the example call (compiled now if it has not run yet) as a
+        saved model, with what a call needs around it. Raises what compiling raises, and
+        LoweringError for graphs that cannot be saved (eager fallback, KV-cache replay)."""
+        if fn.kv_plan is not None:
+            raise LoweringError("kv_cache graphs replay their cache writes on the host; the AOT path cannot save them yet")
+        args: list[Any] = []
+        for i in range(len(fn.example) + len(fn.example_statics)):
+            if i in fn.example_statics:
+                args.append(fn.example_statics[i])
+                continue
+            shape, value = fn.example[i]
+            if shape == "const":
+                args.append(value)
+            else:
+                # Export traces the graph, whose values do not steer it (dynamo graphs have no
+                # data-dependent control flow): zeros of the example's shape and dtype do.
+                args.append(torch.zeros(shape, dtype=value))
+        sig = fn.signature(args)
+        if sig not in fn.graphs:
+            fn.graphs[sig] = fn.compile(args)
+        graph = fn.graphs[sig]
+        if graph is None:
+            raise LoweringError("the graph cannot run on QNN (it falls back to eager PyTorch), so there is no binary to save")
+        header = {
+            "runtime": fn.runtime,
+            "returns_tuple": fn.returns_tuple,
+            "out_meta": [None if m is None else list(m) for m in fn.out_meta],
+            "device": graph.device,
+            "check_nan": fn.settings.check_nan,
+        }
+        saved = _native.saved_bytes(
+            graph.native,
+            {k: repr(v) for k, v in sorted(fn.settings.compile_settings().items())},
+            {"outputs": json.dumps("tuple" if fn.returns_tuple else "tensor"), "torch": torch.__version__},
+        )
+        text = json.dumps(header).encode()
+        return _AOT_MAGIC + len(text).to_bytes(8, "little") + text + saved
+
+    @classmethod
+    def deserialize_compile_artifacts(cls, data: bytes) -> "AotGraph":
+        return AotGraph(data)
+
+
+class AotGraph:
+    """A graph of torch's AOT path, loaded from what ``QnnCallable.serialize_compile_artifacts``
+    wrote: the saved model's binary is loaded (no export, lowering or finalize) and called with
+    dynamo's arguments (parameters are frozen in the graph; only the runtime tensors are
+    passed to QNN)."""
+
+    def __init__(self, data: bytes):
+        if not data.startswith(_AOT_MAGIC):
+            raise LoweringError("not a qnnx AOT artifact (it does not start with qnnx-aot-1)")
+        n = int.from_bytes(data[len(_AOT_MAGIC) : len(_AOT_MAGIC) + 8], "little")
+        start = len(_AOT_MAGIC) + 8
+        header = json.loads(data[start : start + n])
+        graphs, _ = _native.load_saved_bytes("the AOT-compiled function's qnnx graph", data[start + n :])
+        out_meta = [None if m is None else torch.Size(m) for m in header["out_meta"]]
+        self.graph = CompiledGraph(graphs[0], header["device"], out_meta, header["check_nan"])
+        self.runtime = list(header["runtime"])
+        self.returns_tuple = bool(header["returns_tuple"])
+        STATS["aot_loads"] += 1
+
+    def __call__(self, *args):
+        outs = self.graph([args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)])
+        outs = _runtime.guard_autograd(outs, args)
         return tuple(outs) if self.returns_tuple else outs[0]
 
 
@@ -262,7 +397,12 @@ def _read_alias(fingerprint: str, cache_dir: str, device: str, s: QnnSettings):
     if key is None:
         return None
     return _native.load_cached(
-        key, cache_dir, device=device, soc_model=s.soc_model, htp_arch=s.htp_arch, opt_level=s.opt_level
+        key,
+        cache_dir,
+        device=device,
+        soc_model=s.soc_model if device == "npu" else None,
+        htp_arch=s.htp_arch if device == "npu" else None,
+        opt_level=s.opt_level,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sized
 from typing import Any, Mapping, Optional
 
 from . import _defaults
@@ -66,6 +67,32 @@ class QnnSettings:
     ``InputError``. A name that is no input of a compiled graph (with graph breaks it may be
     another graph's) is ignored for that graph. Enters the cache key."""
 
+    quantize: Optional[str] = _defaults.QUANTIZE
+    """Post-training quantization for the NPU: "8a8w" (uint8 activations, int8 weights),
+    "16a8w" (uint16 activations) or "16a16w" (int16 weights too, which v68 refuses for Conv),
+    or None for a float graph. Needs ``calibration``. The calibrated encodings are part of the
+    compiled model (and so of the cache keys). See the README's Quantization section."""
+    calibration: Any = dataclasses.field(default=_defaults.CALIBRATION, compare=False, repr=False)
+    """With ``quantize``: the calibration data, read on the host with PyTorch once per compiled
+    graph. An iterable of samples, each one call's arguments (a tensor, a tuple of positional
+    arguments or a dict of keyword arguments), or a callable ``calibrate(forward)`` that calls
+    ``forward(*args, **kwargs)`` like the model for each sample (see _calibrate)."""
+    observer: str = _defaults.OBSERVER
+    """How activation ranges are calibrated: "minmax" (running minimum and maximum) or
+    "histogram" (the range that minimises the quantization error, robust to outliers)."""
+    per_channel: bool = _defaults.PER_CHANNEL
+    """Weights quantized per output channel (else one scale per weight tensor)."""
+    quantize_modules: Optional[Mapping[str, Optional[str]]] = dataclasses.field(
+        default=_defaults.QUANTIZE_MODULES, compare=False
+    )
+    """Per-module precision: {nn.Module path pattern (fnmatch, as model.named_modules() spells
+    paths): scheme, or "float"}. The deepest matching module wins."""
+    quantize_ops: Optional[Mapping[str, Optional[str]]] = dataclasses.field(
+        default=_defaults.QUANTIZE_OPS, compare=False
+    )
+    """Per-op precision: {op kind ("softmax", "layer_norm", "conv", ...; _quantize.OP_KINDS):
+    scheme, or "float"}. A module override wins over an op override."""
+
     def compile_settings(self) -> dict:
         """The options that change the compiled binary (they enter the cache key)."""
         return {
@@ -73,7 +100,24 @@ class QnnSettings:
             "opt_level": self.opt_level,
             "exporter": self.exporter,
             "fix_inputs": tuple(sorted(fixed_values(self.fix_inputs).items())),
+            "quantize": self.quantize_config().describe() if self.quantize is not None else None,
         }
+
+    def quantize_config(self):
+        """The quantization options as a ``_quantize.QuantizeConfig`` (``quantize`` set)."""
+        from . import _native, _quantize
+
+        arch = None
+        if self.soc_model is not None or self.htp_arch is not None:
+            arch = _native.target_arch("npu", self.soc_model, self.htp_arch)
+        return _quantize.config(
+            str(self.quantize),
+            self.observer,
+            self.per_channel,
+            self.quantize_modules,
+            self.quantize_ops,
+            arch,
+        )
 
 
 def fixed_value_text(name: str, value: Any) -> str:
@@ -145,4 +189,45 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
         except ValueError as e:
             raise ValueError(f"soc_model={s.soc_model!r}, htp_arch={s.htp_arch!r}: {e}") from None
         s = dataclasses.replace(s, soc_model=soc, htp_arch=arch)
+    # After the target is checked: the quantizer's configuration reads its arch.
+    _check_quantize(s, options)
     return s
+
+
+_QUANTIZE_OPTIONS = ("calibration", "observer", "per_channel", "quantize_modules", "quantize_ops")
+
+
+def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
+    if s.quantize is None:
+        stray = [k for k in _QUANTIZE_OPTIONS if k in given]
+        if stray:
+            raise ValueError(
+                f"{', '.join(stray)}: used only for a quantized graph; also pass quantize "
+                "(\"8a8w\", \"16a8w\" or \"16a16w\")"
+            )
+        return
+    s.quantize_config()  # raises ValueError naming a bad scheme, observer or override
+    if s.calibration is None:
+        raise ValueError(
+            f"quantize={s.quantize!r} needs calibration data: pass calibration=[sample, ...] (each "
+            "sample a tensor, a tuple of positional arguments or a dict of keyword arguments, "
+            "like a call of the model) or a callable calibrate(forward)"
+        )
+    c = s.calibration
+    if isinstance(c, (str, bytes)) or not (callable(c) or hasattr(c, "__iter__")):
+        raise ValueError(
+            f"calibration={type(c).__name__}: give an iterable of samples (a list, a DataLoader) or a "
+            "callable calibrate(forward)"
+        )
+    if isinstance(c, Sized) and not callable(c) and len(c) == 0:
+        raise ValueError("calibration is empty: give at least one sample, ideally a few dozen of the data the model sees")
+    if s.device == "gpu":
+        raise ValueError(
+            f"quantize={s.quantize!r} compiles for the NPU (HTP): use device='npu' or 'auto', or "
+            "drop quantize for the GPU"
+        )
+    if s.kv_cache:
+        raise ValueError(
+            "quantize with kv_cache=True is not supported yet: the cache tensors are graph inputs "
+            "that calibration samples cannot provide; quantize encoder or vision models, or drop quantize"
+        )

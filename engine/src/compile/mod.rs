@@ -478,12 +478,14 @@ fn compile_lowered(
     timings.extend(lower_times);
     Target::of_config(backend.config()).check_plan(&plan)?;
     progress(Stage::Finalize);
+    let active = registry::hold(runtime)?;
     let context = qnn::Context::new(backend, Some(&runtime.device))?;
     let profile = match opts.profile_finalize {
         true => Some(qnn::Profile::new(backend, qnn::ProfileLevel::Detailed)?),
         false => None,
     };
     let (emitted, emit_times) = emit_timed(&context, &opts.name, &plan, profile.as_ref())?;
+    drop(active);
     let finalize_ms = emit_times.total_ms();
     timings.extend(emit_times);
     let finalize_phases = match &profile {

@@ -387,6 +387,7 @@ pub fn compile_multi_with_progress(
         }
         Err(e) => return Err(whole(e)),
     };
+    let active = registry::hold(&runtime).map_err(whole)?;
     let mut graphs = Vec::with_capacity(specs.len());
     for (s, (plan, mut timings)) in specs.iter().zip(plans) {
         progress(Stage::Finalize, Some(&s.name));
@@ -404,6 +405,7 @@ pub fn compile_multi_with_progress(
             origins: NodeOrigins::of_plan(&plan),
         });
     }
+    drop(active);
     if let (Some(cache), Some(key)) = (cache, &key) {
         progress(Stage::CacheStore, None);
         let io = (

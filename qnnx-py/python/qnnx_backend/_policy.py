@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import logging
 import time
 import warnings
@@ -40,9 +41,21 @@ class QnnCallable:
     """What the backend returns to dynamo: picks (or compiles) the graph for each call's input
     signature and falls back to the original graph when a signature cannot run on QNN."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], settings: QnnSettings):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        settings: QnnSettings,
+        may_partition: bool = True,
+    ):
         self.gm = gm
         self.settings = settings
+        # A QNN partition of a split graph is compiled by a QnnCallable of its own, which must
+        # not split it again (its nodes were all found supported).
+        self.may_partition = may_partition
+        #: The last compile's outcome, for dry runs and ``explain``: "device", "whole" (the
+        #: whole graph runs on QNN), "plan" (a _partition.Plan or None) and "reasons".
+        self.outcome: dict = {}
         # Graphs that write into their inputs (KV caches) are compiled in a functional form whose
         # extra outputs replay the writes on the caller's tensors (_kvcache); without kv_cache the
         # writes would be lost, so such graphs are refused.
@@ -69,7 +82,7 @@ class QnnCallable:
         self.runtime = [i for i, a in enumerate(example_inputs) if not _export.is_static(a)]
         self.statics = [a for a in example_inputs if _export.is_static(a)]
         self.returns_tuple = _runtime.returns_sequence(gm)
-        self.graphs: dict[Any, Optional[CompiledGraph]] = {}
+        self.graphs: dict[Any, Optional[CompiledGraph | Partitioned]] = {}
         self.warned = False
         # Which frame arguments the graph inputs come from, read while dynamo calls the backend
         # (calibration samples are the model's arguments; see _calibrate).
@@ -85,7 +98,7 @@ class QnnCallable:
                 sig.append(("const", a))
         return tuple(sig)
 
-    def compile(self, args: Sequence[Any]) -> Optional[CompiledGraph]:
+    def compile(self, args: Sequence[Any]) -> Optional[CompiledGraph | Partitioned]:
         """Compiles for these concrete arguments; returns None (eager) on a fallback error."""
         s = self.settings
         runtime_tensors = [args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)]
@@ -143,6 +156,7 @@ class QnnCallable:
                     if unsupported:
                         raise _partition.unsupported_error(unsupported, device)
                     logger.info("qnn dry run: every node is supported on %s", device)
+                    self.outcome = {"device": device, "whole": True, "plan": None, "reasons": []}
                     return None
                 t = time.perf_counter()
                 # No separate check() first: it runs the whole lowering (parse, passes, op
@@ -185,8 +199,15 @@ class QnnCallable:
                     e.device = device
                 if s.strict:
                     raise
+                if isinstance(e, UnsupportedOpError) and self.can_partition():
+                    split, why = self.partitioned(args, device, tensor_idx, runtime_tensors)
+                    if split is not None or (s.dry_run and why is None):
+                        return split
+                    reasons.append(f"{device}: {e}" + (f"\n(not partitioned: {why})" if why else ""))
+                    continue
                 reasons.append(f"{device}: {e}")
         STATS["fallbacks"] += 1
+        self.outcome = {"device": None, "whole": False, "plan": self.outcome.get("plan"), "reasons": reasons}
         if not self.warned:
             self.warned = True
             warnings.warn(
@@ -196,6 +217,61 @@ class QnnCallable:
                 stacklevel=3,
             )
         return None
+
+    def can_partition(self) -> bool:
+        """Whether a graph with unsupported nodes may be split (else it falls back whole).
+        Not (yet) for quantized graphs (a boundary would need the calibrated encodings), KV
+        cache graphs (the replayed writes) and fix_inputs (names of the whole graph's inputs)."""
+        s = self.settings
+        return (
+            self.may_partition
+            and s.quantize is None
+            and self.kv_plan is None
+            and self.refusal is None
+            and not fixed_values(s.fix_inputs)
+        )
+
+    def partitioned(
+        self, args: Sequence[Any], device: str, tensor_idx: Sequence[int], runtime_tensors: Sequence[torch.Tensor]
+    ) -> tuple[Optional["Partitioned"], Optional[str]]:
+        """The graph split into QNN partitions for ``device`` and eager nodes, or (None, why
+        not). The support answer is the lowering's own (``_partition.unsupported_nodes``) for
+        an export in which each FX node is a scope of its own (``_partition.scoped``)."""
+        s = self.settings
+        scoped, names = _partition.scoped(self.export_gm)
+        try:
+            onnx_bytes = _export._export_with("torchscript", _export.Frozen(scoped, args, tensor_idx), runtime_tensors)
+        except _export.EXPORT_ERRORS as e:
+            return None, f"the per-node export failed: {e}"
+        STATS["exports"] += 1
+        unsupported = _partition.unsupported_nodes(onnx_bytes, device)
+        by_fx, orphans = _partition.map_unsupported(unsupported, names)
+        if orphans:
+            return None, "ONNX node(s) of no FX node refused: " + ", ".join(n.node for n in orphans)
+        if not by_fx:
+            return None, "the per-node export has no unsupported node"
+        plan = _partition.plan(self.export_gm, by_fx, s.min_partition_size)
+        self.outcome = {"device": device, "whole": False, "plan": plan, "reasons": []}
+        if not plan.partitions:
+            return None, "no run of supported nodes is min_partition_size long:\n" + plan.text()
+        if s.dry_run:
+            logger.info("qnn dry run on %s:\n%s", device, plan.text())
+            warnings.warn(f"qnn backend dry run on {device}: this graph would be split\n{plan.text()}", RuntimeWarning, stacklevel=4)
+            return None, None
+        stitched = _partition.split(self.export_gm, plan)
+        sub_settings = dataclasses.replace(s, device=device)
+        for i in range(len(plan.partitions)):
+            name = f"qnn_partition_{i}"
+            setattr(stitched, name, _PartitionModule(stitched.get_submodule(name), sub_settings))
+        STATS["partitions"] += len(plan.partitions)
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"qnn backend: part of this graph runs with eager PyTorch on the CPU; on {device}:\n{plan.text()}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return Partitioned(stitched, plan, device), None
 
     def fx_fingerprint(self, args: Sequence[Any], device: str, calibration: Optional[str] = None) -> str:
         """The warm-start fingerprint of this graph called with ``args`` on ``device``;
@@ -233,12 +309,39 @@ class QnnCallable:
         graph = self.graphs[sig]
         if graph is None:
             return self.gm(*args)
+        if isinstance(graph, Partitioned):
+            return graph.module(*args)
         tensors = [args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)]
         outs = graph(tensors)
         if self.kv_plan is not None:
             outs = self.kv_plan.finish(args, outs)
         outs = _runtime.guard_autograd(outs, list(args) + self.statics)
         return tuple(outs) if self.returns_tuple else outs[0]
+
+
+class _PartitionModule(torch.nn.Module):
+    """One QNN partition in a split graph: compiled at its first call like a whole graph (its
+    parameters arrive as the same static tensors dynamo passes the whole graph)."""
+
+    def __init__(self, graph: torch.fx.GraphModule, settings: QnnSettings):
+        super().__init__()
+        self.graph = graph
+        self.settings = settings
+        self.callable: Optional[QnnCallable] = None
+
+    def forward(self, *args):
+        if self.callable is None:
+            self.callable = QnnCallable(self.graph, args, self.settings, may_partition=False)
+        return self.callable(*args)
+
+
+@dataclasses.dataclass
+class Partitioned:
+    """A graph split into QNN partitions (``_PartitionModule`` submodules) and eager nodes."""
+
+    module: torch.fx.GraphModule
+    plan: "_partition.Plan"
+    device: str
 
 
 def _argument_name(placeholder: str) -> str:

@@ -1,0 +1,146 @@
+"""Partitioning on the emulated HTP (SoC 60): a graph with nodes the lowering refuses runs its
+supported parts as QNN partitions and the rest eagerly, in one stitched GraphModule; strict
+still raises; islands below min_partition_size stay eager."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import qnnx_backend
+from conftest import assert_close_to_eager, compile_strict
+from qnnx_backend import _partition
+
+OPTIONS = {"device": "npu", "soc_model": 60}
+
+
+class DetCNN(nn.Module):
+    """Two conv blocks with a matrix determinant (ONNX Det, which no QNN backend runs) between
+    them: conv, relu, conv, relu, slice | det | sigmoid, unsqueeze, mul, conv, relu, mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.c3 = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        d = torch.linalg.det(y[..., :3, :3])
+        y = y * torch.sigmoid(d)[..., None, None]
+        return torch.relu(self.c3(y)).mean((2, 3))
+
+
+class Alternating(nn.Module):
+    """A conv block, then asin (refused) alternating with single supported nodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.tanh(torch.relu(self.c(x))) * 0.5
+        for _ in range(3):
+            y = torch.asin(y) * 0.5
+        return y
+
+
+def run_with_warnings(compiled, *args):
+    with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+        warnings.simplefilter("always")
+        out = compiled(*args)
+    return out, [str(w.message) for w in caught if "qnn backend" in str(w.message)]
+
+
+@pytest.mark.htp
+def test_det_in_the_middle_runs_two_qnn_partitions_and_one_eager_node():
+    torch.manual_seed(0)
+    m = DetCNN().eval()
+    x = torch.randn(1, 3, 8, 8)
+    compiled = torch.compile(m, backend="qnn", options=OPTIONS)
+    got, ours = run_with_warnings(compiled, x)
+    with torch.inference_mode():
+        want = m(x)
+        assert_close_to_eager(got, want, rel=2e-2)
+        # A second call runs the compiled partitions again (no new compile, no new warning).
+        got2 = compiled(x)
+        assert_close_to_eager(got2, want, rel=2e-2)
+    stats = qnnx_backend.STATS
+    assert (stats["partitions"], stats["compiles"], stats["fallbacks"]) == (2, 2, 0), stats
+    assert len(ours) == 1, ours
+    assert "2 QNN partition(s)" in ours[0] and "1 FX node(s) on the CPU" in ours[0], ours[0]
+    assert "Det" in ours[0], ours[0]
+
+
+@pytest.mark.htp
+def test_strict_still_raises_naming_the_node():
+    compiled = compile_strict(DetCNN().eval(), soc_model=60)
+    with pytest.raises(qnnx_backend.UnsupportedOpError) as info, torch.inference_mode():
+        compiled(torch.randn(1, 3, 8, 8))
+    assert info.value.operators == {"Det"}
+    assert qnnx_backend.STATS["partitions"] == 0 and qnnx_backend.STATS["compiles"] == 0
+
+
+@pytest.mark.htp
+def test_alternating_nodes_do_not_make_a_partition_per_node():
+    torch.manual_seed(0)
+    m = Alternating().eval()
+    x = torch.randn(1, 3, 8, 8)
+    compiled = torch.compile(m, backend="qnn", options=OPTIONS)
+    got, ours = run_with_warnings(compiled, x)
+    with torch.inference_mode():
+        assert_close_to_eager(got, m(x), rel=2e-2)
+    # Only the conv block (conv, relu, tanh, mul) is a partition; each `* 0.5` between two
+    # asin is a run of one node and stays eager with its reason.
+    assert qnnx_backend.STATS["partitions"] == 1, qnnx_backend.STATS
+    [msg] = ours
+    assert "1 QNN partition(s) with 4 of" in msg, msg
+    assert msg.count("fewer than min_partition_size=3") == 3, msg
+    assert msg.count("Asin") >= 3, msg
+
+
+@pytest.mark.htp
+def test_nothing_large_enough_falls_back_whole_with_the_reasons():
+    m = DetCNN().eval()
+    x = torch.randn(1, 3, 8, 8)
+    compiled = torch.compile(m, backend="qnn", options={**OPTIONS, "min_partition_size": 100})
+    got, ours = run_with_warnings(compiled, x)
+    with torch.inference_mode():
+        torch.testing.assert_close(got, m(x))
+    assert qnnx_backend.STATS["fallbacks"] == 1 and qnnx_backend.STATS["partitions"] == 0
+    [msg] = ours
+    assert "eager PyTorch on the CPU" in msg and "Det" in msg and "min_partition_size=100" in msg, msg
+
+
+@pytest.mark.htp
+def test_explain_reports_the_partitions_without_compiling():
+    m = DetCNN().eval()
+    [report] = qnnx_backend.explain(m, (torch.randn(1, 3, 8, 8),), OPTIONS)
+    assert report["device"] == "npu" and not report["whole"]
+    assert [len(p) for p in report["partitions"]] == [5, 6], report
+    [(node, why)] = report["eager"].items()
+    assert node == "d" and why.startswith("linalg_det: ") and "Det is not supported" in why, report
+    assert "qnnx_scope" not in why, why
+    assert qnnx_backend.STATS["compiles"] == 0
+
+
+@pytest.mark.htp
+def test_explain_of_a_supported_model_is_whole():
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    [report] = qnnx_backend.explain(m, torch.randn(2, 4), OPTIONS)
+    assert report["whole"] and report["partitions"] == [] and report["eager"] == {}
+
+
+def test_onnx_names_of_a_scoped_export_map_back_to_fx_nodes():
+    names = {f"{_partition.SCOPE_PREFIX}y": "y", f"{_partition.SCOPE_PREFIX}y_1": "y_1"}
+    assert _partition.fx_node_of(f"/gm/{_partition.SCOPE_PREFIX}y/Relu", names) == "y"
+    assert _partition.fx_node_of(f"/gm/{_partition.SCOPE_PREFIX}y_1/Constant_1", names) == "y_1"
+    assert _partition.fx_node_of("Constant_20", names) is None
+    assert _partition.fx_node_of(f"/other/{_partition.SCOPE_PREFIX}y/Relu", names) is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "3"])
+def test_min_partition_size_is_checked(bad):
+    with pytest.raises(ValueError, match="min_partition_size"):
+        qnnx_backend.parse_options({"min_partition_size": bad})

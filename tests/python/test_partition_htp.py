@@ -67,7 +67,8 @@ def test_det_in_the_middle_runs_two_qnn_partitions_and_one_eager_node():
         got2 = compiled(x)
         assert_close_to_eager(got2, want, rel=2e-2)
     stats = qnnx_backend.STATS
-    assert (stats["partitions"], stats["compiles"], stats["fallbacks"]) == (2, 2, 0), stats
+    # One compile: both partitions are graphs of one QNN context.
+    assert (stats["partitions"], stats["compiles"], stats["fallbacks"]) == (2, 1, 0), stats
     assert len(ours) == 1, ours
     assert "2 QNN partition(s)" in ours[0] and "1 FX node(s) on the CPU" in ours[0], ours[0]
     assert "Det" in ours[0], ours[0]
@@ -144,3 +145,44 @@ def test_onnx_names_of_a_scoped_export_map_back_to_fx_nodes():
 def test_min_partition_size_is_checked(bad):
     with pytest.raises(ValueError, match="min_partition_size"):
         qnnx_backend.parse_options({"min_partition_size": bad})
+
+
+def compiled_partitions(model, x, **options):
+    """The native graphs of the QNN partitions of ``model``'s one FX graph after a call."""
+    made = []
+
+    def backend(gm, inputs):
+        made.append(qnnx_backend.qnn_backend(gm, inputs, options={**OPTIONS, **options}))
+        return made[-1]
+
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        out = torch.compile(model, backend=backend)(x)
+    [callable_] = made
+    [graph] = callable_.graphs.values()
+    parts = [m for name, m in graph.module.named_children() if name.startswith("qnn_partition_")]
+    return out, [next(iter(p.callable.graphs.values())).native for p in parts]
+
+
+@pytest.mark.htp
+def test_the_partitions_are_graphs_of_one_qnn_context():
+    torch.manual_seed(0)
+    _, natives = compiled_partitions(DetCNN().eval(), torch.randn(1, 3, 8, 8))
+    assert len(natives) == 2
+    # binary() of each graph of a context is the whole context binary.
+    assert natives[0].binary() == natives[1].binary()
+    assert [len(n.outputs) for n in natives] == [2, 1], [n.outputs for n in natives]
+
+
+@pytest.mark.htp
+def test_a_partitioned_graph_is_cached(tmp_path):
+    torch.manual_seed(0)
+    m, x = DetCNN().eval(), torch.randn(1, 3, 8, 8)
+    first, cold = compiled_partitions(m, x, cache=True, cache_dir=str(tmp_path))
+    assert qnnx_backend.STATS["compiles"] == 1 and not cold[0].from_cache
+    torch._dynamo.reset()
+    qnnx_backend.STATS.clear()
+    again, warm = compiled_partitions(m, x, cache=True, cache_dir=str(tmp_path))
+    assert (qnnx_backend.STATS["compiles"], qnnx_backend.STATS["cache_hits"]) == (0, 1), qnnx_backend.STATS
+    assert warm[0].from_cache and warm[0].cache_key == cold[0].cache_key
+    torch.testing.assert_close(again, first)

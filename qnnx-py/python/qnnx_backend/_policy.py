@@ -260,10 +260,13 @@ class QnnCallable:
             return None, None
         stitched = _partition.split(self.export_gm, plan)
         sub_settings = dataclasses.replace(s, device=device)
+        parts = []
         for i in range(len(plan.partitions)):
             name = f"qnn_partition_{i}"
-            setattr(stitched, name, _PartitionModule(stitched.get_submodule(name), sub_settings))
+            parts.append(_PartitionModule(stitched.get_submodule(name), sub_settings))
+            setattr(stitched, name, parts[-1])
         STATS["partitions"] += len(plan.partitions)
+        self.compile_together(stitched, parts, args, device)
         if not self.warned:
             self.warned = True
             warnings.warn(
@@ -272,6 +275,64 @@ class QnnCallable:
                 stacklevel=4,
             )
         return Partitioned(stitched, plan, device), None
+
+    def compile_together(
+        self, stitched: torch.fx.GraphModule, parts: list["_PartitionModule"], args: Sequence[Any], device: str
+    ) -> None:
+        """All partitions of ``stitched`` as graphs of one QNN context (one finalize call, one
+        binary, one cache entry), for the inputs each partition gets from ``args``: the stitched
+        graph runs eagerly once to record them. Where that fails (the reason is logged) each
+        partition compiles on its own at its first call, in a context of its own."""
+        s = self.settings
+        for p in parts:
+            p.recording = []
+        try:
+            with torch.no_grad():
+                stitched(*args)
+        finally:
+            recorded = [p.recording[0] if p.recording else None for p in parts]
+            for p in parts:
+                p.recording = None
+        if any(r is None for r in recorded):
+            logger.warning("qnn: a partition was not reached by the recording run; compiling each on its own")
+            return
+        callables, onnx_list = [], []
+        try:
+            for p, sub_args in zip(parts, recorded):
+                c = QnnCallable(p.graph, sub_args, p.settings, may_partition=False)
+                idx = [i for i in c.runtime if isinstance(sub_args[i], torch.Tensor)]
+                frozen = _export.Frozen(c.export_gm, sub_args, idx)
+                onnx_list.append(_export.export(frozen, [sub_args[i] for i in idx], s))
+                STATS["exports"] += 1
+                callables.append(c)
+            soc_model, htp_arch = (s.soc_model, s.htp_arch) if device == "npu" else (None, None)
+            t = time.perf_counter()
+            # Without weight sharing: partitions share no weights, and the x86_64 HTP library
+            # cannot load weight-shared binaries, which would make the context uncacheable.
+            natives = _native.compile_many(
+                onnx_list,
+                [f"partition_{i}" for i in range(len(parts))],
+                device=device,
+                soc_model=soc_model,
+                htp_arch=htp_arch,
+                fp16=s.fp16,
+                opt_level=s.opt_level,
+                weight_sharing=False,
+                cache_dir=_cache_dir(s),
+            )
+        except _FALLBACK_ERRORS as e:
+            logger.warning("qnn: the partitions do not compile as one context (%s); compiling each on its own", e)
+            return
+        STATS["cache_hits" if natives[0].from_cache else "compiles"] += 1
+        logger.info(
+            "qnn: compiled %d partitions as one context for %s in %.0f ms",
+            len(parts),
+            device,
+            (time.perf_counter() - t) * 1e3,
+        )
+        for p, c, native, sub_args in zip(parts, callables, natives, recorded):
+            c.graphs[c.signature(sub_args)] = CompiledGraph(native, device, c.out_meta, s.check_nan)
+            p.callable = c
 
     def fx_fingerprint(self, args: Sequence[Any], device: str, calibration: Optional[str] = None) -> str:
         """The warm-start fingerprint of this graph called with ``args`` on ``device``;
@@ -320,16 +381,23 @@ class QnnCallable:
 
 
 class _PartitionModule(torch.nn.Module):
-    """One QNN partition in a split graph: compiled at its first call like a whole graph (its
-    parameters arrive as the same static tensors dynamo passes the whole graph)."""
+    """One QNN partition in a split graph. QnnCallable.compile_together gives it its graph of
+    the context shared by all partitions; failing that it compiles at its first call like a
+    whole graph (its parameters arrive as the same static tensors dynamo passes the whole
+    graph), in a context of its own."""
 
     def __init__(self, graph: torch.fx.GraphModule, settings: QnnSettings):
         super().__init__()
         self.graph = graph
         self.settings = settings
         self.callable: Optional[QnnCallable] = None
+        #: While QnnCallable.compile_together records each partition's inputs: runs eagerly.
+        self.recording: Optional[list] = None
 
     def forward(self, *args):
+        if self.recording is not None:
+            self.recording.append(args)
+            return self.graph(*args)
         if self.callable is None:
             self.callable = QnnCallable(self.graph, args, self.settings, may_partition=False)
         return self.callable(*args)

@@ -186,3 +186,58 @@ def test_a_partitioned_graph_is_cached(tmp_path):
     assert (qnnx_backend.STATS["compiles"], qnnx_backend.STATS["cache_hits"]) == (0, 1), qnnx_backend.STATS
     assert warm[0].from_cache and warm[0].cache_key == cold[0].cache_key
     torch.testing.assert_close(again, first)
+
+
+class ArgsortCNN(nn.Module):
+    """argsort over channels (ONNX TopK on a non-last axis, which the lowering refuses for that
+    attribute, not for the op) between a conv block and a scatter plus conv block."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.c2 = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.c1(x)).flatten(2)
+        idx = torch.argsort(y[:, :, :1], dim=1).expand_as(y)
+        y = torch.scatter(y, 1, idx, y * 2)
+        return torch.relu(self.c2(y.reshape(x.shape[0], 4, x.shape[2], x.shape[3]))).mean((2, 3))
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_an_attribute_refusal_is_partitioned_for_each_input_shape(dynamic):
+    torch.manual_seed(0)
+    m = ArgsortCNN().eval()
+    compiled = torch.compile(m, backend="qnn", options=OPTIONS, dynamic=dynamic)
+    for batch in (1, 2):
+        x = torch.randn(batch, 3, 8, 8)
+        got, ours = run_with_warnings(compiled, x)
+        with torch.inference_mode():
+            assert_close_to_eager(got, m(x), rel=2e-2)
+        [msg] = ours
+        assert "2 QNN partition(s)" in msg and "1 FX node(s) on the CPU" in msg, msg
+        assert "argsort: " in msg and "only the last axis is supported" in msg, msg
+    # Two signatures, each with its two partitions in one context; the scatter runs on QNN.
+    assert (qnnx_backend.STATS["partitions"], qnnx_backend.STATS["compiles"]) == (4, 2), qnnx_backend.STATS
+    assert qnnx_backend.STATS["fallbacks"] == 0
+
+
+def test_nodes_computing_python_scalars_stay_eager():
+    class M(nn.Module):
+        def forward(self, x):
+            return torch.relu(x).reshape(x.size(0) * 2, -1)
+
+    made = []
+
+    def capture(gm, inputs):
+        made.append(gm)
+        return gm.forward
+
+    torch.compile(M(), backend=capture, dynamic=True)(torch.randn(4, 6))
+    [gm] = made
+    scalar = [n for n in gm.graph.nodes if n.op.startswith("call") and _partition.computes_scalar(n)]
+    assert scalar, gm.graph
+    p = _partition.plan(gm, {}, 1)
+    assert all(n.name in p.eager and "Python scalar" in p.eager[n.name] for n in scalar), p
+    assert not any(n.name in part for part in p.partitions for n in scalar), p

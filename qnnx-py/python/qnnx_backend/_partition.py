@@ -194,7 +194,16 @@ class _Supported(OperatorSupportBase):
         self.refused = set(refused)
 
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:  # noqa: ARG002
-        return node.op in _CALLS and node.name not in self.refused
+        return node.op in _CALLS and node.name not in self.refused and not computes_scalar(node)
+
+
+_SCALARS = (bool, int, float, torch.SymBool, torch.SymInt, torch.SymFloat)
+
+
+def computes_scalar(node: torch.fx.Node) -> bool:
+    """Whether dynamo recorded a Python scalar as the node's value (shape arithmetic such as
+    ``x.size(0) * 2``): a QNN graph returns tensors only, so such nodes stay eager."""
+    return isinstance(node.meta.get("example_value"), _SCALARS)
 
 
 @dataclasses.dataclass
@@ -251,6 +260,9 @@ def plan(gm: torch.fx.GraphModule, refused: Mapping[str, list[UnsupportedNode]],
         scope = f"/gm/{SCOPE_PREFIX}{name}/"
         why = "; ".join(n.reason.replace(scope, "") for n in nodes)
         eager[name] = f"{_op_name(by_name[name]) if name in by_name else name}: {why}"
+    for n in calls:
+        if n.name not in eager and computes_scalar(n):
+            eager[n.name] = f"{_op_name(n)}: computes a Python scalar, and QNN graphs return tensors only"
     partitions = []
     for p in proposed:
         nodes = sorted(p.nodes, key=order.__getitem__)

@@ -54,11 +54,12 @@ def run_with_warnings(compiled, *args):
 
 
 @pytest.mark.htp
-def test_det_in_the_middle_runs_two_qnn_partitions_and_one_eager_node():
+@pytest.mark.parametrize("device", ["npu", "auto"])
+def test_det_in_the_middle_runs_two_qnn_partitions_and_one_eager_node(device):
     torch.manual_seed(0)
     m = DetCNN().eval()
     x = torch.randn(1, 3, 8, 8)
-    compiled = torch.compile(m, backend="qnn", options=OPTIONS)
+    compiled = torch.compile(m, backend="qnn", options={**OPTIONS, "device": device})
     got, ours = run_with_warnings(compiled, x)
     with torch.inference_mode():
         want = m(x)
@@ -112,6 +113,20 @@ def test_nothing_large_enough_falls_back_whole_with_the_reasons():
     assert qnnx_backend.STATS["fallbacks"] == 1 and qnnx_backend.STATS["partitions"] == 0
     [msg] = ours
     assert "eager PyTorch on the CPU" in msg and "Det" in msg and "min_partition_size=100" in msg, msg
+
+
+@pytest.mark.htp
+def test_dry_run_warns_the_plan_runs_eagerly_and_compiles_nothing():
+    m = DetCNN().eval()
+    x = torch.randn(1, 3, 8, 8)
+    compiled = torch.compile(m, backend="qnn", options={**OPTIONS, "dry_run": True})
+    got, ours = run_with_warnings(compiled, x)
+    with torch.inference_mode():
+        torch.testing.assert_close(got, m(x))
+    [msg] = ours
+    assert "dry run on npu: this graph would be split" in msg and "2 QNN partition(s)" in msg, msg
+    stats = qnnx_backend.STATS
+    assert (stats["compiles"], stats["partitions"], stats["fallbacks"]) == (0, 0, 0), stats
 
 
 @pytest.mark.htp

@@ -7,6 +7,10 @@ inputs) are frozen into the graph as constants and the graph is exported to ONNX
 native module lowers the model and finalizes one QNN graph, reporting every node it cannot run;
 the returned callable checks each call's inputs against the compiled signature, hands tensor
 memory to QNN without copies, and returns torch tensors (_runtime).
+
+Without ``strict``, a graph the lowering refuses some nodes of is split (``partitioned``): the
+FX nodes behind the refused ONNX nodes and runs shorter than ``min_partition_size`` stay eager,
+the rest become QNN partitions, all compiled as graphs of one context (``compile_together``).
 """
 
 from __future__ import annotations

@@ -256,3 +256,24 @@ def test_nodes_computing_python_scalars_stay_eager():
     p = _partition.plan(gm, {}, 1)
     assert all(n.name in p.eager and "Python scalar" in p.eager[n.name] for n in scalar), p
     assert not any(n.name in part for part in p.partitions for n in scalar), p
+
+
+@pytest.mark.htp
+def test_partitions_compile_one_by_one_when_the_joint_compile_fails(monkeypatch):
+    from qnnx_backend import _native, _policy
+
+    def refuse(*args, **kwargs):
+        raise qnnx_backend.QnnApiError("injected: the joint compile failed")
+
+    # The failure is injected; every compile that then happens is the real library's.
+    monkeypatch.setattr(_native, "compile_many", refuse)
+    assert _policy._native.compile_many is refuse
+    torch.manual_seed(0)
+    m, x = DetCNN().eval(), torch.randn(1, 3, 8, 8)
+    got, natives = compiled_partitions(m, x)
+    with torch.inference_mode():
+        assert_close_to_eager(got, m(x), rel=2e-2)
+    stats = qnnx_backend.STATS
+    assert (stats["partitions"], stats["compiles"], stats["fallbacks"]) == (2, 2, 0), stats
+    # Two contexts now: each binary holds one graph.
+    assert natives[0].binary() != natives[1].binary()

@@ -205,3 +205,28 @@ pub fn io_binding(data: &[u8]) {
         }
     }
 }
+
+/// Any bytes as a saved model (`qnnx_engine::saved::parse`, what `load` checks before QNN sees
+/// the binary): either an error, or a layout inside the bytes, non-overlapping, whose binary
+/// hashes to the manifest's sha256, and a manifest that serialises and parses back equal.
+pub fn saved_model(data: &[u8]) {
+    let Ok((layout, manifest)) = qnnx_engine::saved::parse(data) else {
+        return;
+    };
+    assert!(layout.manifest.end <= layout.binary.start && layout.binary.end <= data.len());
+    assert!(layout.manifest.start >= qnnx_engine::saved::HEADER_LEN);
+    let binary = &data[layout.binary.clone()];
+    assert_eq!(binary.len() as u64, manifest.binary_size);
+    let sha: String = Sha256::digest(binary)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(sha, manifest.binary_sha256);
+    let text = serde_json::to_vec(&manifest).expect("a parsed manifest serialises");
+    let back: qnnx_engine::saved::Manifest = serde_json::from_slice(&text).expect("and parses");
+    assert_eq!(back, manifest);
+    for g in &manifest.graphs {
+        // The binding is checked against the graph after QNN loads it; here it must not panic.
+        let _ = parse_io_binding(&g.io);
+    }
+}

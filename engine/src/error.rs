@@ -30,6 +30,11 @@ pub enum Error {
         /// How many float tensors the lowered graph has.
         float_tensors: usize,
     },
+    /// A saved model cannot be read or loaded: not one, truncated, corrupt, from another QNN
+    /// release or for another SoC, or its manifest does not match its binary. The message names
+    /// the file and what differs.
+    #[error("{0}")]
+    SavedModel(String),
     /// The context-binary cache could not be used.
     #[error(transparent)]
     Cache(#[from] crate::cache::CacheError),

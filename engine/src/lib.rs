@@ -4,7 +4,7 @@
 //! process-wide backend [`registry`], [`emit`] (a lowered plan to a QNN graph), the
 //! [`compile`] driver (cache lookup, lowering, emit, finalize, cache store, with progress stages),
 //! host I/O ([`io`]: int64 narrowing, NaN and shape checks) and the context-binary [`cache`] with
-//! its key policy.
+//! its key policy, and [`saved`] models (a compiled binary with its manifest in one file).
 //!
 //! ```text
 //! ONNX bytes --lowering::lower--> Plan --emit--> qnn::Graph --io--> host tensors
@@ -19,6 +19,8 @@ mod error;
 pub mod io;
 pub mod profile;
 pub mod registry;
+pub mod saved;
+pub mod session;
 pub mod target;
 
 pub use compile::{
@@ -28,4 +30,5 @@ pub use emit::Emitted;
 pub use error::{Error, Result};
 pub use io::HostTensor;
 pub use registry::Runtime;
+pub use session::{Session, SessionOptions};
 pub use target::{Target, TargetSpec};

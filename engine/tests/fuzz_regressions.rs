@@ -12,11 +12,12 @@ use std::path::Path;
 type Target = fn(&[u8]);
 
 fn replay(dir: &Path) -> usize {
-    let targets: [(&str, Target); 4] = [
+    let targets: [(&str, Target); 5] = [
         ("cache_meta", harness::cache_meta),
         ("cache_get", harness::cache_get),
         ("cache_alias", harness::cache_alias),
         ("io_binding", harness::io_binding),
+        ("saved_model", harness::saved_model),
     ];
     let mut n = 0;
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -21,7 +21,7 @@ pub(crate) struct ContextInner {
     info: Option<BinaryInfo>,
     // A context loaded from a mapped file keeps the mapping for its lifetime: the emulator copies
     // what it needs, but nothing in the API promises that on a device.
-    _map: Option<memmap2::Mmap>,
+    _map: Option<Arc<memmap2::Mmap>>,
 }
 
 // SAFETY: opaque handle owned by this struct; see `BackendInner`.
@@ -133,18 +133,39 @@ impl Context {
         path: &Path,
         expected: &ExpectedBinary,
     ) -> Result<Context> {
-        let file = std::fs::File::open(path).map_err(io(path))?;
-        // SAFETY: the mapping is read-only and private. Truncating the file while it is mapped
-        // would fault; cache files are replaced by rename, never rewritten in place.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io(path))?;
-        let bytes: &[u8] = &map;
-        // The slice borrows the map, which moves into the context below; the heap pages it
-        // points at do not move.
-        let (ptr, len) = (bytes.as_ptr(), bytes.len());
-        // SAFETY: `map` outlives this call (it is stored in the context on success, dropped on
-        // failure after `load` returns).
-        let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-        Context::load(backend, device, bytes, Some(map), expected, None).map_err(|e| match e {
+        let file = MappedFile::open(path)?;
+        Context::from_mapped_expecting(backend, device, &file, 0..file.len(), expected)
+    }
+
+    /// Loads the context binary at `range` of a mapped file (a binary inside a larger file,
+    /// such as a saved model) like [`Context::from_binary_expecting`]; the context keeps the
+    /// mapping. A range outside the file is [`Error::InvalidArgument`].
+    pub fn from_mapped_expecting(
+        backend: &Backend,
+        device: Option<&Device>,
+        file: &MappedFile,
+        range: std::ops::Range<usize>,
+        expected: &ExpectedBinary,
+    ) -> Result<Context> {
+        let path = file.path();
+        let bytes = file.bytes().get(range.clone()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{}: bytes {}..{} are outside the {}-byte file",
+                path.display(),
+                range.start,
+                range.end,
+                file.len()
+            ))
+        })?;
+        Context::load(
+            backend,
+            device,
+            bytes,
+            Some(file.map.clone()),
+            expected,
+            None,
+        )
+        .map_err(|e| match e {
             Error::Api(mut api) => {
                 let ctx = format!("{}", path.display());
                 api.context = Some(match api.context.take() {
@@ -162,7 +183,7 @@ impl Context {
         backend: &Backend,
         device: Option<&Device>,
         bytes: &[u8],
-        map: Option<memmap2::Mmap>,
+        map: Option<Arc<memmap2::Mmap>>,
         expected: &ExpectedBinary,
         profile: Option<&Profile>,
     ) -> Result<Context> {
@@ -302,6 +323,49 @@ impl Context {
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes = self.to_binary()?;
         write_atomic(path, &bytes)
+    }
+}
+
+/// A file mapped read-only into memory, for loading context binaries without reading them
+/// into the heap (a context loaded from it keeps the mapping alive). Cheap to clone.
+#[derive(Clone)]
+pub struct MappedFile {
+    map: Arc<memmap2::Mmap>,
+    path: std::path::PathBuf,
+}
+
+impl MappedFile {
+    /// Opens and maps `path`. An empty file maps to an empty slice.
+    pub fn open(path: &Path) -> Result<MappedFile> {
+        let file = std::fs::File::open(path).map_err(io(path))?;
+        // SAFETY: the mapping is read-only and private. Truncating the file while it is mapped
+        // would fault; cache files and saved models are replaced by rename, never rewritten in
+        // place.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io(path))?;
+        Ok(MappedFile {
+            map: Arc::new(map),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// The file's size in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 

@@ -48,7 +48,7 @@ pub use config::{
     BackendConfig, GpuConfig, GpuContextConfig, GpuGraphConfig, GpuPerfHint, GpuPrecision,
     HtpConfig, HtpContextConfig, HtpDeviceConfig, HtpGraphConfig, Precision,
 };
-pub use context::{write_atomic, Context, ExpectedBinary};
+pub use context::{write_atomic, Context, ExpectedBinary, MappedFile};
 pub use device::Device;
 pub use error::{ApiError, Error, LoadError, Result};
 pub use graph::{Graph, GraphBuilder, Node, ParamValue, Scalar, TensorRef, DEFAULT_PACKAGE};

@@ -65,7 +65,7 @@ enum Command {
     Check(compile::CheckArgs),
     /// Describe a context binary: graphs, inputs and outputs, build id, SoC.
     Inspect {
-        /// The context binary.
+        /// The context binary, or a saved model (`qnnx_backend.export`).
         model: PathBuf,
     },
     /// Run a context binary, or an ONNX model compiled in memory, with given or random inputs;
@@ -432,35 +432,57 @@ pub fn encoding_text(q: &qnn::Quantization) -> String {
     }
 }
 
-fn encoding_json(q: &qnn::Quantization) -> Value {
-    match q {
-        qnn::Quantization::None => Value::Null,
-        qnn::Quantization::ScaleOffset { scale, offset } => {
-            json!({ "scale": scale, "offset": offset })
-        }
-        qnn::Quantization::PerAxis {
-            axis,
-            scale_offsets,
-        } => json!({
-            "axis": axis,
-            "scales": scale_offsets.iter().map(|p| p.0).collect::<Vec<_>>(),
-            "offsets": scale_offsets.iter().map(|p| p.1).collect::<Vec<_>>(),
-        }),
-        qnn::Quantization::Unparsed { encoding } => json!({ "encoding": encoding }),
-    }
-}
-
 pub fn tensor_json(t: &qnn::TensorInfo) -> Value {
     json!({
         "name": t.name,
         "dtype": dtype_name(t),
         "shape": t.dims,
         "id": t.id,
-        "encoding": encoding_json(&t.quantization),
+        "encoding": qnnx_engine::saved::encoding_json(&t.quantization),
     })
 }
 
+/// `inspect` of a saved model: its manifest, checked against the file (binary hash included).
+fn inspect_saved(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
+    let m = qnnx_engine::saved::read_manifest(model).map_err(|e| Failure::new(e.to_string()))?;
+    let report = json!({ "file": model, "saved_model": m });
+    emit(cli, &report, || {
+        let soc = m
+            .soc_model
+            .map(|s| match qnn::soc::by_model(s) {
+                Some(k) => format!("SoC {s} ({}, HTP {})", k.name, k.arch),
+                None => format!("SoC {s}"),
+            })
+            .unwrap_or_else(|| "no SoC".into());
+        let mut s = format!(
+            "{}: saved model (qnnx {}), {} backend, QNN build {}, {soc}, binary {} bytes\n",
+            model.display(),
+            m.qnnx_version,
+            m.backend,
+            m.qnn_build_id,
+            m.binary_size
+        );
+        if !m.options.is_empty() {
+            let o: Vec<String> = m.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s += &format!("options: {}\n", o.join(", "));
+        }
+        for g in &m.graphs {
+            s += &format!("graph {:?}\n", g.name);
+            for (what, list) in [("input ", &g.inputs), ("output", &g.outputs)] {
+                for t in list {
+                    s += &format!("  {what} {:<24} {:<5} {:?}\n", t.name, t.dtype, t.dims);
+                }
+            }
+        }
+        s
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
 fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
+    if run::is_saved(model) {
+        return inspect_saved(cli, model);
+    }
     let bytes = read_file(model)?;
     let system = system_library(cli)?;
     let info = qnn::binary_info(&system, &bytes).map_err(|e| {

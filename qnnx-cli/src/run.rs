@@ -19,7 +19,8 @@ use crate::{emit, Cli, Failure};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// A context binary, or an ONNX model (`.onnx`), which is compiled in memory first.
+    /// A context binary, a saved model (`qnnx_backend.export`), or an ONNX model (`.onnx`),
+    /// which is compiled in memory first.
     pub model: PathBuf,
     /// The graph to run in a context binary (default: the first).
     #[arg(long)]
@@ -369,12 +370,64 @@ fn is_onnx(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
 }
 
+/// Whether the file starts as a saved model does (`qnnx_engine::saved::MAGIC`).
+pub fn is_saved(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| &head == qnnx_engine::saved::MAGIC)
+}
+
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
-    if is_onnx(&args.model) {
+    if is_saved(&args.model) {
+        run_saved(cli, args)
+    } else if is_onnx(&args.model) {
         run_onnx(cli, args)
     } else {
         run_binary(cli, args)
     }
+}
+
+fn refuse_build_flags(args: &RunArgs) -> Result<(), Failure> {
+    let b = &args.build;
+    if b.cache
+        || b.opt_level.is_some()
+        || !b.input_shapes.is_empty()
+        || !b.fix_inputs.is_empty()
+        || b.precision != Default::default()
+    {
+        return Err(Failure::usage(
+            "--cache, --opt-level, --precision, --input-shape and --fix-input apply to ONNX models; a context binary is already compiled",
+        ));
+    }
+    Ok(())
+}
+
+fn run_saved(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
+    refuse_build_flags(args)?;
+    let loaded = qnnx_engine::saved::load(&args.model).map_err(|e| {
+        Failure::new(format!(
+            "{e}\nhint: `qnnx inspect {}` shows the manifest",
+            args.model.display()
+        ))
+    })?;
+    let c = match &args.graph {
+        Some(name) => loaded
+            .graphs
+            .iter()
+            .find(|g| g.emitted.graph.name() == name)
+            .ok_or_else(|| Failure::new(format!("no graph {name:?} in the saved model")))?,
+        None => &loaded.graphs[0],
+    };
+    let name = c.emitted.graph.name().to_string();
+    let text = format!("loaded in {:.1} ms", c.load_ms);
+    let prepare = json!({ "load_ms": c.load_ms, "soc_model": loaded.manifest.soc_model });
+    let stages = [("load", c.load_ms)];
+    // A saved model carries no ONNX: profiled ops are named by QNN only.
+    run_compiled(cli, args, c, &name, prepare, text, &stages, &|| {
+        Ok(NodeOrigins::default())
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -454,16 +507,7 @@ fn report(
 
 fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     let b = &args.build;
-    if b.cache
-        || b.opt_level.is_some()
-        || !b.input_shapes.is_empty()
-        || !b.fix_inputs.is_empty()
-        || b.precision != Default::default()
-    {
-        return Err(Failure::usage(
-            "--cache, --opt-level, --precision, --input-shape and --fix-input apply to ONNX models; a context binary is already compiled",
-        ));
-    }
+    refuse_build_flags(args)?;
     let bytes = crate::read_file(&args.model)?;
     // On the emulator, emulate the SoC the binary was compiled for unless told otherwise.
     let info = crate::system_library(cli)
@@ -576,7 +620,57 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         ));
     }
     let built = crate::compile::build(cli, &args.model, &args.build, "qnnx", false)?;
-    let e = &built.compiled.emitted;
+    let c = &built.compiled;
+    let mut stages: Vec<(&str, f64)> = vec![("read file", built.read_ms)];
+    stages.extend(c.timings.stages.iter().map(|&(t, ms)| (t.name(), ms)));
+    let prepare_text = if c.from_cache {
+        format!("loaded from the cache in {:.1} ms", c.load_ms)
+    } else {
+        format!(
+            "compiled in {:.0} ms (lowering {:.0} ms, finalize {:.0} ms)",
+            built.total_ms, c.lower_ms, c.finalize_ms
+        )
+    };
+    let prepare = json!({
+        "compile_ms": built.total_ms,
+        "lower_ms": c.lower_ms,
+        "finalize_ms": c.finalize_ms,
+        "load_ms": c.load_ms,
+        "from_cache": c.from_cache,
+        "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
+        "soc_model": built.target.soc_model,
+    });
+    run_compiled(
+        cli,
+        args,
+        c,
+        "qnnx",
+        prepare,
+        prepare_text,
+        &stages,
+        &|| {
+            NodeOrigins::by_lowering(built.target.backend, &built.onnx, &built.opts)
+                .map_err(|e| Failure::new(format!("naming the profiled ops: {e}")))
+        },
+    )
+}
+
+/// Runs a compiled model (ONNX or saved) on the inputs of `args` in the model's dtypes and
+/// reports; `prepare` and `prepare_text` say how it was made ready, `stages` how long each step
+/// took (for the trace), and `origins` names the ONNX nodes of profiled ops when the compile
+/// did not record them.
+#[allow(clippy::too_many_arguments)]
+fn run_compiled(
+    cli: &Cli,
+    args: &RunArgs,
+    c: &qnnx_engine::Compiled,
+    graph: &str,
+    prepare: serde_json::Value,
+    prepare_text: String,
+    stages: &[(&str, f64)],
+    origins: &dyn Fn() -> Result<NodeOrigins, Failure>,
+) -> Result<ExitCode, Failure> {
+    let e = &c.emitted;
     let ios: Vec<Io> = e
         .inputs
         .iter()
@@ -632,24 +726,20 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         .graph_inputs(&hosts)
         .map_err(|err| Failure::new(err.to_string()))?;
     let (timing, outs) = execute(&e.graph, &ins, args.runs)?;
-    let c = &built.compiled;
-    let mut stages: Vec<(&str, f64)> = vec![("read file", built.read_ms)];
-    stages.extend(c.timings.stages.iter().map(|&(t, ms)| (t.name(), ms)));
     let profile = profile_and_trace(
         args,
         |level| {
             let found;
             let origins = if c.origins.is_empty() {
-                found = NodeOrigins::by_lowering(built.target.backend, &built.onnx, &built.opts)
-                    .map_err(|e| Failure::new(format!("naming the profiled ops: {e}")))?;
+                found = origins()?;
                 &found
             } else {
                 &c.origins
             };
             profiled(&c.runtime.backend, &e.graph, &ins, level, origins)
         },
-        "qnnx",
-        &stages,
+        graph,
+        stages,
     )?;
     let hosts = e.host_outputs(outs);
     let mut arrays = Vec::new();
@@ -662,27 +752,11 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     }
     let names: Vec<String> = e.outputs.iter().map(|o| o.onnx_name.clone()).collect();
     let written = write_outputs(args.output_dir.as_deref(), arrays, &names)?;
-    let prepare_text = if c.from_cache {
-        format!("loaded from the cache in {:.1} ms", c.load_ms)
-    } else {
-        format!(
-            "compiled in {:.0} ms (lowering {:.0} ms, finalize {:.0} ms)",
-            built.total_ms, c.lower_ms, c.finalize_ms
-        )
-    };
     report(
         cli,
         args,
-        "qnnx",
-        json!({
-            "compile_ms": built.total_ms,
-            "lower_ms": c.lower_ms,
-            "finalize_ms": c.finalize_ms,
-            "load_ms": c.load_ms,
-            "from_cache": c.from_cache,
-            "cache_key": c.cache_key.as_ref().map(|k| k.to_string()),
-            "soc_model": built.target.soc_model,
-        }),
+        graph,
+        prepare,
         prepare_text,
         &timing,
         &written,

@@ -1027,3 +1027,53 @@ fn rank0_outputs_keep_their_shape() {
     assert_eq!((descr.as_str(), shape, data.len()), ("<f4", vec![], 4));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn saved_models_inspect_and_run_like_their_onnx_model() {
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("saved");
+    let onnx = dir.join("m.onnx");
+    let model = ModelBuilder::new(17)
+        .input("x", DType::F32, &[2, 4])
+        .node("Relu", &["x"], &["h"], &[])
+        .node("Add", &["h", "x"], &["y"], &[])
+        .output("y");
+    std::fs::write(&onnx, model.bytes()).unwrap();
+    let session = qnnx_engine::Session::open(&onnx, &Default::default()).unwrap();
+    let saved = dir.join("m.qnnx");
+    qnnx_engine::saved::save(
+        session.compiled(),
+        &saved,
+        Default::default(),
+        Default::default(),
+    )
+    .unwrap();
+
+    let v = ok_json(&["inspect", s(&saved), "--json"]);
+    let m = &v["saved_model"];
+    assert_eq!(m["soc_model"], 60);
+    assert_eq!(m["htp_arch"], 73);
+    assert_eq!(
+        m["graphs"][0]["inputs"][0]["dims"],
+        serde_json::json!([2, 4])
+    );
+
+    let (a, b) = (dir.join("out-saved"), dir.join("out-onnx"));
+    let v = ok_json(&["run", s(&saved), "-o", s(&a), "--json"]);
+    assert!(v["prepare"]["load_ms"].as_f64().is_some(), "{v}");
+    ok_json(&["run", s(&onnx), "-o", s(&b), "--json"]);
+    // Same random inputs (by input name), same graph: the same output bytes.
+    assert_eq!(
+        std::fs::read(a.join("y.npy")).unwrap(),
+        std::fs::read(b.join("y.npy")).unwrap()
+    );
+
+    let bytes = std::fs::read(&saved).unwrap();
+    std::fs::write(&saved, &bytes[..bytes.len() / 2]).unwrap();
+    let out = qnnx(&["run", s(&saved)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("truncated"), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -57,6 +57,12 @@ create_exception!(
     QnnxError,
     "The inputs of a call do not fit the compiled graph (count, dtype, shape, NaN, range)."
 );
+create_exception!(
+    qnnx_backend._native,
+    SavedModelError,
+    QnnxError,
+    "A saved model cannot be read or loaded (not one, truncated, corrupt, from another QNN release or SoC, or its manifest does not match its binary)."
+);
 
 /// Sets the attributes every qnnx exception has.
 pub fn with_attrs(py: Python<'_>, err: PyErr, attrs: Attrs) -> PyErr {
@@ -150,6 +156,7 @@ pub fn engine_error(py: Python<'_>, e: Error) -> PyErr {
             with_attrs(py, LoweringError::new_err(message), Attrs::default())
         }
         Error::Cache(e) => with_attrs(py, CacheError::new_err(e.to_string()), Attrs::default()),
+        Error::SavedModel(m) => with_attrs(py, SavedModelError::new_err(m), Attrs::default()),
     }
 }
 
@@ -180,5 +187,6 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LoweringError", py.get_type::<LoweringError>())?;
     m.add("CacheError", py.get_type::<CacheError>())?;
     m.add("InputError", py.get_type::<InputError>())?;
+    m.add("SavedModelError", py.get_type::<SavedModelError>())?;
     Ok(())
 }

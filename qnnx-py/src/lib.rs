@@ -386,6 +386,108 @@ fn default_cache_dir() -> Option<String> {
     qnnx_engine::cache::default_dir().map(|p| p.display().to_string())
 }
 
+fn manifest_json(py: Python<'_>, m: &qnnx_engine::saved::Manifest) -> PyResult<String> {
+    serde_json::to_string(m).map_err(|e| {
+        engine_error(
+            py,
+            qnnx_engine::Error::SavedModel(format!("manifest does not serialise: {e}")),
+        )
+    })
+}
+
+/// Writes `compiled` to `path` as a saved model (context binary, manifest and I/O binding in one
+/// file, written atomically) with the compile `options` and the caller's `extra` data in the
+/// manifest; returns the manifest as JSON.
+#[pyfunction]
+fn save(
+    py: Python<'_>,
+    compiled: &Compiled,
+    path: std::path::PathBuf,
+    options: std::collections::BTreeMap<String, String>,
+    extra: std::collections::BTreeMap<String, String>,
+) -> PyResult<String> {
+    let m = py
+        .detach(|| qnnx_engine::saved::save(&compiled.inner, &path, options, extra))
+        .map_err(|e| engine_error(py, e))?;
+    manifest_json(py, &m)
+}
+
+/// Memory-maps the saved model at `path` and loads its graphs (no ONNX, no lowering, no
+/// finalize), after checking the file (SavedModelError names what is wrong). Returns the graphs
+/// in manifest order and the manifest as JSON.
+#[pyfunction]
+fn load_saved(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(Vec<Compiled>, String)> {
+    let loaded = py
+        .detach(|| qnnx_engine::saved::load(&path))
+        .map_err(|e| engine_error(py, e))?;
+    let json = manifest_json(py, &loaded.manifest)?;
+    Ok((
+        loaded
+            .graphs
+            .into_iter()
+            .map(|inner| Compiled { inner })
+            .collect(),
+        json,
+    ))
+}
+
+/// The bytes of a saved model of `compiled` (what `save` writes), for artifacts that carry it
+/// inside themselves.
+#[pyfunction]
+fn saved_bytes<'py>(
+    py: Python<'py>,
+    compiled: &Compiled,
+    options: std::collections::BTreeMap<String, String>,
+    extra: std::collections::BTreeMap<String, String>,
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    let (bytes, _) = py
+        .detach(|| qnnx_engine::saved::to_bytes(&compiled.inner, options, extra))
+        .map_err(|e| engine_error(py, e))?;
+    Ok(pyo3::types::PyBytes::new(py, &bytes))
+}
+
+/// `load_saved` from the bytes of a saved model; `what` names them in errors.
+#[pyfunction]
+fn load_saved_bytes(py: Python<'_>, what: &str, data: &[u8]) -> PyResult<(Vec<Compiled>, String)> {
+    let loaded = py
+        .detach(|| qnnx_engine::saved::load_bytes(what, data))
+        .map_err(|e| engine_error(py, e))?;
+    let json = manifest_json(py, &loaded.manifest)?;
+    Ok((
+        loaded
+            .graphs
+            .into_iter()
+            .map(|inner| Compiled { inner })
+            .collect(),
+        json,
+    ))
+}
+
+/// A plain QNN context binary (no manifest), memory-mapped and loaded for the SoC it records,
+/// graph `graph` (default the first) bound with its own tensor names, dtypes and shapes.
+#[pyfunction]
+#[pyo3(signature = (path, graph = None))]
+fn load_context_binary(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    graph: Option<String>,
+) -> PyResult<Compiled> {
+    let c = py
+        .detach(|| qnnx_engine::saved::load_context_binary(&path, graph.as_deref()))
+        .map_err(|e| engine_error(py, e))?;
+    Ok(Compiled { inner: c })
+}
+
+/// The manifest of the saved model at `path` as JSON, checked (binary hash included) without
+/// opening QNN.
+#[pyfunction]
+fn read_manifest(py: Python<'_>, path: std::path::PathBuf) -> PyResult<String> {
+    let m = py
+        .detach(|| qnnx_engine::saved::read_manifest(&path))
+        .map_err(|e| engine_error(py, e))?;
+    manifest_json(py, &m)
+}
+
 /// Versions of this package and of the QNN pieces it was built with.
 #[pyfunction]
 fn versions(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -414,6 +516,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(alias_get, m)?)?;
     m.add_function(wrap_pyfunction!(alias_put, m)?)?;
     m.add_function(wrap_pyfunction!(versions, m)?)?;
+    m.add_function(wrap_pyfunction!(save, m)?)?;
+    m.add_function(wrap_pyfunction!(load_saved, m)?)?;
+    m.add_function(wrap_pyfunction!(read_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(saved_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(load_saved_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(load_context_binary, m)?)?;
     m.add_function(wrap_pyfunction!(set_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(default_cache_dir, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_target, m)?)?;

@@ -51,7 +51,7 @@ def test_export_takes_the_runtime_inputs_and_holds_the_weights(exporter):
 
 
 def fail(names, calls):
-    def export_with(exporter, frozen, runtime_args):
+    def export_with(exporter, frozen, runtime_args, input_names, output_names):
         calls.append(exporter)
         if exporter in names:
             raise RuntimeError(f"{exporter} cannot")

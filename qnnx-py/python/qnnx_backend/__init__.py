@@ -2,15 +2,20 @@
 
 A drop-in for the ``qnnx-backend`` package (same module, options and behaviour) that drives
 Qualcomm's QNN libraries directly instead of going through ONNX Runtime.
+
+Importing the package does not import torch: deployed apps use ``qnnx_backend.load`` and
+``qnnx_backend.runtime.InferenceSession`` with numpy alone. The torch-facing names (``compile``,
+``export``, ``qnn_backend``, ``STATS``, ...) import torch on first use. The ``"qnn"`` backend is
+registered on import when torch is already imported, and otherwise by torch itself through the
+``torch_dynamo_backends`` entry point when a backend is looked up.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from typing import Any, Optional
-
-import torch
 
 
 def _name_onnxruntime_qnn() -> None:
@@ -32,25 +37,44 @@ def _name_onnxruntime_qnn() -> None:
 _name_onnxruntime_qnn()
 
 from . import exceptions
-from ._policy import STATS
 from ._native import versions
-from .backend import qnn_backend
 from .exceptions import (
     CacheError,
     LibraryLoadError,
     LoweringError,
     QnnApiError,
     QnnxError,
+    SavedModelError,
     UnsupportedOpError,
 )
+from .runtime import load
 from .settings import QnnSettings, parse_options
-from ._profile import Profile, profile
+
+# Names whose modules import torch, imported when first used (PEP 562).
+_LAZY = {
+    "STATS": "._policy",
+    "qnn_backend": ".backend",
+    "export": "._deploy",
+    "profile": "._profile",
+    "Profile": "._profile",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'qnnx_backend' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 __version__ = versions()["qnnx"]
 
 __all__ = [
     "compile",
     "explain",
+    "export",
+    "load",
     "is_available",
     "qnn_backend",
     "parse_options",
@@ -65,6 +89,7 @@ __all__ = [
     "UnsupportedOpError",
     "LoweringError",
     "CacheError",
+    "SavedModelError",
 ]
 
 
@@ -82,7 +107,7 @@ def is_available(device: Optional[str] = None) -> bool:
     return _native.is_available(device)
 
 
-def compile(model: torch.nn.Module, *, dynamic: bool = True, **options: Any) -> torch.nn.Module:
+def compile(model: Any, *, dynamic: bool = True, **options: Any) -> Any:
     """``torch.compile(model, backend="qnn", options=options)`` with the ``dynamic`` routing of
     qnnx-backend 0.4.
 
@@ -104,6 +129,8 @@ def compile(model: torch.nn.Module, *, dynamic: bool = True, **options: Any) -> 
 def _register() -> None:
     from torch._dynamo.backends.registry import register_backend
 
+    from .backend import qnn_backend
+
     try:
         register_backend(compiler_fn=qnn_backend, name="qnn")
     except AssertionError:
@@ -111,10 +138,12 @@ def _register() -> None:
         pass
 
 
-_register()
+# Only when torch is already loaded: importing it here would cost a numpy-only app seconds.
+if sys.modules.get("torch") is not None:
+    _register()
 
 
-def explain(model: torch.nn.Module, example_inputs: Any, options: Optional[dict] = None) -> list[dict]:
+def explain(model: Any, example_inputs: Any, options: Optional[dict] = None) -> list[dict]:
     """What would run where, without compiling anything for QNN: ``model(*example_inputs)`` is
     captured by torch.compile with ``dry_run=True`` and each FX graph's support is checked by
     the lowering. One dict per graph: ``device`` (the one checked, None when none could be),
@@ -122,6 +151,8 @@ def explain(model: torch.nn.Module, example_inputs: Any, options: Optional[dict]
     of a partly supported graph), ``eager`` (FX node -> why it stays on the CPU) and
     ``reasons`` (why a graph falls back whole). The model runs eagerly once."""
     import warnings
+
+    import torch
 
     from ._policy import QnnCallable, compile_graph
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import json
 import logging
 import time
 import warnings
@@ -40,10 +41,25 @@ STATS: collections.Counter = collections.Counter()
 
 _FALLBACK_ERRORS = (UnsupportedOpError, LoweringError, QnnApiError, LibraryLoadError)
 
+try:
+    # torch's AOT path (torch.compile(fn).aot_compile(...), torch.compiler.load_compiled_function)
+    # takes backends whose result implements this ABC; experimental in torch 2.13 to 2.15.
+    from torch._dynamo.aot_compile_types import SerializableCallable as _Serializable
+except ImportError:  # older torch: no AOT path
+    _Serializable = object  # type: ignore[assignment,misc]
 
-class QnnCallable:
+# Prefix of what serialize_compile_artifacts returns: then a u64 length, a JSON header and the
+# bytes of a saved model (the file qnnx_backend.export writes).
+_AOT_MAGIC = b"qnnx-aot-1\0"
+
+
+class QnnCallable(_Serializable):
     """What the backend returns to dynamo: picks (or compiles) the graph for each call's input
-    signature and falls back to the original graph when a signature cannot run on QNN."""
+    signature and falls back to the original graph when a signature cannot run on QNN.
+
+    For torch's AOT path it serializes as the graph compiled for the example inputs, stored as
+    a saved model; ``deserialize_compile_artifacts`` loads it with no export or compile
+    (``AotGraph``)."""
 
     def __init__(
         self,
@@ -91,6 +107,14 @@ class QnnCallable:
         # Which frame arguments the graph inputs come from, read while dynamo calls the backend
         # (calibration samples are the model's arguments; see _calibrate).
         self.frame = _calibrate.Frame.capture(gm) if settings.quantize is not None else None
+        # The example call's runtime arguments as (shape, dtype) or the constant itself, not the
+        # tensors: keeping them alive would hold a KV cache or a batch for the graph's lifetime.
+        self.example = {
+            i: (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else ("const", a)
+            for i, a in enumerate(example_inputs)
+            if i in self.runtime
+        }
+        self.example_statics = {i: a for i, a in enumerate(example_inputs) if i not in self.runtime}
 
     def signature(self, args: Sequence[Any]) -> tuple:
         sig = []
@@ -381,6 +405,80 @@ class QnnCallable:
         if self.kv_plan is not None:
             outs = self.kv_plan.finish(args, outs)
         outs = _runtime.guard_autograd(outs, list(args) + self.statics)
+        return tuple(outs) if self.returns_tuple else outs[0]
+
+
+    @classmethod
+    def serialize_compile_artifacts(cls, fn: "QnnCallable") -> bytes:
+        """The graph compiled for the example call (compiled now if it has not run yet) as a
+        saved model, with what a call needs around it. Raises what compiling raises, and
+        LoweringError for graphs that cannot be saved (eager fallback, KV-cache replay)."""
+        if fn.kv_plan is not None:
+            raise LoweringError("kv_cache graphs replay their cache writes on the host; the AOT path cannot save them yet")
+        args: list[Any] = []
+        for i in range(len(fn.example) + len(fn.example_statics)):
+            if i in fn.example_statics:
+                args.append(fn.example_statics[i])
+                continue
+            shape, value = fn.example[i]
+            if shape == "const":
+                args.append(value)
+            else:
+                # Export traces the graph, whose values do not steer it (dynamo graphs have no
+                # data-dependent control flow): zeros of the example's shape and dtype do.
+                args.append(torch.zeros(shape, dtype=value))
+        sig = fn.signature(args)
+        if sig not in fn.graphs:
+            fn.graphs[sig] = fn.compile(args)
+        graph = fn.graphs[sig]
+        if graph is None:
+            raise LoweringError("the graph cannot run on QNN (it falls back to eager PyTorch), so there is no binary to save")
+        if isinstance(graph, Partitioned):
+            raise LoweringError(
+                "the graph is split into QNN partitions and eager nodes; the AOT path saves whole QNN graphs only"
+            )
+        header = {
+            "runtime": fn.runtime,
+            "returns_tuple": fn.returns_tuple,
+            "out_meta": [None if m is None else list(m) for m in fn.out_meta],
+            "device": graph.device,
+            "check_nan": fn.settings.check_nan,
+        }
+        saved = _native.saved_bytes(
+            graph.native,
+            {k: repr(v) for k, v in sorted(fn.settings.compile_settings().items())},
+            {"outputs": json.dumps("tuple" if fn.returns_tuple else "tensor"), "torch": torch.__version__},
+        )
+        text = json.dumps(header).encode()
+        return _AOT_MAGIC + len(text).to_bytes(8, "little") + text + saved
+
+    @classmethod
+    def deserialize_compile_artifacts(cls, data: bytes) -> "AotGraph":
+        return AotGraph(data)
+
+
+class AotGraph:
+    """A graph of torch's AOT path, loaded from what ``QnnCallable.serialize_compile_artifacts``
+    wrote: the saved model's binary is loaded (no export, lowering or finalize) and called with
+    dynamo's arguments (parameters are frozen in the graph; only the runtime tensors are
+    passed to QNN)."""
+
+    def __init__(self, data: bytes):
+        if not data.startswith(_AOT_MAGIC):
+            raise LoweringError("not a qnnx AOT artifact (it does not start with qnnx-aot-1)")
+        n = int.from_bytes(data[len(_AOT_MAGIC) : len(_AOT_MAGIC) + 8], "little")
+        start = len(_AOT_MAGIC) + 8
+        header = json.loads(data[start : start + n])
+        graphs, _ = _native.load_saved_bytes("the AOT-compiled function's qnnx graph", data[start + n :])
+        out_meta = [None if m is None else torch.Size(m) for m in header["out_meta"]]
+        self.graph = CompiledGraph(graphs[0], header["device"], out_meta, header["check_nan"])
+        self.runtime = list(header["runtime"])
+        self.returns_tuple = bool(header["returns_tuple"])
+        STATS["aot_loads"] += 1
+
+    def __call__(self, *args):
+        outs = self.graph([args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)])
+        outs = _runtime.guard_autograd(outs, args)
         return tuple(outs) if self.returns_tuple else outs[0]
 
 

@@ -8,6 +8,7 @@ from ._native import (
     LoweringError,
     QnnApiError,
     QnnxError,
+    SavedModelError,
     UnsupportedOpError,
 )
 
@@ -19,4 +20,5 @@ __all__ = [
     "LoweringError",
     "CacheError",
     "InputError",
+    "SavedModelError",
 ]

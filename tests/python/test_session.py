@@ -1,0 +1,278 @@
+"""qnnx_backend.runtime.InferenceSession (the ONNX Runtime-shaped API of runtime.py): an ONNX
+model against ONNX's reference evaluator, compiled once and then loaded from the cache, a saved
+model, the ORT-style knobs and errors, and importing the module where torch cannot be imported."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import qnnx_backend
+from qnnx_backend.exceptions import InputError, QnnApiError, SavedModelError, UnsupportedOpError
+from qnnx_backend.runtime import InferenceSession, NodeArg, SessionOptions
+
+pytestmark = pytest.mark.htp
+
+
+def mlp_onnx(seed=0) -> bytes:
+    """x [2, 16] float -> MatMul, Add, Relu, MatMul -> y [2, 4]; plus an int64 input ids [2, 3]
+    (widened back from the HTP's int32) gathered from a table -> e [2, 3, 4]."""
+    rng = np.random.default_rng(seed)
+    w1 = numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((32, 4)).astype(np.float32), "w2")
+    table = numpy_helper.from_array(rng.standard_normal((10, 4)).astype(np.float32), "table")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["h2"]),
+        helper.make_node("MatMul", ["h2", "w2"], ["y"]),
+        helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 3, 4]),
+        ],
+        [w1, b1, w2, table],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def feed():
+    rng = np.random.default_rng(1)
+    return {"x": rng.standard_normal((2, 16)).astype(np.float32), "ids": rng.integers(0, 10, (2, 3)).astype(np.int64)}
+
+
+@pytest.fixture
+def model_path(tmp_path):
+    p = tmp_path / "mlp.onnx"
+    p.write_bytes(mlp_onnx())
+    return p
+
+
+def test_onnx_model_matches_the_reference_evaluator(model_path, tmp_path):
+    sess = InferenceSession(str(model_path), providers=["QNNExecutionProvider"], cache_dir=str(tmp_path / "cache"))
+    assert not sess.from_cache
+    assert sess.get_inputs() == [NodeArg("x", [2, 16], "tensor(float)"), NodeArg("ids", [2, 3], "tensor(int64)")]
+    assert [(o.name, o.shape, o.type) for o in sess.get_outputs()] == [
+        ("y", [2, 4], "tensor(float)"),
+        ("e", [2, 3, 4], "tensor(float)"),
+    ]
+    f = feed()
+    want = ReferenceEvaluator(str(model_path)).run(None, f)
+    y, e = sess.run(None, f)
+    assert y.dtype == np.float32 and y.shape == (2, 4)
+    scale = np.abs(want[0]).max()
+    assert scale > 1e-3 and np.abs(y - want[0]).max() <= 2e-2 * scale
+    np.testing.assert_allclose(e, want[1], rtol=1e-2, atol=1e-2)
+    (only_e,) = sess.run(["e"], f)
+    np.testing.assert_array_equal(only_e, e)
+    # A second session compiles nothing: the binary comes from the cache.
+    again = InferenceSession(model_path, cache_dir=str(tmp_path / "cache"))
+    assert again.from_cache
+    np.testing.assert_array_equal(again.run(None, f)[0], y)
+
+
+def test_bytes_fp16_and_provider_options(tmp_path):
+    f = feed()
+    want = ReferenceEvaluator(mlp_onnx()).run(None, f)
+    sess = InferenceSession(
+        mlp_onnx(),
+        providers=[("QNNExecutionProvider", {})],
+        provider_options=[{"soc_model": "60", "enable_htp_fp16_precision": "1"}],
+        cache=False,
+    )
+    assert sess.options.precision == "fp16" and sess.options.soc_model == 60
+    y, _ = sess.run(None, f)
+    assert np.abs(y - want[0]).max() <= 2e-2 * np.abs(want[0]).max()
+    with pytest.raises(ValueError, match="CUDAExecutionProvider"):
+        InferenceSession(mlp_onnx(), providers=["CUDAExecutionProvider"])
+    with pytest.raises(ValueError, match="no qnnx meaning"):
+        InferenceSession(mlp_onnx(), provider_options=[{"qnn_context_priority": "high"}])
+    with pytest.raises(ValueError, match="precision"):
+        InferenceSession(mlp_onnx(), sess_options=SessionOptions(precision="int8"))
+
+
+def test_run_errors_name_the_input(model_path, tmp_path):
+    sess = InferenceSession(model_path, cache=False)
+    f = feed()
+    with pytest.raises(InputError, match=r"input x has shape \[2, 8\]; the model takes \[2, 16\]"):
+        sess.run(None, {**f, "x": np.zeros((2, 8), np.float32)})
+    with pytest.raises(InputError, match=r"input ids is int32; the model takes int64"):
+        sess.run(None, {**f, "ids": f["ids"].astype(np.int32)})
+    with pytest.raises(InputError, match=r"missing: \['ids'\]"):
+        sess.run(None, {"x": f["x"]})
+    with pytest.raises(InputError, match="no output 'z'"):
+        sess.run(["z"], f)
+    with pytest.raises(InputError, match="do not fit the int32"):
+        sess.run(None, {**f, "ids": np.full((2, 3), 2**40, np.int64)})
+
+
+def test_context_binary_session(model_path, tmp_path):
+    """A plain context binary (what `qnnx compile` writes) runs with its graph's own I/O: the
+    same tensor names, float outputs equal to the ONNX session's, int64 ids as the graph's
+    int32."""
+    onnx_sess = InferenceSession(model_path, cache=False)
+    binary = tmp_path / "mlp.bin"
+    binary.write_bytes(qnnx_backend._native.compile(mlp_onnx()).binary())
+    sess = InferenceSession(binary)
+    assert sess.manifest is None
+    assert [(i.name, i.shape, i.type) for i in sess.get_inputs()] == [
+        ("x", [2, 16], "tensor(float)"),
+        ("ids", [2, 3], "tensor(int32)"),
+    ]
+    f = feed()
+    y, e = sess.run(None, {"x": f["x"], "ids": f["ids"].astype(np.int32)})
+    want = onnx_sess.run(None, f)
+    np.testing.assert_array_equal(y, want[0])
+    np.testing.assert_array_equal(e, want[1])
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\0" * 100)
+    with pytest.raises(QnnApiError, match="not a saved model, an ONNX model or a QNN context binary") as err:
+        InferenceSession(junk)
+    assert err.value.code in (30001, 30010)
+
+
+def test_symbolic_dims_take_input_shapes():
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.raises(qnnx_backend.LoweringError, match="symbolic dims"):
+        InferenceSession(data, cache=False)
+    sess = InferenceSession(data, cache=False, input_shapes={"x": [3, 4]})
+    assert sess.get_inputs()[0].shape == [3, 4]
+    x = np.array([[-1, 2, -3, 4]] * 3, np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.maximum(x, 0), rtol=1e-3)
+
+
+def test_unsupported_model_lists_its_nodes(tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("Det", ["x"], ["y"])],
+        "det",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.raises(UnsupportedOpError) as e:
+        InferenceSession(data, cache=False)
+    assert e.value.operators == {"Det"}
+
+
+def test_qnn_errors_carry_the_code(tmp_path):
+    """A saved file whose manifest is consistent but whose binary is not a context binary gets
+    past our checks to QNN, which refuses it: QnnApiError with QNN's code and call."""
+    import hashlib
+    import struct
+
+    import torch
+
+    path = tmp_path / "m.qnnx"
+    qnnx_backend.export(torch.nn.Linear(4, 4).eval(), (torch.randn(1, 4),), path)
+    data = path.read_bytes()
+    m_off, m_len = struct.unpack_from("<QQ", data, 16)
+    manifest = json.loads(data[m_off : m_off + m_len])
+    junk = np.random.default_rng(0).integers(0, 256, 8192, dtype=np.uint8).tobytes()
+    manifest.update(binary_size=len(junk), binary_sha256=hashlib.sha256(junk).hexdigest())
+    text = json.dumps(manifest).encode()
+    off = -(-(48 + len(text)) // 4096) * 4096
+    out = data[:16] + struct.pack("<QQQQ", 48, len(text), off, len(junk)) + text
+    (tmp_path / "junk.qnnx").write_bytes(out + b"\0" * (off - len(out)) + junk)
+    with pytest.raises(QnnApiError) as e:
+        InferenceSession(tmp_path / "junk.qnnx")
+    assert (e.value.code, e.value.call) == (30010, "systemContextGetBinaryInfo")
+    assert "MALFORMED_BINARY" in str(e.value)
+
+
+def test_saved_model_session(tmp_path):
+    import torch
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 16)
+    path = tmp_path / "m.qnnx"
+    qnnx_backend.export(m, (x,), path)
+    sess = InferenceSession(path)
+    assert sess.manifest["soc_model"] == 60
+    (inp,) = sess.get_inputs()
+    assert (inp.shape, inp.type) == ([2, 16], "tensor(float)")
+    (y,) = sess.run(None, {inp.name: x.numpy()})
+    with torch.no_grad():
+        want = m(x).numpy()
+    assert np.abs(y - want).max() <= 2e-2 * np.abs(want).max()
+    (tmp_path / "bad.qnnx").write_bytes(path.read_bytes()[:4000])
+    with pytest.raises(SavedModelError, match="truncated"):
+        InferenceSession(tmp_path / "bad.qnnx")
+
+
+NO_TORCH = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["torch"] = None          # any `import torch` now raises ImportError
+    import numpy as np
+    from qnnx_backend.runtime import InferenceSession
+    sess = InferenceSession(sys.argv[1], cache_dir=sys.argv[2])
+    x = np.ones((2, 16), np.float32)
+    ids = np.zeros((2, 3), np.int64)
+    y, e = sess.run(None, {"x": x, "ids": ids})
+    assert sys.modules["torch"] is None
+    print("RESULT " + json.dumps({"y": y.tolist(), "from_cache": sess.from_cache,
+                                  "modules": sorted(m for m in sys.modules if m.startswith("torch"))}))
+    """
+)
+
+
+def test_session_imports_and_runs_without_torch(model_path, tmp_path):
+    cache = tmp_path / "cache"
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", NO_TORCH, str(model_path), str(cache)], capture_output=True, text=True, timeout=300
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
+        runs.append(json.loads(line[len("RESULT "):]))
+    assert [r["from_cache"] for r in runs] == [False, True]
+    assert runs[0]["y"] == runs[1]["y"]
+    # Only the blocked entry itself: nothing under torch was imported.
+    assert runs[0]["modules"] == ["torch"]
+
+
+LATE_TORCH = textwrap.dedent(
+    """
+    import sys
+    import qnnx_backend
+    assert "torch" not in sys.modules, "import qnnx_backend imported torch"
+    import torch
+    c = torch.compile(torch.nn.Linear(4, 4).eval(), backend="qnn", options={"strict": True, "device": "npu"})
+    with torch.no_grad():
+        c(torch.randn(1, 4))
+    print("RESULT", dict(qnnx_backend.STATS))
+    """
+)
+
+
+def test_backend_found_when_torch_is_imported_after_the_package():
+    # The package registers "qnn" at import only when torch is loaded already; otherwise torch
+    # finds it through the torch_dynamo_backends entry point.
+    out = subprocess.run([sys.executable, "-c", LATE_TORCH], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "RESULT {'exports': 1, 'compiles': 1}" in out.stdout

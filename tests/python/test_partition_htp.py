@@ -277,3 +277,20 @@ def test_partitions_compile_one_by_one_when_the_joint_compile_fails(monkeypatch)
     assert (stats["partitions"], stats["compiles"], stats["fallbacks"]) == (2, 2, 0), stats
     # Two contexts now: each binary holds one graph.
     assert natives[0].binary() != natives[1].binary()
+
+
+@pytest.mark.htp
+def test_the_aot_path_refuses_a_partitioned_graph_by_name():
+    from qnnx_backend._policy import QnnCallable
+
+    made = []
+
+    def backend(gm, inputs):
+        made.append(qnnx_backend.qnn_backend(gm, inputs, options=OPTIONS))
+        return made[-1]
+
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        torch.compile(DetCNN().eval(), backend=backend)(torch.randn(1, 3, 8, 8))
+    with pytest.raises(qnnx_backend.LoweringError, match="split into QNN partitions and eager nodes"):
+        QnnCallable.serialize_compile_artifacts(made[0])

@@ -271,7 +271,7 @@ def plan(gm: torch.fx.GraphModule, refused: Mapping[str, list[UnsupportedNode]],
                 eager[n.name] = f"in a run of {len(nodes)} supported node(s), fewer than min_partition_size={min_size}"
             continue
         partitions.append([n.name for n in nodes])
-    partitions.sort(key=lambda p: order[next(n for n in calls if n.name == p[0])])
+    partitions.sort(key=lambda p: order[by_name[p[0]]])
     in_graph = {n.name: i for i, n in enumerate(calls)}
     eager = dict(sorted(eager.items(), key=lambda kv: in_graph.get(kv[0], len(in_graph))))
     return Plan(partitions, eager, len(calls))

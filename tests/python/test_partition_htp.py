@@ -135,6 +135,8 @@ def test_explain_reports_the_partitions_without_compiling():
     [report] = qnnx_backend.explain(m, (torch.randn(1, 3, 8, 8),), OPTIONS)
     assert report["device"] == "npu" and not report["whole"]
     assert [len(p) for p in report["partitions"]] == [5, 6], report
+    # c1 and c2 (8*3*9+8 + 8*8*9+8 = 808 elements) against c3 (4*8*9+4 = 292) of 1100.
+    assert report["param_shares"] == pytest.approx([808 / 1100, 292 / 1100]), report
     [(node, why)] = report["eager"].items()
     assert node == "d" and why.startswith("linalg_det: ") and "Det is not supported" in why, report
     assert "qnnx_scope" not in why, why

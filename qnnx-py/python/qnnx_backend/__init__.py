@@ -148,7 +148,8 @@ def explain(model: Any, example_inputs: Any, options: Optional[dict] = None) -> 
     captured by torch.compile with ``dry_run=True`` and each FX graph's support is checked by
     the lowering. One dict per graph: ``device`` (the one checked, None when none could be),
     ``whole`` (every node runs on it), ``partitions`` (the FX node names of each QNN partition
-    of a partly supported graph), ``eager`` (FX node -> why it stays on the CPU) and
+    of a partly supported graph), ``param_shares`` (each partition's share of the graph's
+    parameter elements), ``eager`` (FX node -> why it stays on the CPU) and
     ``reasons`` (why a graph falls back whole). The model runs eagerly once."""
     import warnings
 
@@ -181,6 +182,7 @@ def explain(model: Any, example_inputs: Any, options: Optional[dict] = None) -> 
                 "device": o.get("device"),
                 "whole": bool(o.get("whole")),
                 "partitions": [p["nodes"] for p in report["partitions"]],
+                "param_shares": [p["param_share"] for p in report["partitions"]],
                 "eager": report["eager"],
                 "reasons": list(o.get("reasons", [])),
             }

@@ -216,21 +216,31 @@ class Plan:
     """Each FX call node that stays eager -> why."""
     total: int
     """The number of FX call nodes in the graph."""
+    param_shares: list[Optional[float]] = dataclasses.field(default_factory=list)
+    """Per partition, the share of the graph's parameter and buffer elements its nodes use
+    (None where unknown)."""
 
     def report(self) -> dict:
         """The plan as a dict for programs."""
         return {
-            "partitions": [{"nodes": list(p), "size": len(p)} for p in self.partitions],
+            "partitions": [
+                {"nodes": list(p), "size": len(p), "param_share": self.share(i)} for i, p in enumerate(self.partitions)
+            ],
             "eager": dict(self.eager),
             "total_nodes": self.total,
         }
+
+    def share(self, i: int) -> Optional[float]:
+        return self.param_shares[i] if i < len(self.param_shares) else None
 
     def text(self) -> str:
         """The plan as the warning and the dry run print it."""
         on_qnn = sum(len(p) for p in self.partitions)
         lines = [f"{len(self.partitions)} QNN partition(s) with {on_qnn} of {self.total} FX nodes:"]
         for i, p in enumerate(self.partitions):
-            lines.append(f"  partition {i}: {len(p)} nodes ({', '.join(p[:6])}{', ...' if len(p) > 6 else ''})")
+            share = self.share(i)
+            params = f", {share:.0%} of the parameters" if share is not None else ""
+            lines.append(f"  partition {i}: {len(p)} nodes{params} ({', '.join(p[:6])}{', ...' if len(p) > 6 else ''})")
         lines.append(f"{len(self.eager)} FX node(s) on the CPU (eager PyTorch):")
         lines.extend(f"  {name}: {why}" for name, why in self.eager.items())
         return "\n".join(lines)
@@ -244,10 +254,16 @@ def _op_name(node: torch.fx.Node) -> str:
     return str(node.target)
 
 
-def plan(gm: torch.fx.GraphModule, refused: Mapping[str, list[UnsupportedNode]], min_size: int) -> Plan:
+def plan(
+    gm: torch.fx.GraphModule,
+    refused: Mapping[str, list[UnsupportedNode]],
+    min_size: int,
+    param_sizes: Optional[Mapping[str, int]] = None,
+) -> Plan:
     """The QNN partitions of ``gm``: the largest acyclic groups of supported call nodes
     (CapabilityBasedPartitioner, which merges across independent branches too), each kept
-    only with at least ``min_size`` nodes."""
+    only with at least ``min_size`` nodes. ``param_sizes`` (placeholder name -> element count
+    of the parameter or buffer it receives) gives each partition's share of them."""
     calls = [n for n in gm.graph.nodes if n.op in _CALLS]
     proposed = CapabilityBasedPartitioner(
         gm, _Supported(refused), allows_single_node_partition=True
@@ -274,7 +290,15 @@ def plan(gm: torch.fx.GraphModule, refused: Mapping[str, list[UnsupportedNode]],
     partitions.sort(key=lambda p: order[by_name[p[0]]])
     in_graph = {n.name: i for i, n in enumerate(calls)}
     eager = dict(sorted(eager.items(), key=lambda kv: in_graph.get(kv[0], len(in_graph))))
-    return Plan(partitions, eager, len(calls))
+    shares: list[Optional[float]] = []
+    total_params = sum((param_sizes or {}).values())
+    for names in partitions:
+        if not total_params:
+            shares.append(None)
+            continue
+        used = {i.name for name in names for i in by_name[name].all_input_nodes if i.name in param_sizes}
+        shares.append(sum(param_sizes[u] for u in used) / total_params)
+    return Plan(partitions, eager, len(calls), shares)
 
 
 def split(gm: torch.fx.GraphModule, p: Plan) -> torch.fx.GraphModule:

@@ -278,7 +278,13 @@ class QnnCallable(_Serializable):
             return None, "ONNX node(s) of no FX node refused: " + ", ".join(n.node for n in orphans)
         if not by_fx:
             return None, "the per-node export has no unsupported node"
-        plan = _partition.plan(self.export_gm, by_fx, s.min_partition_size)
+        placeholders = [n for n in self.export_gm.graph.nodes if n.op == "placeholder"]
+        param_sizes = {
+            p.name: a.numel()
+            for p, a in zip(placeholders, args)
+            if isinstance(a, torch.Tensor) and _export.is_static(a)
+        }
+        plan = _partition.plan(self.export_gm, by_fx, s.min_partition_size, param_sizes)
         self.outcome = {"device": device, "whole": False, "plan": plan, "reasons": []}
         if not plan.partitions:
             return None, "no run of supported nodes is min_partition_size long:\n" + plan.text()

@@ -72,6 +72,7 @@ __version__ = versions()["qnnx"]
 
 __all__ = [
     "compile",
+    "explain",
     "export",
     "load",
     "is_available",
@@ -140,3 +141,50 @@ def _register() -> None:
 # Only when torch is already loaded: importing it here would cost a numpy-only app seconds.
 if sys.modules.get("torch") is not None:
     _register()
+
+
+def explain(model: Any, example_inputs: Any, options: Optional[dict] = None) -> list[dict]:
+    """What would run where, without compiling anything for QNN: ``model(*example_inputs)`` is
+    captured by torch.compile with ``dry_run=True`` and each FX graph's support is checked by
+    the lowering. One dict per graph: ``device`` (the one checked, None when none could be),
+    ``whole`` (every node runs on it), ``partitions`` (the FX node names of each QNN partition
+    of a partly supported graph), ``param_shares`` (each partition's share of the graph's
+    parameter elements), ``eager`` (FX node -> why it stays on the CPU) and
+    ``reasons`` (why a graph falls back whole). The model runs eagerly once."""
+    import warnings
+
+    import torch
+
+    from ._policy import QnnCallable, compile_graph
+
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    settings = parse_options({**(options or {}), "dry_run": True})
+    made: list = []
+
+    def capture(gm, inputs):
+        c = compile_graph(gm, inputs, settings)
+        made.append(c)
+        return c
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(model, backend=capture)(*example_inputs)
+    out = []
+    for c in made:
+        if not isinstance(c, QnnCallable):
+            continue
+        o = c.outcome
+        plan = o.get("plan")
+        report = plan.report() if plan is not None else {"partitions": [], "eager": {}, "total_nodes": None}
+        out.append(
+            {
+                "device": o.get("device"),
+                "whole": bool(o.get("whole")),
+                "partitions": [p["nodes"] for p in report["partitions"]],
+                "param_shares": [p["param_share"] for p in report["partitions"]],
+                "eager": report["eager"],
+                "reasons": list(o.get("reasons", [])),
+            }
+        )
+    return out

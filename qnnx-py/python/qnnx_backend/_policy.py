@@ -7,12 +7,17 @@ inputs) are frozen into the graph as constants and the graph is exported to ONNX
 native module lowers the model and finalizes one QNN graph, reporting every node it cannot run;
 the returned callable checks each call's inputs against the compiled signature, hands tensor
 memory to QNN without copies, and returns torch tensors (_runtime).
+
+Without ``strict``, a graph the lowering refuses some nodes of is split (``partitioned``): the
+FX nodes behind the refused ONNX nodes and runs shorter than ``min_partition_size`` stay eager,
+the rest become QNN partitions, all compiled as graphs of one context (``compile_together``).
 """
 
 from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import json
 import logging
 import time
@@ -56,9 +61,21 @@ class QnnCallable(_Serializable):
     a saved model; ``deserialize_compile_artifacts`` loads it with no export or compile
     (``AotGraph``)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], settings: QnnSettings):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        settings: QnnSettings,
+        may_partition: bool = True,
+    ):
         self.gm = gm
         self.settings = settings
+        # A QNN partition of a split graph is compiled by a QnnCallable of its own, which must
+        # not split it again (its nodes were all found supported).
+        self.may_partition = may_partition
+        #: The last compile's outcome, for dry runs and ``explain``: "device", "whole" (the
+        #: whole graph runs on QNN), "plan" (a _partition.Plan or None) and "reasons".
+        self.outcome: dict = {}
         # Graphs that write into their inputs (KV caches) are compiled in a functional form whose
         # extra outputs replay the writes on the caller's tensors (_kvcache); without kv_cache the
         # writes would be lost, so such graphs are refused.
@@ -85,7 +102,7 @@ class QnnCallable(_Serializable):
         self.runtime = [i for i, a in enumerate(example_inputs) if not _export.is_static(a)]
         self.statics = [a for a in example_inputs if _export.is_static(a)]
         self.returns_tuple = _runtime.returns_sequence(gm)
-        self.graphs: dict[Any, Optional[CompiledGraph]] = {}
+        self.graphs: dict[Any, Optional[CompiledGraph | Partitioned]] = {}
         self.warned = False
         # Which frame arguments the graph inputs come from, read while dynamo calls the backend
         # (calibration samples are the model's arguments; see _calibrate).
@@ -109,7 +126,7 @@ class QnnCallable(_Serializable):
                 sig.append(("const", a))
         return tuple(sig)
 
-    def compile(self, args: Sequence[Any]) -> Optional[CompiledGraph]:
+    def compile(self, args: Sequence[Any]) -> Optional[CompiledGraph | Partitioned]:
         """Compiles for these concrete arguments; returns None (eager) on a fallback error."""
         s = self.settings
         runtime_tensors = [args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)]
@@ -167,6 +184,7 @@ class QnnCallable(_Serializable):
                     if unsupported:
                         raise _partition.unsupported_error(unsupported, device)
                     logger.info("qnn dry run: every node is supported on %s", device)
+                    self.outcome = {"device": device, "whole": True, "plan": None, "reasons": []}
                     return None
                 t = time.perf_counter()
                 # No separate check() first: it runs the whole lowering (parse, passes, op
@@ -209,8 +227,15 @@ class QnnCallable(_Serializable):
                     e.device = device
                 if s.strict:
                     raise
+                if isinstance(e, UnsupportedOpError) and self.can_partition():
+                    split, why = self.partitioned(args, device, tensor_idx, runtime_tensors)
+                    if split is not None or (s.dry_run and why is None):
+                        return split
+                    reasons.append(f"{device}: {e}" + (f"\n(not partitioned: {why})" if why else ""))
+                    continue
                 reasons.append(f"{device}: {e}")
         STATS["fallbacks"] += 1
+        self.outcome = {"device": None, "whole": False, "plan": self.outcome.get("plan"), "reasons": reasons}
         if not self.warned:
             self.warned = True
             warnings.warn(
@@ -220,6 +245,128 @@ class QnnCallable(_Serializable):
                 stacklevel=3,
             )
         return None
+
+    def can_partition(self) -> bool:
+        """Whether a graph with unsupported nodes may be split (else it falls back whole).
+        Not (yet) for quantized graphs (a boundary would need the calibrated encodings), KV
+        cache graphs (the replayed writes) and fix_inputs (names of the whole graph's inputs)."""
+        s = self.settings
+        return (
+            self.may_partition
+            and s.quantize is None
+            and self.kv_plan is None
+            and self.refusal is None
+            and not fixed_values(s.fix_inputs)
+        )
+
+    def partitioned(
+        self, args: Sequence[Any], device: str, tensor_idx: Sequence[int], runtime_tensors: Sequence[torch.Tensor]
+    ) -> tuple[Optional["Partitioned"], Optional[str]]:
+        """The graph split into QNN partitions for ``device`` and eager nodes, or (None, why
+        not). The support answer is the lowering's own (``_partition.unsupported_nodes``) for
+        an export in which each FX node is a scope of its own (``_partition.scoped``)."""
+        s = self.settings
+        scoped, names = _partition.scoped(self.export_gm)
+        try:
+            onnx_bytes = _export._export_with("torchscript", _export.Frozen(scoped, args, tensor_idx), runtime_tensors)
+        except _export.EXPORT_ERRORS as e:
+            return None, f"the per-node export failed: {e}"
+        STATS["exports"] += 1
+        unsupported = _partition.unsupported_nodes(onnx_bytes, device)
+        by_fx, orphans = _partition.map_unsupported(unsupported, names)
+        if orphans:
+            return None, "ONNX node(s) of no FX node refused: " + ", ".join(n.node for n in orphans)
+        if not by_fx:
+            return None, "the per-node export has no unsupported node"
+        placeholders = [n for n in self.export_gm.graph.nodes if n.op == "placeholder"]
+        param_sizes = {
+            p.name: a.numel()
+            for p, a in zip(placeholders, args)
+            if isinstance(a, torch.Tensor) and _export.is_static(a)
+        }
+        plan = _partition.plan(self.export_gm, by_fx, s.min_partition_size, param_sizes)
+        self.outcome = {"device": device, "whole": False, "plan": plan, "reasons": []}
+        if not plan.partitions:
+            return None, "no run of supported nodes is min_partition_size long:\n" + plan.text()
+        if s.dry_run:
+            logger.info("qnn dry run on %s:\n%s", device, plan.text())
+            warnings.warn(f"qnn backend dry run on {device}: this graph would be split\n{plan.text()}", RuntimeWarning, stacklevel=4)
+            return None, None
+        stitched = _partition.split(self.export_gm, plan)
+        sub_settings = dataclasses.replace(s, device=device)
+        parts = []
+        for i in range(len(plan.partitions)):
+            name = f"qnn_partition_{i}"
+            parts.append(_PartitionModule(stitched.get_submodule(name), sub_settings))
+            setattr(stitched, name, parts[-1])
+        STATS["partitions"] += len(plan.partitions)
+        self.compile_together(stitched, parts, args, device)
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"qnn backend: part of this graph runs with eager PyTorch on the CPU; on {device}:\n{plan.text()}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return Partitioned(stitched, plan, device), None
+
+    def compile_together(
+        self, stitched: torch.fx.GraphModule, parts: list["_PartitionModule"], args: Sequence[Any], device: str
+    ) -> None:
+        """All partitions of ``stitched`` as graphs of one QNN context (one finalize call, one
+        binary, one cache entry), for the inputs each partition gets from ``args``: the stitched
+        graph runs eagerly once to record them. Where that fails (the reason is logged) each
+        partition compiles on its own at its first call, in a context of its own."""
+        s = self.settings
+        for p in parts:
+            p.recording = []
+        try:
+            with torch.no_grad():
+                stitched(*args)
+        finally:
+            recorded = [p.recording[0] if p.recording else None for p in parts]
+            for p in parts:
+                p.recording = None
+        if any(r is None for r in recorded):
+            logger.warning("qnn: a partition was not reached by the recording run; compiling each on its own")
+            return
+        callables, onnx_list = [], []
+        try:
+            for p, sub_args in zip(parts, recorded):
+                c = QnnCallable(p.graph, sub_args, p.settings, may_partition=False)
+                idx = [i for i in c.runtime if isinstance(sub_args[i], torch.Tensor)]
+                frozen = _export.Frozen(c.export_gm, sub_args, idx)
+                onnx_list.append(_export.export(frozen, [sub_args[i] for i in idx], s))
+                STATS["exports"] += 1
+                callables.append(c)
+            soc_model, htp_arch = (s.soc_model, s.htp_arch) if device == "npu" else (None, None)
+            t = time.perf_counter()
+            # Without weight sharing: partitions share no weights, and the x86_64 HTP library
+            # cannot load weight-shared binaries, which would make the context uncacheable.
+            natives = _native.compile_many(
+                onnx_list,
+                [f"partition_{i}" for i in range(len(parts))],
+                device=device,
+                soc_model=soc_model,
+                htp_arch=htp_arch,
+                fp16=s.fp16,
+                opt_level=s.opt_level,
+                weight_sharing=False,
+                cache_dir=_cache_dir(s),
+            )
+        except _FALLBACK_ERRORS as e:
+            logger.warning("qnn: the partitions do not compile as one context (%s); compiling each on its own", e)
+            return
+        STATS["cache_hits" if natives[0].from_cache else "compiles"] += 1
+        logger.info(
+            "qnn: compiled %d partitions as one context for %s in %.0f ms",
+            len(parts),
+            device,
+            (time.perf_counter() - t) * 1e3,
+        )
+        for p, c, native, sub_args in zip(parts, callables, natives, recorded):
+            c.graphs[c.signature(sub_args)] = CompiledGraph(native, device, c.out_meta, s.check_nan)
+            p.callable = c
 
     def fx_fingerprint(self, args: Sequence[Any], device: str, calibration: Optional[str] = None) -> str:
         """The warm-start fingerprint of this graph called with ``args`` on ``device``;
@@ -257,6 +404,8 @@ class QnnCallable(_Serializable):
         graph = self.graphs[sig]
         if graph is None:
             return self.gm(*args)
+        if isinstance(graph, Partitioned):
+            return graph.module(*args)
         tensors = [args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)]
         outs = graph(tensors)
         if self.kv_plan is not None:
@@ -290,6 +439,10 @@ class QnnCallable(_Serializable):
         graph = fn.graphs[sig]
         if graph is None:
             raise LoweringError("the graph cannot run on QNN (it falls back to eager PyTorch), so there is no binary to save")
+        if isinstance(graph, Partitioned):
+            raise LoweringError(
+                "the graph is split into QNN partitions and eager nodes; the AOT path saves whole QNN graphs only"
+            )
         header = {
             "runtime": fn.runtime,
             "returns_tuple": fn.returns_tuple,
@@ -333,6 +486,38 @@ class AotGraph:
         outs = self.graph([args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)])
         outs = _runtime.guard_autograd(outs, args)
         return tuple(outs) if self.returns_tuple else outs[0]
+
+
+class _PartitionModule(torch.nn.Module):
+    """One QNN partition in a split graph. QnnCallable.compile_together gives it its graph of
+    the context shared by all partitions; failing that it compiles at its first call like a
+    whole graph (its parameters arrive as the same static tensors dynamo passes the whole
+    graph), in a context of its own."""
+
+    def __init__(self, graph: torch.fx.GraphModule, settings: QnnSettings):
+        super().__init__()
+        self.graph = graph
+        self.settings = settings
+        self.callable: Optional[QnnCallable] = None
+        #: While QnnCallable.compile_together records each partition's inputs: runs eagerly.
+        self.recording: Optional[list] = None
+
+    def forward(self, *args):
+        if self.recording is not None:
+            self.recording.append(args)
+            return self.graph(*args)
+        if self.callable is None:
+            self.callable = QnnCallable(self.graph, args, self.settings, may_partition=False)
+        return self.callable(*args)
+
+
+@dataclasses.dataclass
+class Partitioned:
+    """A graph split into QNN partitions (``_PartitionModule`` submodules) and eager nodes."""
+
+    module: torch.fx.GraphModule
+    plan: "_partition.Plan"
+    device: str
 
 
 def _argument_name(placeholder: str) -> str:

@@ -52,7 +52,13 @@ class QnnSettings:
     exporter: str = _defaults.EXPORTER
     """How FX graphs become ONNX: "torchscript" (about 10x faster) or "dynamo"."""
     dry_run: bool = _defaults.DRY_RUN
-    """Stop after checking support: log the summary and run eagerly."""
+    """Stop after checking support: log the summary (with the partitions a partly supported
+    graph would get) and run eagerly."""
+    min_partition_size: int = _defaults.MIN_PARTITION_SIZE
+    """Without ``strict``, a graph with nodes QNN cannot run is split: runs of supported FX
+    nodes become QNN graphs, the rest runs eagerly. A run of fewer FX nodes than this stays
+    eager: each QNN partition costs a graph execution and a copy of its inputs and outputs per
+    call, more than one or two eager elementwise ops (see the README's "What runs where")."""
     check_nan: bool = _defaults.CHECK_NAN
     """Refuse float inputs that contain NaN (QnnxError): the HTP computes in saturating fp16 and
     returns a finite number where eager PyTorch returns NaN. Costs one scan of each float input
@@ -163,6 +169,8 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
     for name in ("strict", "fp16", "cache", "kv_cache", "dry_run", "check_nan"):
         if not isinstance(getattr(s, name), bool):
             raise ValueError(f"{name}={getattr(s, name)!r}: must be True or False")
+    if isinstance(s.min_partition_size, bool) or not isinstance(s.min_partition_size, int) or s.min_partition_size < 1:
+        raise ValueError(f"min_partition_size={s.min_partition_size!r}: must be an int of at least 1")
     if s.opt_level is not None and s.opt_level not in (1, 2, 3):
         raise ValueError(f"opt_level={s.opt_level!r}: must be 1, 2 or 3")
     if s.log_level is not None and str(s.log_level).lower() not in LOG_LEVELS:

@@ -1,0 +1,298 @@
+"""Partitioning on the emulated HTP (SoC 60): a graph with nodes the lowering refuses runs its
+supported parts as QNN partitions and the rest eagerly, in one stitched GraphModule; strict
+still raises; islands below min_partition_size stay eager."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import qnnx_backend
+from conftest import assert_close_to_eager, compile_strict
+from qnnx_backend import _partition
+
+OPTIONS = {"device": "npu", "soc_model": 60}
+
+
+class DetCNN(nn.Module):
+    """Two conv blocks with a matrix determinant (ONNX Det, which no QNN backend runs) between
+    them: conv, relu, conv, relu, slice | det | sigmoid, unsqueeze, mul, conv, relu, mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.c3 = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        d = torch.linalg.det(y[..., :3, :3])
+        y = y * torch.sigmoid(d)[..., None, None]
+        return torch.relu(self.c3(y)).mean((2, 3))
+
+
+class Alternating(nn.Module):
+    """A conv block, then asin (refused) alternating with single supported nodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.tanh(torch.relu(self.c(x))) * 0.5
+        for _ in range(3):
+            y = torch.asin(y) * 0.5
+        return y
+
+
+def run_with_warnings(compiled, *args):
+    with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+        warnings.simplefilter("always")
+        out = compiled(*args)
+    return out, [str(w.message) for w in caught if "qnn backend" in str(w.message)]
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("device", ["npu", "auto"])
+def test_det_in_the_middle_runs_two_qnn_partitions_and_one_eager_node(device):
+    torch.manual_seed(0)
+    m = DetCNN().eval()
+    x = torch.randn(1, 3, 8, 8)
+    compiled = torch.compile(m, backend="qnn", options={**OPTIONS, "device": device})
+    got, ours = run_with_warnings(compiled, x)
+    with torch.inference_mode():
+        want = m(x)
+        assert_close_to_eager(got, want, rel=2e-2)
+        # A second call runs the compiled partitions again (no new compile, no new warning).
+        got2 = compiled(x)
+        assert_close_to_eager(got2, want, rel=2e-2)
+    stats = qnnx_backend.STATS
+    # One compile: both partitions are graphs of one QNN context.
+    assert (stats["partitions"], stats["compiles"], stats["fallbacks"]) == (2, 1, 0), stats
+    assert len(ours) == 1, ours
+    assert "2 QNN partition(s)" in ours[0] and "1 FX node(s) on the CPU" in ours[0], ours[0]
+    assert "Det" in ours[0], ours[0]
+
+
+@pytest.mark.htp
+def test_strict_still_raises_naming_the_node():
+    compiled = compile_strict(DetCNN().eval(), soc_model=60)
+    with pytest.raises(qnnx_backend.UnsupportedOpError) as info, torch.inference_mode():
+        compiled(torch.randn(1, 3, 8, 8))
+    assert info.value.operators == {"Det"}
+    assert qnnx_backend.STATS["partitions"] == 0 and qnnx_backend.STATS["compiles"] == 0
+
+
+@pytest.mark.htp
+def test_alternating_nodes_do_not_make_a_partition_per_node():
+    torch.manual_seed(0)
+    m = Alternating().eval()
+    x = torch.randn(1, 3, 8, 8)
+    compiled = torch.compile(m, backend="qnn", options=OPTIONS)
+    got, ours = run_with_warnings(compiled, x)
+    with torch.inference_mode():
+        assert_close_to_eager(got, m(x), rel=2e-2)
+    # Only the conv block (conv, relu, tanh, mul) is a partition; each `* 0.5` between two
+    # asin is a run of one node and stays eager with its reason.
+    assert qnnx_backend.STATS["partitions"] == 1, qnnx_backend.STATS
+    [msg] = ours
+    assert "1 QNN partition(s) with 4 of" in msg, msg
+    assert msg.count("fewer than min_partition_size=3") == 3, msg
+    assert msg.count("Asin") >= 3, msg
+
+
+@pytest.mark.htp
+def test_nothing_large_enough_falls_back_whole_with_the_reasons():
+    m = DetCNN().eval()
+    x = torch.randn(1, 3, 8, 8)
+    compiled = torch.compile(m, backend="qnn", options={**OPTIONS, "min_partition_size": 100})
+    got, ours = run_with_warnings(compiled, x)
+    with torch.inference_mode():
+        torch.testing.assert_close(got, m(x))
+    assert qnnx_backend.STATS["fallbacks"] == 1 and qnnx_backend.STATS["partitions"] == 0
+    [msg] = ours
+    assert "eager PyTorch on the CPU" in msg and "Det" in msg and "min_partition_size=100" in msg, msg
+
+
+@pytest.mark.htp
+def test_dry_run_warns_the_plan_runs_eagerly_and_compiles_nothing():
+    m = DetCNN().eval()
+    x = torch.randn(1, 3, 8, 8)
+    compiled = torch.compile(m, backend="qnn", options={**OPTIONS, "dry_run": True})
+    got, ours = run_with_warnings(compiled, x)
+    with torch.inference_mode():
+        torch.testing.assert_close(got, m(x))
+    [msg] = ours
+    assert "dry run on npu: this graph would be split" in msg and "2 QNN partition(s)" in msg, msg
+    stats = qnnx_backend.STATS
+    assert (stats["compiles"], stats["partitions"], stats["fallbacks"]) == (0, 0, 0), stats
+
+
+@pytest.mark.htp
+def test_explain_reports_the_partitions_without_compiling():
+    m = DetCNN().eval()
+    [report] = qnnx_backend.explain(m, (torch.randn(1, 3, 8, 8),), OPTIONS)
+    assert report["device"] == "npu" and not report["whole"]
+    assert [len(p) for p in report["partitions"]] == [5, 6], report
+    # c1 and c2 (8*3*9+8 + 8*8*9+8 = 808 elements) against c3 (4*8*9+4 = 292) of 1100.
+    assert report["param_shares"] == pytest.approx([808 / 1100, 292 / 1100]), report
+    [(node, why)] = report["eager"].items()
+    assert node == "d" and why.startswith("linalg_det: ") and "Det is not supported" in why, report
+    assert "qnnx_scope" not in why, why
+    assert qnnx_backend.STATS["compiles"] == 0
+
+
+@pytest.mark.htp
+def test_explain_of_a_supported_model_is_whole():
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    [report] = qnnx_backend.explain(m, torch.randn(2, 4), OPTIONS)
+    assert report["whole"] and report["partitions"] == [] and report["eager"] == {}
+
+
+def test_onnx_names_of_a_scoped_export_map_back_to_fx_nodes():
+    names = {f"{_partition.SCOPE_PREFIX}y": "y", f"{_partition.SCOPE_PREFIX}y_1": "y_1"}
+    assert _partition.fx_node_of(f"/gm/{_partition.SCOPE_PREFIX}y/Relu", names) == "y"
+    assert _partition.fx_node_of(f"/gm/{_partition.SCOPE_PREFIX}y_1/Constant_1", names) == "y_1"
+    assert _partition.fx_node_of("Constant_20", names) is None
+    assert _partition.fx_node_of(f"/other/{_partition.SCOPE_PREFIX}y/Relu", names) is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "3"])
+def test_min_partition_size_is_checked(bad):
+    with pytest.raises(ValueError, match="min_partition_size"):
+        qnnx_backend.parse_options({"min_partition_size": bad})
+
+
+def compiled_partitions(model, x, **options):
+    """The native graphs of the QNN partitions of ``model``'s one FX graph after a call."""
+    made = []
+
+    def backend(gm, inputs):
+        made.append(qnnx_backend.qnn_backend(gm, inputs, options={**OPTIONS, **options}))
+        return made[-1]
+
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        out = torch.compile(model, backend=backend)(x)
+    [callable_] = made
+    [graph] = callable_.graphs.values()
+    parts = [m for name, m in graph.module.named_children() if name.startswith("qnn_partition_")]
+    return out, [next(iter(p.callable.graphs.values())).native for p in parts]
+
+
+@pytest.mark.htp
+def test_the_partitions_are_graphs_of_one_qnn_context():
+    torch.manual_seed(0)
+    _, natives = compiled_partitions(DetCNN().eval(), torch.randn(1, 3, 8, 8))
+    assert len(natives) == 2
+    # binary() of each graph of a context is the whole context binary.
+    assert natives[0].binary() == natives[1].binary()
+    assert [len(n.outputs) for n in natives] == [2, 1], [n.outputs for n in natives]
+
+
+@pytest.mark.htp
+def test_a_partitioned_graph_is_cached(tmp_path):
+    torch.manual_seed(0)
+    m, x = DetCNN().eval(), torch.randn(1, 3, 8, 8)
+    first, cold = compiled_partitions(m, x, cache=True, cache_dir=str(tmp_path))
+    assert qnnx_backend.STATS["compiles"] == 1 and not cold[0].from_cache
+    torch._dynamo.reset()
+    qnnx_backend.STATS.clear()
+    again, warm = compiled_partitions(m, x, cache=True, cache_dir=str(tmp_path))
+    assert (qnnx_backend.STATS["compiles"], qnnx_backend.STATS["cache_hits"]) == (0, 1), qnnx_backend.STATS
+    assert warm[0].from_cache and warm[0].cache_key == cold[0].cache_key
+    torch.testing.assert_close(again, first)
+
+
+class ArgsortCNN(nn.Module):
+    """argsort over channels (ONNX TopK on a non-last axis, which the lowering refuses for that
+    attribute, not for the op) between a conv block and a scatter plus conv block."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.c2 = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.c1(x)).flatten(2)
+        idx = torch.argsort(y[:, :, :1], dim=1).expand_as(y)
+        y = torch.scatter(y, 1, idx, y * 2)
+        return torch.relu(self.c2(y.reshape(x.shape[0], 4, x.shape[2], x.shape[3]))).mean((2, 3))
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_an_attribute_refusal_is_partitioned_for_each_input_shape(dynamic):
+    torch.manual_seed(0)
+    m = ArgsortCNN().eval()
+    compiled = torch.compile(m, backend="qnn", options=OPTIONS, dynamic=dynamic)
+    for batch in (1, 2):
+        x = torch.randn(batch, 3, 8, 8)
+        got, ours = run_with_warnings(compiled, x)
+        with torch.inference_mode():
+            assert_close_to_eager(got, m(x), rel=2e-2)
+        [msg] = ours
+        assert "2 QNN partition(s)" in msg and "1 FX node(s) on the CPU" in msg, msg
+        assert "argsort: " in msg and "only the last axis is supported" in msg, msg
+    # Two signatures, each with its two partitions in one context; the scatter runs on QNN.
+    assert (qnnx_backend.STATS["partitions"], qnnx_backend.STATS["compiles"]) == (4, 2), qnnx_backend.STATS
+    assert qnnx_backend.STATS["fallbacks"] == 0
+
+
+def test_nodes_computing_python_scalars_stay_eager():
+    class M(nn.Module):
+        def forward(self, x):
+            return torch.relu(x).reshape(x.size(0) * 2, -1)
+
+    made = []
+
+    def capture(gm, inputs):
+        made.append(gm)
+        return gm.forward
+
+    torch.compile(M(), backend=capture, dynamic=True)(torch.randn(4, 6))
+    [gm] = made
+    scalar = [n for n in gm.graph.nodes if n.op.startswith("call") and _partition.computes_scalar(n)]
+    assert scalar, gm.graph
+    p = _partition.plan(gm, {}, 1)
+    assert all(n.name in p.eager and "Python scalar" in p.eager[n.name] for n in scalar), p
+    assert not any(n.name in part for part in p.partitions for n in scalar), p
+
+
+@pytest.mark.htp
+def test_partitions_compile_one_by_one_when_the_joint_compile_fails(monkeypatch):
+    from qnnx_backend import _native, _policy
+
+    def refuse(*args, **kwargs):
+        raise qnnx_backend.QnnApiError("injected: the joint compile failed")
+
+    # The failure is injected; every compile that then happens is the real library's.
+    monkeypatch.setattr(_native, "compile_many", refuse)
+    assert _policy._native.compile_many is refuse
+    torch.manual_seed(0)
+    m, x = DetCNN().eval(), torch.randn(1, 3, 8, 8)
+    got, natives = compiled_partitions(m, x)
+    with torch.inference_mode():
+        assert_close_to_eager(got, m(x), rel=2e-2)
+    stats = qnnx_backend.STATS
+    assert (stats["partitions"], stats["compiles"], stats["fallbacks"]) == (2, 2, 0), stats
+    # Two contexts now: each binary holds one graph.
+    assert natives[0].binary() != natives[1].binary()
+
+
+@pytest.mark.htp
+def test_the_aot_path_refuses_a_partitioned_graph_by_name():
+    from qnnx_backend._policy import QnnCallable
+
+    made = []
+
+    def backend(gm, inputs):
+        made.append(qnnx_backend.qnn_backend(gm, inputs, options=OPTIONS))
+        return made[-1]
+
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        torch.compile(DetCNN().eval(), backend=backend)(torch.randn(1, 3, 8, 8))
+    with pytest.raises(qnnx_backend.LoweringError, match="split into QNN partitions and eager nodes"):
+        QnnCallable.serialize_compile_artifacts(made[0])

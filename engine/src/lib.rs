@@ -13,6 +13,7 @@
 
 pub mod cache;
 pub mod calibrate;
+pub mod compare;
 pub mod compile;
 pub mod emit;
 mod error;

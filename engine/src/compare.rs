@@ -93,6 +93,42 @@ impl Report {
     pub fn layer(&self, value: &str) -> Option<&Layer> {
         self.layers.iter().find(|l| l.value == value)
     }
+
+    /// The report as `qnnx compare --json` and Python's `accuracy_report` read it. JSON has no
+    /// infinities (an exact value, an fp16 overflow), so they are the strings `"inf"`/`"-inf"`.
+    pub fn json(&self) -> serde_json::Value {
+        let num = |x: f64| {
+            if x.is_finite() {
+                serde_json::json!(x)
+            } else {
+                serde_json::json!(format!("{x}"))
+            }
+        };
+        let layers: Vec<serde_json::Value> = self
+            .layers
+            .iter()
+            .map(|l| {
+                serde_json::json!({
+                    "value": l.value,
+                    "node": l.node,
+                    "op_type": l.op_type,
+                    "order": l.order,
+                    "sqnr_db": num(l.sqnr_db),
+                    "cosine": num(l.cosine),
+                    "max_abs_err": num(l.max_abs_err),
+                    "nonfinite": l.nonfinite,
+                    "input_sqnr_db": l.input_sqnr_db.map(num),
+                    "is_output": l.is_output,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "jump_db": self.jump_db,
+            "first_jump": self.first_jump,
+            "layers": layers,
+            "unmatched": self.unmatched,
+        })
+    }
 }
 
 /// The model value a QDQ model's tensor stands for: `qnnx quantize` (and the usual QDQ
@@ -291,9 +327,21 @@ pub fn compare(
     inputs: &[HostTensor],
     opts: &CompareOptions,
 ) -> Result<Report> {
+    let model = lowering::Model::from_bytes(reference.onnx, reference.base_dir.as_deref())?;
+    if model
+        .graph
+        .nodes
+        .iter()
+        .any(|n| n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear")
+    {
+        return Err(Error::Input(
+            "the reference is a quantized (QDQ) model: compare a QDQ model against the float \
+             model it was quantized from"
+                .into(),
+        ));
+    }
     let r = observe(reference, opts, inputs)?;
     let t = observe(test, opts, inputs)?;
-    let model = lowering::Model::from_bytes(reference.onnx, reference.base_dir.as_deref())?;
     let g = &model.graph;
     let outputs: HashSet<&str> = g
         .outputs

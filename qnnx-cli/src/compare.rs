@@ -52,31 +52,6 @@ pub struct CompareArgs {
     pub csv: Option<PathBuf>,
 }
 
-/// A number for JSON: infinities (an exact value, an fp16 overflow) have no JSON spelling, so
-/// they become strings.
-fn num(x: f64) -> serde_json::Value {
-    if x.is_finite() {
-        json!(x)
-    } else {
-        json!(format!("{x}"))
-    }
-}
-
-fn layer_json(l: &Layer) -> serde_json::Value {
-    json!({
-        "value": l.value,
-        "node": l.node,
-        "op_type": l.op_type,
-        "order": l.order,
-        "sqnr_db": num(l.sqnr_db),
-        "cosine": num(l.cosine),
-        "max_abs_err": num(l.max_abs_err),
-        "nonfinite": l.nonfinite,
-        "input_sqnr_db": l.input_sqnr_db.map(num),
-        "is_output": l.is_output,
-    })
-}
-
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
@@ -283,17 +258,12 @@ pub fn compare_cmd(cli: &Cli, args: &CompareArgs) -> Result<ExitCode, Failure> {
         },
         target.describe()
     );
-    let value = json!({
-        "model": args.model,
-        "reference": ref_path,
-        "target": target.describe(),
-        "test": test,
-        "jump_db": rep.jump_db,
-        "first_jump": rep.first_jump,
-        "layers": rep.layers.iter().map(layer_json).collect::<Vec<_>>(),
-        "unmatched": rep.unmatched,
-        "elapsed_ms": ms,
-    });
+    let mut value = rep.json();
+    value["model"] = json!(args.model);
+    value["reference"] = json!(ref_path);
+    value["target"] = json!(target.describe());
+    value["test"] = json!(test);
+    value["elapsed_ms"] = json!(ms);
     emit(cli, &value, || text(&rep, args.top, &test) + "\n");
     Ok(ExitCode::SUCCESS)
 }

@@ -45,10 +45,14 @@ from .exceptions import (
 )
 from .settings import QnnSettings, parse_options
 from ._profile import Profile, profile
+from ._accuracy import AccuracyReport, LayerError, accuracy_report
 
 __version__ = versions()["qnnx"]
 
 __all__ = [
+    "accuracy_report",
+    "AccuracyReport",
+    "LayerError",
     "compile",
     "is_available",
     "qnn_backend",

@@ -28,7 +28,8 @@ pub struct Build<'a> {
     /// Where the model's external data files are.
     pub base_dir: Option<PathBuf>,
     /// Float weights and activations stored as f16 ([`CompileOptions::fp16`]); ignored for a
-    /// target without a float path.
+    /// target without a float path and for a quantized (QDQ) model, whose float tensors are
+    /// only its boundary conversions.
     pub fp16: bool,
 }
 
@@ -140,13 +141,23 @@ pub fn model_value_name(name: &str) -> &str {
         .unwrap_or(name)
 }
 
+/// Whether `model` is a quantized (QDQ) model.
+pub fn is_qdq(model: &lowering::Model) -> bool {
+    model
+        .graph
+        .nodes
+        .iter()
+        .any(|n| n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear")
+}
+
 /// A build's observed values, in the ONNX value's own dim order, by model value name.
 fn observe(
     b: &Build,
     opts: &CompareOptions,
     inputs: &[HostTensor],
 ) -> Result<HashMap<String, Vec<f32>>> {
-    let fp16 = b.fp16 && !b.target.lacks_float();
+    let model = lowering::Model::from_bytes(b.onnx, b.base_dir.as_deref())?;
+    let fp16 = b.fp16 && !b.target.lacks_float() && !is_qdq(&model);
     let copts = CompileOptions {
         name: "compare".into(),
         input_shapes: opts.input_shapes.clone(),
@@ -158,7 +169,6 @@ fn observe(
     // The plan again, for what the emitted outputs do not keep: the dim order each observed
     // tensor holds its value in, and its encoding. Lowering is deterministic and cheap next to
     // a finalize, so the plan's outputs are the graph's, in the same order.
-    let model = lowering::Model::from_bytes(b.onnx, b.base_dir.as_deref())?;
     let plan = lowering::lower(
         model,
         &copts.model_io().lower_options(b.target.backend, fp16),
@@ -328,12 +338,7 @@ pub fn compare(
     opts: &CompareOptions,
 ) -> Result<Report> {
     let model = lowering::Model::from_bytes(reference.onnx, reference.base_dir.as_deref())?;
-    if model
-        .graph
-        .nodes
-        .iter()
-        .any(|n| n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear")
-    {
+    if is_qdq(&model) {
         return Err(Error::Input(
             "the reference is a quantized (QDQ) model: compare a QDQ model against the float \
              model it was quantized from"

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use qnnx_engine::compare::{compare, Build, CompareOptions, Layer, Report};
+use qnnx_engine::compare::{compare, is_qdq, Build, CompareOptions, Layer, Report};
 use qnnx_engine::{HostTensor, Target};
 use qnnx_types::BackendKind;
 use serde_json::json;
@@ -160,12 +160,7 @@ pub fn compare_cmd(cli: &Cli, args: &CompareArgs) -> Result<ExitCode, Failure> {
     }
     let input_shapes: BTreeMap<String, Vec<usize>> = parse_shapes(&args.input_shapes)?;
     let model = load_onnx(&args.model)?;
-    let quantized = |m: &lowering::Model| {
-        m.graph
-            .nodes
-            .iter()
-            .any(|n| n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear")
-    };
+    let quantized = is_qdq;
     let reference = match &args.reference {
         Some(p) => {
             let r = load_onnx(p)?;
@@ -212,7 +207,8 @@ pub fn compare_cmd(cli: &Cli, args: &CompareArgs) -> Result<ExitCode, Failure> {
         library: cli.qnn_lib.clone(),
     };
     let target = crate::target::resolve(cli, &args.target, None)?;
-    let fp16 = args.precision == Precision::Fp16 && reference.is_none();
+    let test_qdq = quantized(&model.model);
+    let fp16 = args.precision == Precision::Fp16 && !test_qdq && !target.lacks_float();
     let rb = Build {
         target: &exact,
         onnx: &ref_file.bytes,
@@ -249,7 +245,7 @@ pub fn compare_cmd(cli: &Cli, args: &CompareArgs) -> Result<ExitCode, Failure> {
     }
     let test = format!(
         "{} on {}",
-        if reference.is_some() {
+        if test_qdq {
             "the quantized model"
         } else if fp16 {
             "fp16"

@@ -263,10 +263,10 @@ fn compile(
 }
 
 /// Per-layer accuracy ([`qnnx_engine::compare::compare`]): `test` (a float model, fp16 when
-/// `fp16`, or a QDQ model) on the target and `reference` (a float model, `test` when `None`) in
-/// exact fp32 on the SoC-less HTP emulator, both with every intermediate as an output, on
-/// `inputs` (each `(dtype name, shape, little-endian bytes)`, in the model's input order).
-/// Returns the report as JSON (releases the GIL while working).
+/// `fp16`, or a QDQ model, where `fp16` is ignored) on the target and `reference` (a float
+/// model, `test` when `None`) in exact fp32 on the SoC-less HTP emulator, both with every
+/// intermediate as an output, on `inputs` (each `(dtype name, shape, little-endian bytes)`,
+/// in the model's input order). Returns the report as JSON (releases the GIL while working).
 #[pyfunction]
 #[pyo3(signature = (test, inputs, *, reference = None, soc_model = None, htp_arch = None, fp16 = true, jump_db = 10.0, input_shapes = None))]
 #[allow(clippy::too_many_arguments)]
@@ -320,7 +320,7 @@ fn compare(
         target: &t,
         onnx: test,
         base_dir: None,
-        fp16: fp16 && reference.is_none(),
+        fp16,
     };
     let opts = CompareOptions {
         input_shapes: input_shapes.unwrap_or_default(),

@@ -337,93 +337,124 @@ pub fn compare(
     inputs: &[HostTensor],
     opts: &CompareOptions,
 ) -> Result<Report> {
-    let model = lowering::Model::from_bytes(reference.onnx, reference.base_dir.as_deref())?;
-    if is_qdq(&model) {
-        return Err(Error::Input(
-            "the reference is a quantized (QDQ) model: compare a QDQ model against the float \
-             model it was quantized from"
-                .into(),
-        ));
-    }
-    let r = observe(reference, opts, inputs)?;
+    let r = Observed::reference(reference, opts, inputs)?;
     let t = observe(test, opts, inputs)?;
-    let g = &model.graph;
-    let outputs: HashSet<&str> = g
-        .outputs
-        .iter()
-        .map(|&v| g.value(v).name.as_str())
-        .collect();
-    let mut layers: Vec<Layer> = Vec::new();
-    let mut by_name: HashMap<String, usize> = HashMap::new();
-    for (order, n) in g.nodes.iter().enumerate() {
-        for v in n.outputs.iter().flatten() {
-            let name = &g.value(*v).name;
-            let (Some(rv), Some(tv)) = (r.get(name), t.get(name)) else {
-                continue;
-            };
-            if rv.len() != tv.len() || by_name.contains_key(name) {
-                continue;
+    Ok(r.compare(&t, opts))
+}
+
+/// A reference build's observed values, for comparing several test builds with one reference
+/// run (and before any v68 backend opens: see [`mixed`](crate::mixed)).
+pub struct Observed {
+    model: lowering::Model,
+    values: HashMap<String, Vec<f32>>,
+}
+
+impl Observed {
+    /// Runs the reference build (a float model) observed.
+    pub fn reference(b: &Build, opts: &CompareOptions, inputs: &[HostTensor]) -> Result<Observed> {
+        let model = lowering::Model::from_bytes(b.onnx, b.base_dir.as_deref())?;
+        if is_qdq(&model) {
+            return Err(Error::Input(
+                "the reference is a quantized (QDQ) model: compare a QDQ model against the \
+                 float model it was quantized from"
+                    .into(),
+            ));
+        }
+        let values = observe(b, opts, inputs)?;
+        Ok(Observed { model, values })
+    }
+
+    /// Runs `test` observed on `inputs` (those the reference ran on) and compares it.
+    pub fn compare_build(
+        &self,
+        test: &Build,
+        inputs: &[HostTensor],
+        opts: &CompareOptions,
+    ) -> Result<Report> {
+        let t = observe(test, opts, inputs)?;
+        Ok(self.compare(&t, opts))
+    }
+
+    fn compare(&self, t: &HashMap<String, Vec<f32>>, opts: &CompareOptions) -> Report {
+        let (model, r) = (&self.model, &self.values);
+        let g = &model.graph;
+        let outputs: HashSet<&str> = g
+            .outputs
+            .iter()
+            .map(|&v| g.value(v).name.as_str())
+            .collect();
+        let mut layers: Vec<Layer> = Vec::new();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        for (order, n) in g.nodes.iter().enumerate() {
+            for v in n.outputs.iter().flatten() {
+                let name = &g.value(*v).name;
+                let (Some(rv), Some(tv)) = (r.get(name), t.get(name)) else {
+                    continue;
+                };
+                if rv.len() != tv.len() || by_name.contains_key(name) {
+                    continue;
+                }
+                let (sqnr_db, cosine, max_abs_err, nonfinite) = metrics(rv, tv);
+                let input_sqnr_db = n
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .filter_map(|u| by_name.get(&g.value(*u).name))
+                    .map(|&k| layers[k].sqnr_db)
+                    .min_by(f64::total_cmp);
+                by_name.insert(name.clone(), layers.len());
+                layers.push(Layer {
+                    value: name.clone(),
+                    node: n.name.clone(),
+                    op_type: n.op_type.clone(),
+                    order,
+                    sqnr_db,
+                    cosine,
+                    max_abs_err,
+                    nonfinite,
+                    input_sqnr_db,
+                    is_output: outputs.contains(name.as_str()),
+                });
             }
-            let (sqnr_db, cosine, max_abs_err, nonfinite) = metrics(rv, tv);
-            let input_sqnr_db = n
-                .inputs
-                .iter()
-                .flatten()
-                .filter_map(|u| by_name.get(&g.value(*u).name))
-                .map(|&k| layers[k].sqnr_db)
-                .min_by(f64::total_cmp);
-            by_name.insert(name.clone(), layers.len());
-            layers.push(Layer {
-                value: name.clone(),
-                node: n.name.clone(),
-                op_type: n.op_type.clone(),
-                order,
-                sqnr_db,
-                cosine,
-                max_abs_err,
-                nonfinite,
-                input_sqnr_db,
-                is_output: outputs.contains(name.as_str()),
-            });
+        }
+        let mut finite: Vec<f64> = layers
+            .iter()
+            .map(|l| l.sqnr_db)
+            .filter(|s| s.is_finite())
+            .collect();
+        finite.sort_by(f64::total_cmp);
+        let median = finite.get(finite.len() / 2).copied();
+        let first_jump = layers
+            .iter()
+            .find(|l| {
+                let base = l.input_sqnr_db.or(median);
+                match base {
+                    // An exact input (+inf) is measured from the median too: "infinitely worse
+                    // than exact" would make every first rounding a jump.
+                    Some(b) if b.is_infinite() && b > 0.0 => {
+                        median.is_some_and(|m| l.sqnr_db < m - opts.jump_db)
+                    }
+                    Some(b) => l.sqnr_db < b - opts.jump_db,
+                    None => l.sqnr_db == f64::NEG_INFINITY,
+                }
+            })
+            .map(|l| l.value.clone());
+        let mut unmatched: Vec<String> = r
+            .keys()
+            .chain(t.keys())
+            .filter(|k| r.contains_key(*k) != t.contains_key(*k))
+            .cloned()
+            .collect();
+        unmatched.sort();
+        unmatched.dedup();
+        layers.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db).then(a.order.cmp(&b.order)));
+        Report {
+            layers,
+            first_jump,
+            jump_db: opts.jump_db,
+            unmatched,
         }
     }
-    let mut finite: Vec<f64> = layers
-        .iter()
-        .map(|l| l.sqnr_db)
-        .filter(|s| s.is_finite())
-        .collect();
-    finite.sort_by(f64::total_cmp);
-    let median = finite.get(finite.len() / 2).copied();
-    let first_jump = layers
-        .iter()
-        .find(|l| {
-            let base = l.input_sqnr_db.or(median);
-            match base {
-                // An exact input (+inf) is measured from the median too: "infinitely worse
-                // than exact" would make every first rounding a jump.
-                Some(b) if b.is_infinite() && b > 0.0 => {
-                    median.is_some_and(|m| l.sqnr_db < m - opts.jump_db)
-                }
-                Some(b) => l.sqnr_db < b - opts.jump_db,
-                None => l.sqnr_db == f64::NEG_INFINITY,
-            }
-        })
-        .map(|l| l.value.clone());
-    let mut unmatched: Vec<String> = r
-        .keys()
-        .chain(t.keys())
-        .filter(|k| r.contains_key(*k) != t.contains_key(*k))
-        .cloned()
-        .collect();
-    unmatched.sort();
-    unmatched.dedup();
-    layers.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db).then(a.order.cmp(&b.order)));
-    Ok(Report {
-        layers,
-        first_jump,
-        jump_db: opts.jump_db,
-        unmatched,
-    })
 }
 
 /// Where a build's external data is read from: the model file's folder.

@@ -18,6 +18,7 @@ pub mod compile;
 pub mod emit;
 mod error;
 pub mod io;
+pub mod mixed;
 pub mod profile;
 pub mod registry;
 pub mod target;

@@ -13,10 +13,12 @@
 
 pub mod cache;
 pub mod calibrate;
+pub mod compare;
 pub mod compile;
 pub mod emit;
 mod error;
 pub mod io;
+pub mod mixed;
 pub mod profile;
 pub mod registry;
 pub mod saved;

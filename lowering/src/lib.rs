@@ -44,7 +44,7 @@ pub struct LowerOptions {
     /// outputs it dequantizes last are passed and returned as their integers (the encoding's
     /// storage type) instead of being converted in the graph.
     pub quantized_io: bool,
-    /// Also return every float intermediate that holds a model value (see
+    /// Also return every float or quantized intermediate that holds a model value (see
     /// [`plan::PlanTensor::origin`]) as a graph output, after the model's outputs: for
     /// calibrating a quantization and comparing layers. Their [`plan::PlanIo::onnx_name`] is the
     /// model value's name (a value may appear more than once, in NCHW and NHWC order).

@@ -7,6 +7,7 @@
 //! unsupported nodes, or `compile`/`run` refused the model for the same reason).
 
 mod cache;
+mod compare;
 mod compile;
 mod compile_many;
 mod npy;
@@ -75,6 +76,11 @@ enum Command {
     /// (QuantizeLinear/DequantizeLinear pairs, integer weights) that compiles for every HTP,
     /// v68 included.
     Quantize(quantize::QuantizeArgs),
+    /// Per-layer accuracy on the HTP: run the model (fp16, or a QDQ model with --reference
+    /// FLOAT.onnx) and its float reference in exact fp32 with every intermediate as an output,
+    /// and report each value's SQNR, cosine and max error, worst first, and the first layer
+    /// where the error jumps.
+    Compare(compare::CompareArgs),
     /// List, clear or prune the context-binary cache.
     Cache {
         #[command(subcommand)]
@@ -154,6 +160,7 @@ fn main() -> ExitCode {
         Command::Check(args) => compile::check(&cli, args),
         Command::Inspect { model } => inspect(&cli, model),
         Command::Run(args) => run::run(&cli, args),
+        Command::Compare(args) => compare::compare_cmd(&cli, args),
         Command::Quantize(args) => quantize::quantize(&cli, args),
         Command::Cache { action } => cache::cache(&cli, action),
     };

@@ -15,7 +15,7 @@ use qnnx_engine::{HostTensor, Target};
 use qnnx_types::{BackendKind, DType};
 use serde_json::json;
 
-use crate::compile::{compile_failure, load_onnx, parse_shapes};
+use crate::compile::{compile_failure, load_onnx, parse_shapes, OnnxFile};
 use crate::target::TargetArgs;
 use crate::{emit, npy, Cli, Failure};
 
@@ -196,16 +196,11 @@ fn samples(
     Ok(out)
 }
 
-pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
-    let input_shapes = parse_shapes(&args.input_shapes)?;
-    let keep = parse_keep(&args.keep)?;
-    if args.target.backend != BackendKind::Htp {
-        return Err(Failure::usage(
-            "calibration runs on the HTP backend (the emulator on x86_64)",
-        ));
-    }
-    let file = load_onnx(&args.model)?;
-    // The model's inputs: name, dtype and static shape.
+/// The model's inputs: name, dtype and static shape (symbolic dims from `input_shapes`).
+pub(crate) fn static_inputs(
+    file: &OnnxFile,
+    input_shapes: &BTreeMap<String, Vec<usize>>,
+) -> Result<Vec<(String, DType, Vec<usize>)>, Failure> {
     let g = &file.model.graph;
     let mut inputs = Vec::new();
     for (k, &v) in g.inputs.iter().enumerate() {
@@ -224,6 +219,19 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
         };
         inputs.push((val.name.clone(), val.dtype, shape));
     }
+    Ok(inputs)
+}
+
+pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
+    let input_shapes = parse_shapes(&args.input_shapes)?;
+    let keep = parse_keep(&args.keep)?;
+    if args.target.backend != BackendKind::Htp {
+        return Err(Failure::usage(
+            "calibration runs on the HTP backend (the emulator on x86_64)",
+        ));
+    }
+    let file = load_onnx(&args.model)?;
+    let inputs = static_inputs(&file, &input_shapes)?;
     let samples = samples(&args.calib, &inputs)?;
     let target = if args.target.soc.is_none()
         && args.target.soc_model.is_none()

@@ -52,10 +52,10 @@ pub struct RunArgs {
 }
 
 /// One graph input or output as the user sees it.
-struct Io {
-    name: String,
-    dtype: DType,
-    shape: Vec<usize>,
+pub(crate) struct Io {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
 }
 
 fn name_seed(name: &str) -> u64 {
@@ -113,7 +113,11 @@ fn given_arrays(specs: &[String]) -> Result<HashMap<String, npy::Array>, Failure
 }
 
 /// The input arrays, in `ios` order: from `--input` files or random.
-fn input_arrays(specs: &[String], ios: &[Io], what: &str) -> Result<Vec<npy::Array>, Failure> {
+pub(crate) fn input_arrays(
+    specs: &[String],
+    ios: &[Io],
+    what: &str,
+) -> Result<Vec<npy::Array>, Failure> {
     let given = given_arrays(specs)?;
     let (arrays, given) = arrays_for(given, ios, what)?;
     if let Some(extra) = given.keys().next() {

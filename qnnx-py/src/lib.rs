@@ -262,6 +262,76 @@ fn compile(
     Ok(Compiled { inner: compiled })
 }
 
+/// Per-layer accuracy ([`qnnx_engine::compare::compare`]): `test` (a float model, fp16 when
+/// `fp16`, or a QDQ model, where `fp16` is ignored) on the target and `reference` (a float
+/// model, `test` when `None`) in exact fp32 on the SoC-less HTP emulator, both with every
+/// intermediate as an output, on `inputs` (each `(dtype name, shape, little-endian bytes)`,
+/// in the model's input order). Returns the report as JSON (releases the GIL while working).
+#[pyfunction]
+#[pyo3(signature = (test, inputs, *, reference = None, soc_model = None, htp_arch = None, fp16 = true, jump_db = 10.0, input_shapes = None))]
+#[allow(clippy::too_many_arguments)]
+fn compare(
+    py: Python<'_>,
+    test: &[u8],
+    inputs: Vec<(String, Vec<usize>, Vec<u8>)>,
+    reference: Option<&[u8]>,
+    soc_model: Option<SocArg>,
+    htp_arch: Option<u32>,
+    fp16: bool,
+    jump_db: f64,
+    input_shapes: Option<BTreeMap<String, Vec<usize>>>,
+) -> PyResult<String> {
+    use qnnx_engine::compare::{Build, CompareOptions};
+    if !(jump_db.is_finite() && jump_db > 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "jump_db={jump_db}: a positive number of dB"
+        )));
+    }
+    let t = target("npu", soc_model, htp_arch)?;
+    let exact = Target {
+        backend: BackendKind::Htp,
+        soc_model: None,
+        htp_arch: None,
+        library: None,
+    };
+    let mut host = Vec::new();
+    for (k, (dtype, shape, data)) in inputs.into_iter().enumerate() {
+        let d = DType::from_name(&dtype)
+            .ok_or_else(|| PyValueError::new_err(format!("input {k}: unknown dtype {dtype:?}")))?;
+        if shape.iter().product::<usize>() * d.size() != data.len() {
+            return Err(PyValueError::new_err(format!(
+                "input {k}: {} bytes do not make a {dtype} tensor of shape {shape:?}",
+                data.len()
+            )));
+        }
+        host.push(qnnx_engine::HostTensor {
+            dtype: d,
+            shape,
+            data,
+        });
+    }
+    let rb = Build {
+        target: &exact,
+        onnx: reference.unwrap_or(test),
+        base_dir: None,
+        fp16: false,
+    };
+    let tb = Build {
+        target: &t,
+        onnx: test,
+        base_dir: None,
+        fp16,
+    };
+    let opts = CompareOptions {
+        input_shapes: input_shapes.unwrap_or_default(),
+        jump_db,
+    };
+    let rep = py
+        .detach(|| qnnx_engine::compare::compare(&rb, &tb, &host, &opts))
+        .map_err(|e| engine_error(py, e))?;
+    Ok(rep.json().to_string())
+}
+
 /// Lowers and compiles several ONNX models as graphs `names` of one QNN context (releases the
 /// GIL while working) and returns one graph object per model, in order. The objects share the
 /// context: any of them keeps it alive, and `binary()` of each is the whole context binary.
@@ -512,6 +582,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(op_table, m)?)?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(compile_many, m)?)?;
+    m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(load_cached, m)?)?;
     m.add_function(wrap_pyfunction!(alias_get, m)?)?;
     m.add_function(wrap_pyfunction!(alias_put, m)?)?;

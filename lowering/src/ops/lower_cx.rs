@@ -452,7 +452,9 @@ impl<'g> LowerCx<'g> {
         if observe {
             for (id, t) in self.plan.tensors.iter_mut().enumerate() {
                 let Some(o) = &t.origin else { continue };
-                if t.kind != TensorKind::Native || !t.dtype.is_float() {
+                // A quantized tensor is observed as its integers; its encoding in the plan
+                // gives the values (a QDQ model's per-layer comparison reads them).
+                if t.kind != TensorKind::Native || !(t.dtype.is_float() || t.quant.is_some()) {
                     continue;
                 }
                 t.kind = TensorKind::Output;

@@ -57,6 +57,9 @@ _LAZY = {
     "export": "._deploy",
     "profile": "._profile",
     "Profile": "._profile",
+    "accuracy_report": "._accuracy",
+    "AccuracyReport": "._accuracy",
+    "LayerError": "._accuracy",
 }
 
 
@@ -71,6 +74,9 @@ def __getattr__(name: str) -> Any:
 __version__ = versions()["qnnx"]
 
 __all__ = [
+    "accuracy_report",
+    "AccuracyReport",
+    "LayerError",
     "compile",
     "explain",
     "export",

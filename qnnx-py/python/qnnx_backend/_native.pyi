@@ -21,6 +21,7 @@ __all__ = [
     "op_table",
     "compile",
     "compile_many",
+    "compare",
     "load_cached",
     "alias_get",
     "alias_put",
@@ -117,6 +118,17 @@ def compile(
     fix_inputs: Optional[dict[str, str]] = None,
     quantized_io: bool = False,
 ) -> Compiled: ...
+def compare(
+    test: bytes,
+    inputs: list[tuple[str, list[int], bytes]],
+    *,
+    reference: Optional[bytes] = None,
+    soc_model: Union[int, str, None] = None,
+    htp_arch: Optional[int] = None,
+    fp16: bool = True,
+    jump_db: float = 10.0,
+    input_shapes: Optional[dict[str, list[int]]] = None,
+) -> str: ...
 def compile_many(
     onnx_list: list[bytes],
     names: list[str],

@@ -1,0 +1,178 @@
+//! Mixed precision from the per-layer report: starting from a scheme (8a8w), promote the node
+//! whose value loses the most SQNR against its inputs to 16-bit activations, one at a time,
+//! until the model output reaches a target SQNR against the float reference, within a bounded
+//! number of compile attempts. One calibration (the caller's ranges) serves every attempt;
+//! the float reference runs once, before any test build (a v68 backend opened in the process
+//! makes the emulator refuse SoC-less float graphs afterwards).
+
+use std::collections::{BTreeMap, HashMap};
+
+use lowering::quantize::{write_qdq, Keep, QuantizeOptions, Range};
+
+use crate::compare::{Build, CompareOptions, Observed, Report};
+use crate::error::{Error, Result};
+use crate::io::HostTensor;
+use crate::target::Target;
+
+/// What [`promote`] searches for.
+#[derive(Clone, Debug)]
+pub struct MixedOptions {
+    /// The lowest SQNR (dB) accepted for every model output.
+    pub target_sqnr_db: f64,
+    /// How many QDQ models may be built and compared, the first (no promotion) included.
+    pub max_attempts: usize,
+}
+
+/// What [`promote`] found.
+#[derive(Clone, Debug)]
+pub struct Mixed {
+    /// The nodes promoted to 16-bit activations, in the order chosen: the `--keep NODE=16`
+    /// overrides that pin the result.
+    pub promoted: Vec<String>,
+    /// Nodes whose promotion the target refused (QNN validation), with its message.
+    pub refused: Vec<(String, String)>,
+    /// The QDQ model with the promotions, and its report.
+    pub qdq: Vec<u8>,
+    pub report: Report,
+    /// The lowest model-output SQNR after each attempt.
+    pub history: Vec<f64>,
+}
+
+/// The lowest SQNR among the model outputs of a report.
+pub fn output_sqnr(rep: &Report) -> Option<f64> {
+    rep.layers
+        .iter()
+        .filter(|l| l.is_output)
+        .map(|l| l.sqnr_db)
+        .min_by(f64::total_cmp)
+}
+
+/// Searches promotions for `float_onnx` quantized with `base` and `ranges`, measured on
+/// `target` with `inputs` against the exact fp32 reference `reference` (built from the same
+/// float model). Fails, naming the best reached, when no assignment within `max_attempts`
+/// meets the target.
+#[allow(clippy::too_many_arguments)]
+pub fn promote(
+    reference: &Build,
+    target: &Target,
+    input_shapes: &BTreeMap<String, Vec<usize>>,
+    ranges: &HashMap<String, Range>,
+    base: &QuantizeOptions,
+    inputs: &[HostTensor],
+    copts: &CompareOptions,
+    opts: &MixedOptions,
+) -> Result<Mixed> {
+    let model = lowering::Model::from_bytes(reference.onnx, reference.base_dir.as_deref())?;
+    let reference_obs = Observed::reference(reference, copts, inputs)?;
+    let mut promoted: Vec<String> = Vec::new();
+    let mut refused: Vec<(String, String)> = Vec::new();
+    let mut history = Vec::new();
+    let mut best: Option<(f64, Vec<String>)> = None;
+    for _ in 0..opts.max_attempts.max(1) {
+        let mut q = base.clone();
+        q.keep
+            .extend(promoted.iter().map(|n| (n.clone(), Keep::Bits16)));
+        let (qdq, _) = write_qdq(reference.onnx, &model, input_shapes, ranges, &q)
+            .map_err(|e| Error::Input(format!("quantizing: {e}")))?;
+        let test = Build {
+            target,
+            onnx: &qdq,
+            base_dir: reference.base_dir.clone(),
+            fp16: false,
+        };
+        let rep = match reference_obs.compare_build(&test, inputs, copts) {
+            Ok(r) => r,
+            // A promoted node whose neighbour must share its encoding (an elementwise op's
+            // input and output types agree) makes the lowering name that neighbour: it is
+            // promoted too. Otherwise the target refused the last promotion (v68 has no
+            // 16-bit MatMul of two activations, say): it is dropped for the next candidate.
+            Err(e @ (Error::Qnn { .. } | Error::Lower(_))) if !promoted.is_empty() => {
+                let named = match &e {
+                    Error::Lower(lowering::LowerError::UnsupportedOp { node, .. }) => {
+                        Some(node.clone())
+                    }
+                    Error::Qnn { node, .. } => node.clone(),
+                    _ => None,
+                };
+                match named {
+                    Some(n) if !promoted.contains(&n) && !refused.iter().any(|(r, _)| *r == n) => {
+                        promoted.push(n)
+                    }
+                    _ => {
+                        let n = promoted.pop().expect("non-empty");
+                        refused.push((n, e.to_string()));
+                    }
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let out = output_sqnr(&rep).unwrap_or(f64::NEG_INFINITY);
+        history.push(out);
+        if !best.as_ref().is_some_and(|(b, _)| out <= *b) {
+            best = Some((out, promoted.clone()));
+        }
+        if out >= opts.target_sqnr_db {
+            return Ok(Mixed {
+                promoted,
+                refused,
+                qdq,
+                report: rep,
+                history,
+            });
+        }
+        // The candidate: the first jump, else the value losing the most against its inputs,
+        // else the worst, among nodes not tried yet.
+        let tried =
+            |n: &str| promoted.iter().any(|p| p == n) || refused.iter().any(|(r, _)| r == n);
+        let open: Vec<&crate::compare::Layer> = rep
+            .layers
+            .iter()
+            .filter(|l| !l.node.is_empty() && !tried(&l.node))
+            .collect();
+        let jump = rep
+            .first_jump
+            .as_deref()
+            .and_then(|v| open.iter().find(|l| l.value == v));
+        let drop = |l: &crate::compare::Layer| {
+            l.input_sqnr_db
+                .filter(|i| i.is_finite())
+                .map(|i| i - l.sqnr_db.max(-300.0))
+        };
+        let next = jump
+            .or_else(|| {
+                open.iter()
+                    .filter(|l| drop(l).is_some())
+                    .max_by(|a, b| drop(a).unwrap_or(0.0).total_cmp(&drop(b).unwrap_or(0.0)))
+            })
+            .or(open.first());
+        match next {
+            Some(l) => promoted.push(l.node.clone()),
+            None => break,
+        }
+    }
+    let (b, p) = best.unwrap_or((f64::NEG_INFINITY, vec![]));
+    Err(Error::Input(format!(
+        "no assignment within {} attempts reaches {} dB at the output: the best was {b:.2} dB \
+         with {} promoted to 16 bits{}",
+        opts.max_attempts,
+        opts.target_sqnr_db,
+        if p.is_empty() {
+            "nothing".to_string()
+        } else {
+            p.join(", ")
+        },
+        if refused.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the target refused 16 bits for {}",
+                refused
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    )))
+}

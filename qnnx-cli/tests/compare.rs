@@ -1,0 +1,209 @@
+//! `qnnx compare` end to end: make_models.py's float CNN quantized by `qnnx quantize` and
+//! compared layer by layer on the v68 QCS6490 against its float model (the Conv runs in NHWC,
+//! so its observed values are permuted back), the fp16 build of the float model on an FP16 SoC,
+//! and the mistakes a user makes, each a clear error. Live tests skip without the HTP library or
+//! Python's onnx package, and fail instead with `QNNX_REQUIRE_HTP=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn qnnx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qnnx"))
+        .args(args)
+        .output()
+        .expect("run qnnx")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn required() -> bool {
+    std::env::var_os("QNNX_REQUIRE_HTP").is_some()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn htp_available() -> bool {
+    match qnn::Backend::new(qnn::BackendKind::Htp) {
+        Ok(_) => true,
+        Err(e) if required() => panic!("HTP unavailable: {e}"),
+        Err(e) => {
+            eprintln!("skipped: HTP library unavailable ({e})");
+            false
+        }
+    }
+}
+
+/// make_models.py's models and a calibration set in a fresh folder; `None` (skip) without
+/// Python's onnx.
+fn models(name: &str) -> Option<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("qnnx-compare-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_models.py");
+    let calib = dir.join("calib.npz");
+    let code = format!(
+        "import numpy as np; r = np.random.default_rng(1); \
+         np.savez({:?}, img=r.standard_normal((16, 1, 3, 8, 8)).astype(np.float32))",
+        s(&calib)
+    );
+    for cmd in [
+        Command::new("python3").arg(&script).arg(&dir).output(),
+        Command::new("python3").arg("-c").arg(&code).output(),
+    ] {
+        match cmd {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                assert!(!required(), "python: {}", stderr(&o));
+                eprintln!("skipped: python failed: {}", stderr(&o));
+                return None;
+            }
+            Err(e) => {
+                assert!(!required(), "python3: {e}");
+                eprintln!("skipped: python3 unavailable ({e})");
+                return None;
+            }
+        }
+    }
+    Some(dir)
+}
+
+fn json(out: &Output) -> Value {
+    assert!(out.status.success(), "{}", stderr(out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn sqnr(l: &Value) -> f64 {
+    l["sqnr_db"].as_f64().unwrap_or_else(|| panic!("{l}"))
+}
+
+#[test]
+fn a_quantized_cnn_and_an_fp16_one_are_compared_layer_by_layer() {
+    if !htp_available() {
+        return;
+    }
+    let Some(dir) = models("cnn") else { return };
+    let (onnx, qdq, csv) = (
+        dir.join("cnn.onnx"),
+        dir.join("cnn.qdq.onnx"),
+        dir.join("cnn.csv"),
+    );
+    let out = qnnx(&[
+        "quantize",
+        s(&onnx),
+        "--calib",
+        s(&dir.join("calib.npz")),
+        "-o",
+        s(&qdq),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let input = format!("img={}", s(&dir.join("cnn.in.img.npy")));
+    let v = json(&qnnx(&[
+        "--json",
+        "compare",
+        s(&qdq),
+        "--reference",
+        s(&onnx),
+        "--soc",
+        "QCS6490",
+        "--input",
+        &input,
+        "--csv",
+        s(&csv),
+    ]));
+    let layers = v["layers"].as_array().unwrap();
+    let names: Vec<&str> = layers
+        .iter()
+        .map(|l| l["value"].as_str().unwrap())
+        .collect();
+    for want in ["c", "r", "p", "f", "scores"] {
+        assert!(names.contains(&want), "{want} missing: {v}");
+    }
+    // Worst first; 8-bit activations of a small CNN lose 25-40 dB, not everything (a value
+    // permuted wrongly from NHWC would be near 0 dB).
+    let s_all: Vec<f64> = layers.iter().map(sqnr).collect();
+    assert!(s_all.windows(2).all(|w| w[0] <= w[1]), "{s_all:?}");
+    assert!(s_all.iter().all(|&x| x > 20.0 && x < 60.0), "{v}");
+    assert!(v["first_jump"].is_null(), "{v}");
+    let scores = layers.iter().find(|l| l["value"] == "scores").unwrap();
+    assert_eq!(scores["is_output"], true);
+    assert_eq!(scores["node"], "fc");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 1 + layers.len(), "{text}");
+    assert!(
+        text.starts_with("value,node,op_type,order,sqnr_db"),
+        "{text}"
+    );
+
+    // The float model itself in fp16 on an FP16 SoC: far closer than 8 bits.
+    let v = json(&qnnx(&[
+        "--json",
+        "compare",
+        s(&onnx),
+        "--soc",
+        "SM8550",
+        "--input",
+        &input,
+    ]));
+    let layers = v["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 5, "{v}");
+    assert!(layers.iter().all(|l| sqnr(l) > 45.0), "{v}");
+    assert!(v["test"].as_str().unwrap().starts_with("fp16"), "{v}");
+
+    // A text table by default, naming each value.
+    let out = qnnx(&["compare", s(&onnx), "--soc", "SM8550", "--input", &input]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        t.contains("SQNR dB") && t.contains("scores") && t.contains("first jump"),
+        "{t}"
+    );
+}
+
+#[test]
+fn mistakes_are_clear_errors() {
+    if !htp_available() {
+        return;
+    }
+    let Some(dir) = models("mistakes") else {
+        return;
+    };
+    let (onnx, qdq) = (dir.join("cnn.onnx"), dir.join("cnn.qdq.onnx"));
+    let out = qnnx(&[
+        "quantize",
+        s(&onnx),
+        "--calib",
+        s(&dir.join("calib.npz")),
+        "-o",
+        s(&qdq),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A QDQ model with nothing to compare it to.
+    let out = qnnx(&["compare", s(&qdq), "--soc", "QCS6490"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--reference"), "{}", stderr(&out));
+    // The reference must be float.
+    let out = qnnx(&["compare", s(&qdq), "--reference", s(&qdq)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("float model"), "{}", stderr(&out));
+    // A float model on a SoC with no float path.
+    let out = qnnx(&["compare", s(&onnx), "--soc", "QCS6490"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("qnnx quantize"), "{}", stderr(&out));
+    // An input that is not the model's.
+    let npy = format!("nope={}", s(&dir.join("cnn.in.img.npy")));
+    let out = qnnx(&["compare", s(&onnx), "--soc", "SM8550", "--input", &npy]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no input \"nope\""),
+        "{}",
+        stderr(&out)
+    );
+    let out = qnnx(&["compare", s(&onnx), "--jump-db", "-3"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

@@ -102,6 +102,34 @@ def test_strict_raises_with_node_names():
     assert isinstance(err, QNNUnsupportedOperatorError) and isinstance(err, QNNCompilationError)
 
 
+def test_strict_errors_are_caught_as_0_4_users_catch_them():
+    # 0.4 raised strict failures inside dynamo's backend call, which wraps them in
+    # BackendCompilerFailed; code written for it catches that class.
+    import pickle
+
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    compiled = compile_strict(WithUnsupported().eval())
+    try:
+        with torch.inference_mode():
+            compiled(torch.randn(3, 4))
+    except BackendCompilerFailed as e:
+        err = e
+    else:
+        pytest.fail("strict compile of an unsupported op did not raise")
+    assert isinstance(err, qnnx_backend.UnsupportedOpError)
+    assert err.backend_name == "qnn" and type(err.inner_exception) is qnnx_backend.UnsupportedOpError
+    assert str(err) == str(err.inner_exception) and "Det" in err.operators and err.device == "npu"
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is type(err) and str(back) == str(err) and back.nodes == err.nodes
+    # Without strict nothing is raised: the graph falls back or is partitioned.
+    m = WithUnsupported().eval()
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(torch.compile(m, backend="qnn")(x), m(x), atol=1e-2, rtol=1e-2)
+
+
 def test_device_cpu_runs_eager():
     m = nn.Linear(4, 2).eval()
     compiled = torch.compile(m, backend="qnn", options={"device": "cpu"})

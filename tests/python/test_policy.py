@@ -18,9 +18,12 @@ def test_strict_raises_the_native_error_with_the_device_set():
     with pytest.raises(qnnx_backend.UnsupportedOpError) as info, torch.inference_mode():
         compiled(torch.randn(3, 4))
     err = info.value
-    assert type(err) is qnnx_backend.UnsupportedOpError
+    # The native module's error as its strict twin (also dynamo's BackendCompilerFailed, see
+    # _strict), whose inner_exception is the native module's own; the message is the lowering's.
+    assert type(err).__name__ == "StrictUnsupportedOpError" and type(err).__module__ == "qnnx_backend._strict"
+    assert type(err.inner_exception) is qnnx_backend.UnsupportedOpError
+    assert str(err.inner_exception) == str(err) and err.inner_exception.nodes == err.nodes
     assert err.device == "npu"
-    # The native module's own exception, not a copy: its message is the lowering's.
     [(node, op, reason)] = err.nodes
     assert op == "Det" and node and str(err) == reason
     assert err.operators == {"Det"}

@@ -26,10 +26,10 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from . import _calibrate, _export, _fingerprint, _kvcache, _native, _partition, _quantize, _runtime
+from . import _calibrate, _export, _fingerprint, _kvcache, _native, _partition, _quantize, _runtime, _strict
 from ._decompose import decompose
 from ._runtime import CompiledGraph
-from .exceptions import CacheError, LibraryLoadError, LoweringError, QnnApiError, UnsupportedOpError
+from .exceptions import CacheError, LibraryLoadError, LoweringError, QnnApiError, QnnxError, UnsupportedOpError
 from .settings import QnnSettings, fixed_values
 
 logger = logging.getLogger("qnnx_backend")
@@ -400,7 +400,17 @@ class QnnCallable(_Serializable):
                     "qnn backend: input signature %s differs from the compiled one(s); compiling a new graph",
                     sig,
                 )
-            self.graphs[sig] = self.compile(args)
+            failure = None
+            try:
+                self.graphs[sig] = self.compile(args)
+            except QnnxError as e:
+                if not self.settings.strict:
+                    raise
+                # Also a BackendCompilerFailed, as the 0.4 package's strict errors were; raised
+                # outside the handler so that it carries no context.
+                failure = _strict.as_backend_failure(e)
+            if failure is not None:
+                raise failure
         graph = self.graphs[sig]
         if graph is None:
             return self.gm(*args)
@@ -561,7 +571,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], setti
     Compilation happens at the first call of each input signature rather than here: dynamo
     wraps exceptions raised by a backend in BackendCompilerFailed, while exceptions raised by
     the compiled function reach the caller as they are, so strict mode's UnsupportedOpError
-    (and the others) can be caught by their own class.
+    (and the others) can be caught by their own class; they are raised as their ``_strict``
+    twins, which are also BackendCompilerFailed, for code written for the 0.4 package.
     """
     if settings.device == "cpu":
         return gm.forward

@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod htp;
 pub mod interface;
 pub mod loader;
+pub mod mem;
 pub mod profile;
 pub mod releases;
 pub mod system;

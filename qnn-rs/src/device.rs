@@ -21,6 +21,9 @@ unsafe impl Sync for DeviceInner {}
 
 impl Drop for DeviceInner {
     fn drop(&mut self) {
+        if self.handle.is_null() {
+            return; // a backend without devices (see `Device::new`)
+        }
         // SAFETY: created in `Device::new`; contexts using it hold an Arc to us.
         if let Err(e) = unsafe { qnn_call!(self.backend.api, deviceFree(self.handle)) } {
             tracing::warn!(target: "qnn", "deviceFree: {e}");
@@ -35,9 +38,19 @@ pub struct Device {
 }
 
 impl Device {
-    /// `deviceCreate` with the device configs of `backend`'s configuration.
+    /// `deviceCreate` with the device configs of `backend`'s configuration. QNN's CPU backend has
+    /// no devices (its `deviceCreate` answers 1000 QNN_COMMON_ERROR_NOT_SUPPORTED, measured with
+    /// QNN 2.47's libQnnCpu.so): its `Device` holds no handle and contexts are created without one.
     pub fn new(backend: &Backend) -> Result<Device> {
         let b = &backend.inner;
+        if b.kind == qnnx_types::BackendKind::Cpu {
+            return Ok(Device {
+                inner: Arc::new(DeviceInner {
+                    backend: b.clone(),
+                    handle: std::ptr::null_mut(),
+                }),
+            });
+        }
         let mut customs = b.config.device_customs(b.api_version);
         let configs = customs.list();
         let list_ptr = configs.as_ptr();

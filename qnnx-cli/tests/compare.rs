@@ -9,35 +9,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn qnnx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_qnnx"))
-        .args(args)
-        .output()
-        .expect("run qnnx")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn required() -> bool {
-    std::env::var_os("QNNX_REQUIRE_HTP").is_some()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn htp_available() -> bool {
-    match qnn::Backend::new(qnn::BackendKind::Htp) {
-        Ok(_) => true,
-        Err(e) if required() => panic!("HTP unavailable: {e}"),
-        Err(e) => {
-            eprintln!("skipped: HTP library unavailable ({e})");
-            false
-        }
-    }
-}
+mod common;
+use common::{htp_available, qnnx, required, s, stderr};
 
 /// make_models.py's models and a calibration set in a fresh folder; `None` (skip) without
 /// Python's onnx.

@@ -3,74 +3,15 @@
 //! library, from `lowering::testing::ModelBuilder`. Live tests skip with a message without the
 //! HTP library or the Python `onnx` package, and fail instead with `QNNX_REQUIRE_HTP=1`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
 use lowering::dtype::{DType, OnnxCode};
 use lowering::testing::{ModelBuilder, A};
 use serde_json::Value;
 
-fn qnnx_env(args: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qnnx"));
-    c.args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("run qnnx")
-}
-
-fn qnnx(args: &[&str]) -> Output {
-    qnnx_env(args, &[])
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            stderr(out)
-        )
-    })
-}
-
-/// Runs qnnx and insists on success, returning its JSON.
-fn ok_json(args: &[&str]) -> Value {
-    let out = qnnx(args);
-    assert!(
-        out.status.success(),
-        "qnnx {args:?} failed ({:?}): {}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        stderr(&out)
-    );
-    json(&out)
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("qnnx-compile-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn required() -> bool {
-    std::env::var_os("QNNX_REQUIRE_HTP").is_some()
-}
-
-fn htp_available() -> bool {
-    match qnn::Backend::new(qnn::BackendKind::Htp) {
-        Ok(_) => true,
-        Err(e) if required() => panic!("HTP unavailable: {e}"),
-        Err(e) => {
-            eprintln!("skipped: HTP library unavailable ({e})");
-            false
-        }
-    }
-}
+mod common;
+use common::{htp_available, json, ok_json, qnnx, qnnx_env, required, s, stderr, temp_dir};
 
 /// The models of make_models.py in `dir`, or `None` (skip) without Python's onnx package.
 fn make_models(dir: &Path) -> Option<()> {
@@ -160,10 +101,6 @@ np.save(sys.argv[3], y)
         .unwrap();
     assert!(o.status.success(), "Python path failed: {}", stderr(&o));
     Some(())
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 #[test]

@@ -4,70 +4,14 @@
 //! checked when `run` is given them. Models come from `lowering::testing::ModelBuilder`; the
 //! tests that compile skip without the HTP library (fail with `QNNX_REQUIRE_HTP=1`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use lowering::dtype::DType;
 use lowering::onnx;
 use lowering::testing::{value_info, ModelBuilder, A};
-use serde_json::Value;
 
-fn qnnx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_qnnx"))
-        .args(args)
-        .output()
-        .expect("run qnnx")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            stderr(out)
-        )
-    })
-}
-
-fn ok_json(args: &[&str]) -> Value {
-    let out = qnnx(args);
-    assert!(
-        out.status.success(),
-        "qnnx {args:?} failed ({:?}): {}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        stderr(&out)
-    );
-    json(&out)
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("qnnx-inputs-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn htp_available() -> bool {
-    match qnn::Backend::new(qnn::BackendKind::Htp) {
-        Ok(_) => true,
-        Err(e) if std::env::var_os("QNNX_REQUIRE_HTP").is_some() => {
-            panic!("HTP unavailable: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipped: HTP library unavailable ({e})");
-            false
-        }
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+mod common;
+use common::{htp_available, json, ok_json, qnnx, s, stderr, temp_dir};
 
 /// Writes a C-order .npy of `descr` (`<f4`, `<i8`) with raw little-endian `data`.
 fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) {

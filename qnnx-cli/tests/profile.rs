@@ -9,12 +9,11 @@ use lowering::tensor::Tensor;
 use lowering::testing::{rand_f32, ModelBuilder};
 use serde_json::Value;
 
+mod common;
+use common::{htp_available, qnnx_env, s, temp_dir};
+
 fn qnnx(args: &[&str], cache: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_qnnx"))
-        .args(args)
-        .env("QNNX_CACHE_DIR", cache)
-        .output()
-        .expect("run qnnx")
+    qnnx_env(args, &[("QNNX_CACHE_DIR", cache)])
 }
 
 fn ok(args: &[&str], cache: &Path) -> String {
@@ -31,28 +30,6 @@ fn ok(args: &[&str], cache: &Path) -> String {
 fn ok_json(args: &[&str], cache: &Path) -> Value {
     let text = ok(args, cache);
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
-
-fn htp_available() -> bool {
-    match qnn::Backend::new(qnn::BackendKind::Htp) {
-        Ok(_) => true,
-        Err(e) if std::env::var_os("QNNX_REQUIRE_HTP").is_some() => panic!("HTP unavailable: {e}"),
-        Err(e) => {
-            eprintln!("skipped: HTP library unavailable ({e})");
-            false
-        }
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("qnnx-profile-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 fn model(dir: &Path) -> PathBuf {

@@ -4,36 +4,13 @@
 //! calibration data, each a clear error. Live tests skip without the HTP library or Python's
 //! onnx package, and fail instead with `QNNX_REQUIRE_HTP=1`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
 use serde_json::Value;
 
-fn qnnx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_qnnx"))
-        .args(args)
-        .output()
-        .expect("run qnnx")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn required() -> bool {
-    std::env::var_os("QNNX_REQUIRE_HTP").is_some()
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("qnnx-quantize-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+mod common;
+use common::{htp_available, qnnx, required, s, stderr, temp_dir};
 
 /// Runs a Python snippet (numpy and onnx); `None` (skip) where Python or onnx is missing.
 fn python(code: &str) -> Option<String> {
@@ -49,17 +26,6 @@ fn python(code: &str) -> Option<String> {
         Err(e) => {
             eprintln!("skipped: python3 unavailable ({e})");
             None
-        }
-    }
-}
-
-fn htp_available() -> bool {
-    match qnn::Backend::new(qnn::BackendKind::Htp) {
-        Ok(_) => true,
-        Err(e) if required() => panic!("HTP unavailable: {e}"),
-        Err(e) => {
-            eprintln!("skipped: HTP library unavailable ({e})");
-            false
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use qnn::{Backend, BackendConfig, BackendOptions, Context, DType, Device, Input, Node, Output};
+use qnn::{Backend, BackendConfig, BackendOptions, Context, Device};
 
 mod common;
 
@@ -46,36 +46,7 @@ fn a_fully_connected_relu_graph_runs_on_the_cpu_backend_in_exact_fp32() {
     // 1000 there) and the context is created without one.
     let device = Device::new(&backend).unwrap();
     let ctx = Context::new(&backend, Some(&device)).unwrap();
-    const K: usize = 16;
-    const N: usize = 8;
-    let x = common::values(1, K, 1.0);
-    let w = common::values(2, N * K, 0.5);
-    let b = common::values(3, N, 0.1);
-    let mut g = ctx.build_graph("fc").unwrap();
-    let xi = g.input("x", DType::F32, &[1, K as u32]).unwrap();
-    let wi = g.constant("w", &[N as u32, K as u32], &w).unwrap();
-    let bi = g.constant("b", &[N as u32], &b).unwrap();
-    let h = g.native("h", DType::F32, &[1, N as u32]).unwrap();
-    let y = g.output("y", DType::F32, &[1, N as u32]).unwrap();
-    g.add_node(
-        &Node::new("fc", "FullyConnected")
-            .inputs(&[xi, wi, bi])
-            .outputs(&[h]),
-    )
-    .unwrap();
-    g.add_node(&Node::new("relu", "Relu").inputs(&[h]).outputs(&[y]))
-        .unwrap();
-    let graph = g.finalize().unwrap();
-    let mut got = vec![0f32; N];
-    graph
-        .execute(&[Input::new(&x)], &mut [Output::new(&mut got)])
-        .unwrap();
-    let want: Vec<f32> = (0..N)
-        .map(|n| {
-            let dot: f32 = (0..K).map(|k| w[n * K + k] * x[k]).sum();
-            (dot + b[n]).max(0.0)
-        })
-        .collect();
+    let (got, want) = common::run_fc_relu(&ctx, 16, 8);
     for (g, w) in got.iter().zip(&want) {
         assert!(
             (g - w).abs() <= 1e-5 * w.abs().max(1.0),

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_fp16_close, context_with, values};
+use common::{assert_fp16_close, context_with, run_fc_relu, values};
 use qnn::{
     Backend, Context, DType, Device, HtpConfig, HtpGraphConfig, Input, Node, Output, Precision,
     Scalar,
@@ -25,32 +25,7 @@ fn fully_connected_relu() {
     let Some((_b, _d, ctx)) = context() else {
         return;
     };
-    let (k, n) = (32usize, 64usize);
-    let x = values(1, k, 1.0);
-    let w = values(2, n * k, 0.5);
-    let bias = values(3, n, 0.1);
-    let mut g = ctx.build_graph("mlp").unwrap();
-    let xi = g.input("x", DType::F32, &[1, k as u32]).unwrap();
-    let wi = g.constant("w", &[n as u32, k as u32], &w).unwrap();
-    let bi = g.constant("b", &[n as u32], &bias).unwrap();
-    let h = g.native("h", DType::F32, &[1, n as u32]).unwrap();
-    let y = g.output("y", DType::F32, &[1, n as u32]).unwrap();
-    g.add_node(
-        &Node::new("fc", "FullyConnected")
-            .inputs(&[xi, wi, bi])
-            .outputs(&[h]),
-    )
-    .unwrap();
-    g.add_node(&Node::new("relu", "Relu").inputs(&[h]).outputs(&[y]))
-        .unwrap();
-    let graph = g.finalize().unwrap();
-    let mut got = vec![0f32; n];
-    graph
-        .execute(&[Input::new(&x)], &mut [Output::new(&mut got)])
-        .unwrap();
-    let want: Vec<f32> = (0..n)
-        .map(|j| (bias[j] + (0..k).map(|i| x[i] * w[j * k + i]).sum::<f32>()).max(0.0))
-        .collect();
+    let (got, want) = run_fc_relu(&ctx, 32, 64);
     assert_fp16_close(&got, &want, 1e-2);
 }
 

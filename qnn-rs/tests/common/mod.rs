@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use qnn::{Backend, BackendOptions, Context, Device, HtpConfig};
+use qnn::{Backend, BackendOptions, Context, DType, Device, HtpConfig, Input, Node, Output};
 
 /// The HTP backend opened with the host's default target (SoC 60 on x86_64) and its device.
 pub fn htp() -> Option<(Backend, Device)> {
@@ -67,4 +67,35 @@ pub fn assert_fp16_close(got: &[f32], want: &[f32], tol: f32) {
         e > 0.0,
         "bit-exact result: the emulator computed in fp32, not the NPU's fp16"
     );
+}
+
+/// Builds, finalizes and runs `FullyConnected(x [1, k], w [n, k], b [n]) -> Relu` on `ctx` with
+/// the deterministic `values` of seeds 1 to 3; the output and its Rust reference in f32.
+pub fn run_fc_relu(ctx: &Context, k: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
+    let x = values(1, k, 1.0);
+    let w = values(2, n * k, 0.5);
+    let bias = values(3, n, 0.1);
+    let mut g = ctx.build_graph("mlp").unwrap();
+    let xi = g.input("x", DType::F32, &[1, k as u32]).unwrap();
+    let wi = g.constant("w", &[n as u32, k as u32], &w).unwrap();
+    let bi = g.constant("b", &[n as u32], &bias).unwrap();
+    let h = g.native("h", DType::F32, &[1, n as u32]).unwrap();
+    let y = g.output("y", DType::F32, &[1, n as u32]).unwrap();
+    g.add_node(
+        &Node::new("fc", "FullyConnected")
+            .inputs(&[xi, wi, bi])
+            .outputs(&[h]),
+    )
+    .unwrap();
+    g.add_node(&Node::new("relu", "Relu").inputs(&[h]).outputs(&[y]))
+        .unwrap();
+    let graph = g.finalize().unwrap();
+    let mut got = vec![0f32; n];
+    graph
+        .execute(&[Input::new(&x)], &mut [Output::new(&mut got)])
+        .unwrap();
+    let want = (0..n)
+        .map(|j| (bias[j] + (0..k).map(|i| x[i] * w[j * k + i]).sum::<f32>()).max(0.0))
+        .collect();
+    (got, want)
 }

@@ -38,6 +38,15 @@ pub struct Mixed {
     pub history: Vec<f64>,
 }
 
+/// The nodes of `model` reading the value named `value`.
+fn readers<'m>(model: &'m lowering::Model, value: &'m str) -> impl Iterator<Item = &'m str> + 'm {
+    let g = &model.graph;
+    g.nodes
+        .iter()
+        .filter(move |n| n.inputs.iter().flatten().any(|&v| g.value(v).name == value))
+        .map(|n| n.name.as_str())
+}
+
 /// The lowest SQNR among the model outputs of a report.
 pub fn output_sqnr(rep: &Report) -> Option<f64> {
     rep.layers
@@ -146,8 +155,19 @@ pub fn promote(
                     .max_by(|a, b| drop(a).unwrap_or(0.0).total_cmp(&drop(b).unwrap_or(0.0)))
             })
             .or(open.first());
+        // The value's 8-bit encoding is what loses: its producer and every reader go to 16
+        // bits, so the value is stored and read at 16 (the readers' outputs are requantized
+        // for their own 8-bit readers; see lowering::quantize).
         match next {
-            Some(l) => promoted.push(l.node.clone()),
+            Some(l) => {
+                for n in std::iter::once(l.node.as_str()).chain(readers(&model, &l.value)) {
+                    let known =
+                        promoted.iter().any(|p| p == n) || refused.iter().any(|(r, _)| r == n);
+                    if !known {
+                        promoted.push(n.to_string());
+                    }
+                }
+            }
             None => break,
         }
     }

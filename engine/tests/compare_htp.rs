@@ -139,9 +139,70 @@ fn side_input_data() -> (Vec<Vec<HostTensor>>, Vec<HostTensor>) {
     (samples, inputs)
 }
 
+/// Twelve 16x16 MatMuls, each followed by a Relu but the last; a second input `z` is added to
+/// the sixth MatMul's output before its Relu. 24 nodes.
+fn deep_side_input() -> ModelBuilder {
+    let mut b = ModelBuilder::new(17)
+        .input("x", DType::F32, &[1, 16])
+        .input("z", DType::F32, &[1, 16]);
+    let mut prev = "x".to_string();
+    for k in 0..12 {
+        // A rotation of the channels plus noise: a gain of about 1 per layer, and Relus that
+        // keep most values (with plain random weights whole layers went to zero).
+        // (rand_f32 is uniform in [-1, 3).)
+        let mut w: Vec<f32> = rand_f32(200 + k as u64, 256)
+            .iter()
+            .map(|v| (v - 1.0) * 0.05)
+            .collect();
+        for i in 0..16 {
+            w[i * 16 + (i + k) % 16] += 0.9;
+        }
+        let (wn, h) = (format!("w{k}"), format!("h{k}"));
+        b = b.init(&wn, Tensor::from_f32(vec![16, 16], &w)).node(
+            "MatMul",
+            &[&prev, &wn],
+            &[&h],
+            &[],
+        );
+        prev = h;
+        if k == 5 {
+            b = b.node("Add", &[&prev, "z"], &["a5"], &[]);
+            prev = "a5".into();
+        }
+        if k != 11 {
+            let r = format!("r{k}");
+            b = b.node("Relu", &[&prev], &[&r], &[]);
+            prev = r;
+        }
+    }
+    b.output(&prev)
+}
+
 fn promoting_the_fragile_layer_reaches_the_target() {
-    let onnx = side_input().bytes();
-    let (samples, inputs) = side_input_data();
+    let model = deep_side_input();
+    let onnx = model.bytes();
+    let nodes = model.load().graph.nodes.len();
+    // z is small in every calibration sample but one, whose negative outlier stretches the
+    // Add's 8-bit range to -2000 (and no other value's: the Relu after it clips it away).
+    let samples: Vec<Vec<HostTensor>> = (0..8)
+        .map(|k| {
+            let mut z: Vec<f32> = rand_f32(100 + k, 16).iter().map(|v| v * 0.1).collect();
+            if k == 5 {
+                z[0] = -2000.0;
+            }
+            vec![
+                HostTensor::from_f32(&[1, 16], &rand_f32(300 + k, 16)),
+                HostTensor::from_f32(&[1, 16], &z),
+            ]
+        })
+        .collect();
+    // Within the calibrated range (an input beyond it would clip at the model input).
+    let x: Vec<f32> = rand_f32(303, 16).iter().map(|v| v * 0.9).collect();
+    let z: Vec<f32> = rand_f32(150, 16).iter().map(|v| v * 0.1).collect();
+    let inputs = vec![
+        HostTensor::from_f32(&[1, 16], &x),
+        HostTensor::from_f32(&[1, 16], &z),
+    ];
     let none = BTreeMap::new();
     let cal = calibrate(
         &exact(),
@@ -181,36 +242,34 @@ fn promoting_the_fragile_layer_reaches_the_target() {
             },
         )
     };
-    let m = run(35.0, 5).unwrap();
+    let m = run(TARGET_DB, 4).unwrap();
     eprintln!(
-        "promoted {:?}, output SQNR per attempt {:?}",
+        "promoted {:?} of {nodes} nodes, output SQNR per attempt {:?}",
         m.promoted, m.history
     );
-    // The Add whose range the outlier stretched is promoted first.
-    assert_eq!(
-        m.promoted.first().map(String::as_str),
-        Some("Add_1"),
-        "{m:?}"
-    );
+    // The stretched value's producer and reader are promoted, nothing else: a 16-bit node
+    // reads its 8-bit neighbours' values, and is read by them, through requantizes.
+    assert_eq!(m.promoted, vec!["Add_11", "Relu_12"], "{:?}", m.history);
+    assert!(m.promoted.len() * 10 <= nodes, "at most 10% of the nodes");
     assert!(
-        m.history[0] < 25.0 && *m.history.last().unwrap() >= 35.0,
+        m.history[0] < TARGET_DB - 5.0 && *m.history.last().unwrap() >= TARGET_DB,
         "{:?}",
         m.history
     );
-    // Every node ends up promoted here: a 16-bit Add makes the lowering require 16 bits of
-    // the Relu after it and the MatMuls around it (an elementwise op's input and output
-    // encodings share a type; qnnx inserts no requantize at an island's edge yet), so the
-    // search adds each node the lowering names (a refused lowering costs an attempt but no
-    // finalize): 5 attempts, 2 of them compared.
-    assert_eq!(m.history.len(), 2, "{m:?}");
-    assert_eq!(m.promoted.len(), 4, "{m:?}");
+    assert_eq!(m.history.len(), 2, "{:?}", m.promoted);
     // Unreachable within one attempt: refused with the best reached.
-    let e = run(35.0, 1).unwrap_err().to_string();
+    let e = run(TARGET_DB, 1).unwrap_err().to_string();
     assert!(
-        e.contains("no assignment within 1 attempts reaches 35 dB"),
+        e.contains(&format!(
+            "no assignment within 1 attempts reaches {TARGET_DB} dB"
+        )),
         "{e}"
     );
 }
+
+/// The output SQNR the search is asked for on `deep_side_input`: 8a8w gives 15.6 dB there on
+/// SoC 60 (QNN 2.51), 31.6 dB with the Add and the Relu after it at 16 bits.
+const TARGET_DB: f64 = 28.0;
 
 fn a_quantized_layer_with_a_far_wider_range_is_the_first_jump_and_the_output_agrees() {
     let float = side_input();

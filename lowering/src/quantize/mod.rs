@@ -101,6 +101,8 @@ pub struct Report {
     pub activations: usize,
     /// Weights stored as integers.
     pub weights: usize,
+    /// Edges also read at the other activation width, through a requantize.
+    pub requantized: usize,
     /// Nodes left in float, with why.
     pub float_nodes: Vec<(String, String)>,
     /// `--keep` entries that matched no node.
@@ -186,6 +188,15 @@ fn qdq_node(
             .collect(),
         ..Default::default()
     }
+}
+
+/// The second encodings of edges read at another activation width than they are stored at.
+#[derive(Default)]
+struct Requant {
+    /// (node index in the graph, input) -> the requantized value it reads instead.
+    readers: HashMap<(usize, String), String>,
+    /// Requantized value -> (the edge it is made from, its encoding).
+    pairs: BTreeMap<String, (String, Encoding)>,
 }
 
 /// How one node of the model runs after quantization.
@@ -298,14 +309,24 @@ pub fn write_qdq(
         .filter(|(i, _)| !used_keep.contains(i))
         .map(|(_, (p, _))| p.clone())
         .collect();
-    // Activation edges: every float input and output of a quantized node, at 16 bits if any
-    // quantized node touching it is.
+    // Activation edges: every float input and output of a quantized node. An edge is stored as
+    // its producer computes it (16 bits when the producer runs at 16); one that no quantized
+    // node produces (a graph input, a float island's output) at 16 bits if any quantized
+    // reader is. A reader at the other precision reads it through a requantize (below).
+    let producer_bits: HashMap<&str, bool> = plans
+        .iter()
+        .filter(|p| p.quantized)
+        .flat_map(|p| p.node.output.iter().map(move |o| (o.as_str(), p.bits16)))
+        .collect();
     let mut edges: BTreeMap<String, bool> = BTreeMap::new();
     for p in plans.iter().filter(|p| p.quantized) {
         for t in p.node.input.iter().chain(&p.node.output) {
             if is_float_act(t) && ranges.contains_key(t.as_str()) {
                 let e = edges.entry(t.clone()).or_insert(false);
-                *e |= p.bits16;
+                *e = match producer_bits.get(t.as_str()) {
+                    Some(&b) => b,
+                    None => *e || p.bits16,
+                };
             }
         }
     }
@@ -355,7 +376,7 @@ pub fn write_qdq(
             Some(Quant::Weighted(w)) if w.symmetric_u16 => {
                 if let Some(i) = p.node.input.get(w.weight) {
                     if let Some(e) = encodings.get_mut(i) {
-                        if e.storage == DType::U16 {
+                        if e.storage == DType::U16 && p.bits16 {
                             *e = symmetric_u16(ranges[i.as_str()]);
                         }
                     }
@@ -364,10 +385,45 @@ pub fn write_qdq(
             _ => {}
         }
     }
+    // Requantizes: a quantized reader whose activations have the other width than the edge
+    // it reads (a 16-bit island in an 8-bit graph, or the 8-bit node after it) reads a second
+    // QuantizeLinear/DequantizeLinear pair at its own width, which the lowering makes a QNN
+    // Convert: every node sees one activation width on all its edges, as QNN's elementwise
+    // ops require, and promoting one node promotes nothing else.
+    let mut requant = Requant::default();
+    for (idx, p) in plans.iter().enumerate().filter(|(_, p)| p.quantized) {
+        let sym_input = match crate::ops::def(p.node.op_type.as_deref().unwrap_or("")) {
+            Some(d) => match d.quant {
+                Quant::Weighted(w) if w.symmetric_u16 => Some(w.weight),
+                _ => None,
+            },
+            None => None,
+        };
+        for (k, t) in p.node.input.iter().enumerate() {
+            let Some(e) = encodings.get(t) else { continue };
+            let want = if p.bits16 { DType::U16 } else { DType::U8 };
+            if e.storage == want {
+                continue;
+            }
+            let enc = if want == DType::U16 && sym_input == Some(k) {
+                symmetric_u16(ranges[t.as_str()])
+            } else {
+                activation_encoding(ranges[t.as_str()], want)
+            };
+            let alt = format!("{t}__as{}", want.size() * 8);
+            requant.readers.insert((idx, t.clone()), alt.clone());
+            requant.pairs.entry(alt).or_insert((t.clone(), enc));
+        }
+    }
     report.activations = encodings.len();
     report.weights = weights.len();
-    let contrib = encodings.values().any(|e| e.storage == DType::U16) && opset < 21;
-    let bytes = rewrite(onnx_bytes, model, &encodings, &weights, contrib)?;
+    report.requantized = requant.pairs.len();
+    let contrib = encodings
+        .values()
+        .chain(requant.pairs.values().map(|(_, e)| e))
+        .any(|e| e.storage == DType::U16)
+        && opset < 21;
+    let bytes = rewrite(onnx_bytes, model, &encodings, &weights, &requant, contrib)?;
     Ok((bytes, report))
 }
 
@@ -402,6 +458,7 @@ fn rewrite(
     model: &Model,
     encodings: &BTreeMap<String, Encoding>,
     weights: &BTreeMap<String, Encoding>,
+    requant: &Requant,
     contrib: bool,
 ) -> Result<Vec<u8>> {
     let bad = |e: String| invalid(format!("the model's protobuf: {e}"));
@@ -423,6 +480,7 @@ fn rewrite(
                     &graph_inputs,
                     encodings,
                     weights,
+                    requant,
                     contrib,
                 )?;
                 wire::put_bytes(&mut out, 7, &g);
@@ -457,6 +515,7 @@ fn rewrite_graph(
     graph_inputs: &HashSet<&str>,
     encodings: &BTreeMap<String, Encoding>,
     weights: &BTreeMap<String, Encoding>,
+    requant: &Requant,
     contrib: bool,
 ) -> Result<Vec<u8>> {
     let bad = |e: String| invalid(format!("the model's protobuf: {e}"));
@@ -505,11 +564,15 @@ fn rewrite_graph(
         head.push(dq);
     }
     let mut wrote_head = false;
+    let mut requantized: HashSet<&str> = HashSet::new();
+    let mut idx = 0usize;
     for f in wire::fields(graph).map_err(bad)? {
         match (f.number, f.wire_type) {
             (1, 2) => {
                 let n = onnx::NodeProto::decode(f.value)
                     .map_err(|e| invalid(format!("a node does not parse: {e}")))?;
+                let this = idx;
+                idx += 1;
                 // A Constant node that defined a weight is replaced by its DequantizeLinear.
                 if n.op_type.as_deref() == Some("Constant")
                     && n.output.iter().any(|o| weights.contains_key(o))
@@ -527,11 +590,38 @@ fn rewrite_graph(
                     .iter()
                     .filter(|o| encodings.contains_key(*o))
                     .collect();
+                // The requantizes this node reads, each written once, before its first reader.
+                for i in &n.input {
+                    let Some(alt) = requant.readers.get(&(this, i.clone())) else {
+                        continue;
+                    };
+                    if !requantized.insert(alt.as_str()) {
+                        continue;
+                    }
+                    let (src, e) = &requant.pairs[alt];
+                    let from = input_renames.get(src).unwrap_or(src);
+                    new_inits.extend(encoding_protos(alt, e));
+                    let q = format!("{alt}_quantized");
+                    wire::put_message(
+                        &mut out,
+                        1,
+                        &qdq_node("QuantizeLinear", alt, from, &q, domain(e), None),
+                    );
+                    wire::put_message(
+                        &mut out,
+                        1,
+                        &qdq_node("DequantizeLinear", alt, &q, alt, domain(e), None),
+                    );
+                }
                 let renamed = wire::rename_node_io(f.value, &|is_out, s| {
                     if is_out {
                         encodings.contains_key(s).then(|| format!("{s}__float"))
                     } else {
-                        input_renames.get(s).cloned()
+                        requant
+                            .readers
+                            .get(&(this, s.to_string()))
+                            .or_else(|| input_renames.get(s))
+                            .cloned()
                     }
                 })
                 .map_err(bad)?;
@@ -708,6 +798,47 @@ mod tests {
             .unwrap();
         let v = f32::from_le_bytes(scale.raw_data.as_ref().unwrap()[..4].try_into().unwrap());
         assert_eq!(v, 1.0 / 65536.0, "16-bit Sigmoid's fixed output scale");
+    }
+
+    #[test]
+    fn a_16_bit_node_in_an_8_bit_graph_reads_and_is_read_through_requantizes() {
+        let (m, r) = write(Scheme::A8W8, vec![("Sigmoid".into(), Keep::Bits16)]);
+        // c (Conv's output, 8 bits) is read by the 16-bit Sigmoid as c__as16; s (the Sigmoid's
+        // 16-bit output) by the 8-bit Relu as s__as8. Nothing else changes width.
+        assert_eq!(r.requantized, 2, "{r:?}");
+        let g = m.graph.clone().unwrap();
+        let reads = |op: &str| {
+            g.node
+                .iter()
+                .find(|n| n.op_type.as_deref() == Some(op))
+                .unwrap()
+                .input[0]
+                .clone()
+        };
+        assert_eq!(reads("Sigmoid"), "c__as16");
+        assert_eq!(reads("Relu"), "s__as8");
+        let model = crate::Model::from_proto(&m, None).unwrap();
+        let plan = crate::lower(model, &crate::LowerOptions::default()).unwrap();
+        let storage = |op: &str| {
+            let o = plan.ops.iter().find(|o| o.type_name == op).unwrap();
+            let t = |i: usize| plan.tensors[i].quant.as_ref().map(|q| q.storage);
+            (t(o.inputs[0]), t(o.outputs[0]))
+        };
+        assert_eq!(
+            storage("Sigmoid"),
+            (Some(DType::U16), Some(DType::U16)),
+            "{}",
+            plan.dump()
+        );
+        assert_eq!(
+            storage("Relu"),
+            (Some(DType::U8), Some(DType::U8)),
+            "{}",
+            plan.dump()
+        );
+        assert_eq!(storage("Conv2d").1, Some(DType::U8), "{}", plan.dump());
+        let converts = plan.op_types().iter().filter(|t| **t == "Convert").count();
+        assert_eq!(converts, 2, "{}", plan.dump());
     }
 
     #[test]

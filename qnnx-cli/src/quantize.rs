@@ -55,6 +55,23 @@ pub struct QuantizeArgs {
     /// Static shape for an input with symbolic dims, as NAME=D,D,... (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS")]
     pub input_shapes: Vec<String>,
+    /// Automatic mixed precision: promote the fewest nodes to 16-bit activations until every
+    /// model output is within this SQNR (dB) of the float model, measured on --for-soc's HTP
+    /// (emulated on x86_64) with the last calibration sample. Prints the --keep NODE=16
+    /// arguments that pin the result.
+    #[arg(long, value_name = "DB", requires = "for_soc")]
+    pub target_sqnr_db: Option<f64>,
+    /// The SoC the mixed-precision search measures on (QCS6490, SM8650, ...).
+    #[arg(long, value_name = "NAME", requires = "target_sqnr_db")]
+    pub for_soc: Option<String>,
+    /// How many quantized models the search may build and compare.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 8,
+        requires = "target_sqnr_db"
+    )]
+    pub max_attempts: usize,
 }
 
 fn parse_scheme(s: &str) -> Result<Scheme, String> {
@@ -282,11 +299,29 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
         b.finish_and_clear();
     }
     let calib_ms = start.elapsed().as_secs_f64() * 1e3;
-    let opts = QuantizeOptions {
+    let mut opts = QuantizeOptions {
         scheme: args.scheme,
         per_channel: !args.per_tensor,
         keep,
     };
+    let mixed = match args.target_sqnr_db {
+        Some(db) => Some(search(
+            cli,
+            args,
+            &file,
+            &target,
+            &input_shapes,
+            &samples,
+            &cal,
+            &opts,
+            db,
+        )?),
+        None => None,
+    };
+    if let Some(m) = &mixed {
+        opts.keep
+            .extend(m.promoted.iter().map(|n| (n.clone(), Keep::Bits16)));
+    }
     let (bytes, report) =
         lowering::quantize::write_qdq(&file.bytes, &file.model, &input_shapes, &cal.ranges, &opts)
             .map_err(|e| Failure::new(format!("{}: {e}", args.model.display())))?;
@@ -324,9 +359,28 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
                 t.push_str("\n  ...");
             }
         }
+        if let (Some(m), Some(db)) = (&mixed, args.target_sqnr_db) {
+            t.push_str(&format!(
+                "\nmixed precision for {}: {} of {} nodes at 16 bits, output SQNR {} dB (target \
+                 {db} dB; per attempt: {})",
+                args.for_soc.as_deref().unwrap_or_default(),
+                m.promoted.len(),
+                file.model.graph.nodes.len(),
+                m.history.last().map_or("?".into(), |v| format!("{v:.1}")),
+                m.history
+                    .iter()
+                    .map(|v| format!("{v:.1}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            if !m.promoted.is_empty() {
+                t.push_str(&format!("\n  pin it with: {}", keep_args(&m.promoted)));
+            }
+        }
         t.push_str(&format!(
-            "\nnext: qnnx compile {} --soc QCS6490 (or any SoC)",
-            args.output.display()
+            "\nnext: qnnx compile {} --soc {} (or any SoC)",
+            args.output.display(),
+            args.for_soc.as_deref().unwrap_or("QCS6490")
         ));
         t
     };
@@ -338,6 +392,14 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
         "calibration_ms": calib_ms,
         "activations": report.activations,
         "weights": report.weights,
+        "mixed": mixed.as_ref().map(|m| json!({
+            "target_sqnr_db": args.target_sqnr_db,
+            "soc": args.for_soc,
+            "promoted": m.promoted,
+            "keep": keep_args(&m.promoted),
+            "output_sqnr_db_per_attempt": m.history,
+            "refused": m.refused.iter().map(|(n, why)| json!({"node": n, "reason": why})).collect::<Vec<_>>(),
+        })),
         "float_nodes": report
             .float_nodes
             .iter()
@@ -346,4 +408,79 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
     });
     emit(cli, &value, || text);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `--keep` arguments that pin a search's result.
+fn keep_args(promoted: &[String]) -> String {
+    promoted
+        .iter()
+        .map(|n| format!("--keep {n}=16"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `--target-sqnr-db`: [`qnnx_engine::mixed::promote`] on `--for-soc` against the float model
+/// run exactly (the SoC-less emulator), on the last calibration sample.
+#[allow(clippy::too_many_arguments)]
+fn search(
+    cli: &Cli,
+    args: &QuantizeArgs,
+    file: &OnnxFile,
+    calibrated_on: &Target,
+    input_shapes: &BTreeMap<String, Vec<usize>>,
+    samples: &[Vec<HostTensor>],
+    cal: &qnnx_engine::calibrate::Calibration,
+    base: &QuantizeOptions,
+    db: f64,
+) -> Result<qnnx_engine::mixed::Mixed, Failure> {
+    use qnnx_engine::compare::{Build, CompareOptions};
+    use qnnx_engine::mixed::{promote, MixedOptions};
+    if !db.is_finite() {
+        return Err(Failure::usage(format!(
+            "--target-sqnr-db {db}: give a number of dB, such as 30"
+        )));
+    }
+    if calibrated_on.soc_model.is_some() {
+        return Err(Failure::usage(
+            "--target-sqnr-db compares with the float model computed exactly, on the emulator \
+             with no SoC: drop --soc/--soc-model (calibration then runs there too) and name the \
+             SoC to search for with --for-soc",
+        ));
+    }
+    let test = crate::target::resolve(
+        cli,
+        &TargetArgs {
+            soc: args.for_soc.clone(),
+            ..TargetArgs::default()
+        },
+        None,
+    )?;
+    let inputs = samples.last().cloned().unwrap_or_default();
+    let reference = Build {
+        target: calibrated_on,
+        onnx: &file.bytes,
+        base_dir: Some(file.dir.clone()),
+        fp16: false,
+    };
+    let copts = CompareOptions {
+        input_shapes: input_shapes.clone(),
+        ..CompareOptions::default()
+    };
+    promote(
+        &reference,
+        &test,
+        input_shapes,
+        &cal.ranges,
+        base,
+        &inputs,
+        &copts,
+        &MixedOptions {
+            target_sqnr_db: db,
+            max_attempts: args.max_attempts.max(1),
+        },
+    )
+    .map_err(|e| match e {
+        qnnx_engine::Error::Input(m) => Failure::new(format!("{}: {m}", args.model.display())),
+        other => compile_failure(other, &args.model, BackendKind::Htp),
+    })
 }

@@ -224,3 +224,137 @@ os.makedirs(d + "/empty", exist_ok=True)
     assert!(e.contains("unknown scheme"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Twelve 16x16 MatMuls with a Relu after each but the last, a second input `z` added before
+/// the sixth Relu (node `add5`), and 8 calibration samples where one `z` has a -2000 outlier
+/// that stretches only the Add's 8-bit range (the Relu after it clips it away).
+fn deep_side_input(dir: &Path) -> Option<()> {
+    let code = format!(
+        r#"
+import numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto
+r = np.random.default_rng(0)
+nodes, inits, prev = [], [], "x"
+for k in range(12):
+    w = (r.uniform(-0.1, 0.1, (16, 16)) + 0.9 * np.roll(np.eye(16), k, axis=1)).astype(np.float32)
+    inits.append(numpy_helper.from_array(w, f"w{{k}}"))
+    nodes.append(helper.make_node("MatMul", [prev, f"w{{k}}"], [f"h{{k}}"], name=f"matmul{{k}}"))
+    prev = f"h{{k}}"
+    if k == 5:
+        nodes.append(helper.make_node("Add", [prev, "z"], ["a5"], name="add5"))
+        prev = "a5"
+    if k != 11:
+        nodes.append(helper.make_node("Relu", [prev], [f"r{{k}}"], name=f"relu{{k}}"))
+        prev = f"r{{k}}"
+vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 16])
+g = helper.make_graph(nodes, "deep", [vi("x"), vi("z")], [vi(prev)], inits)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+onnx.save(m, {model:?})
+x = r.uniform(-1, 1, (8, 1, 16)).astype(np.float32)
+z = r.uniform(-0.1, 0.1, (8, 1, 16)).astype(np.float32)
+z[5, 0, 0] = -2000.0
+np.savez({calib:?}, x=x, z=z)
+"#,
+        model = s(&dir.join("deep.onnx")),
+        calib = s(&dir.join("calib.npz"))
+    );
+    python(&code).map(|_| ())
+}
+
+#[test]
+fn the_mixed_precision_search_promotes_the_stretched_value_and_its_keep_pins_it() {
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("mixed");
+    if deep_side_input(&dir).is_none() {
+        return;
+    }
+    let (onnx, calib) = (dir.join("deep.onnx"), dir.join("calib.npz"));
+    let (searched, pinned) = (dir.join("searched.onnx"), dir.join("pinned.onnx"));
+    let out = qnnx(&[
+        "--json",
+        "quantize",
+        s(&onnx),
+        "--calib",
+        s(&calib),
+        "-o",
+        s(&searched),
+        "--target-sqnr-db",
+        "18",
+        "--for-soc",
+        "QCS6490",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = &v["mixed"];
+    eprintln!("{m}");
+    let promoted: Vec<&str> = m["promoted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    // The Add and its reader, 2 of 24 nodes, reach the target on the v68 SoC (QNN 2.51: 8.0 dB
+    // at 8a8w, 21.1 dB so; twelve 8-bit layers stay near 21 dB whatever is promoted).
+    assert_eq!(promoted, ["add5", "relu5"], "{m}");
+    let history: Vec<f64> = m["output_sqnr_db_per_attempt"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert!(history[0] < 13.0 && *history.last().unwrap() >= 18.0, "{m}");
+    // The printed --keep arguments make the same model without a search.
+    let keep = m["keep"].as_str().unwrap();
+    assert_eq!(keep, "--keep add5=16 --keep relu5=16");
+    let mut args = vec!["quantize", s(&onnx), "--calib", s(&calib), "-o", s(&pinned)];
+    args.extend(keep.split(' '));
+    let out = qnnx(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(&searched).unwrap(),
+        std::fs::read(&pinned).unwrap()
+    );
+    // A target no assignment reaches within the attempts is refused, naming the best.
+    let out = qnnx(&[
+        "quantize",
+        s(&onnx),
+        "--calib",
+        s(&calib),
+        "-o",
+        s(&dir.join("never.onnx")),
+        "--target-sqnr-db",
+        "90",
+        "--for-soc",
+        "QCS6490",
+        "--max-attempts",
+        "2",
+    ]);
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("no assignment within 2 attempts reaches 90 dB"),
+        "{e}"
+    );
+    assert!(!dir.join("never.onnx").exists(), "nothing is written");
+    // The search needs the exact float reference: a calibration SoC is refused.
+    let out = qnnx(&[
+        "quantize",
+        s(&onnx),
+        "--calib",
+        s(&calib),
+        "-o",
+        s(&dir.join("x.onnx")),
+        "--soc",
+        "SM8650",
+        "--target-sqnr-db",
+        "28",
+        "--for-soc",
+        "QCS6490",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("drop --soc"), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}

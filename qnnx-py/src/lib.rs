@@ -267,33 +267,20 @@ fn compile(
 /// model, `test` when `None`) in exact fp32 on the SoC-less HTP emulator, both with every
 /// intermediate as an output, on `inputs` (each `(dtype name, shape, little-endian bytes)`,
 /// in the model's input order). Returns the report as JSON (releases the GIL while working).
-#[pyfunction]
-#[pyo3(signature = (test, inputs, *, reference = None, soc_model = None, htp_arch = None, fp16 = true, jump_db = 10.0, input_shapes = None))]
-#[allow(clippy::too_many_arguments)]
-fn compare(
-    py: Python<'_>,
-    test: &[u8],
-    inputs: Vec<(String, Vec<usize>, Vec<u8>)>,
-    reference: Option<&[u8]>,
-    soc_model: Option<SocArg>,
-    htp_arch: Option<u32>,
-    fp16: bool,
-    jump_db: f64,
-    input_shapes: Option<BTreeMap<String, Vec<usize>>>,
-) -> PyResult<String> {
-    use qnnx_engine::compare::{Build, CompareOptions};
-    if !(jump_db.is_finite() && jump_db > 0.0) {
-        return Err(PyValueError::new_err(format!(
-            "jump_db={jump_db}: a positive number of dB"
-        )));
-    }
-    let t = target("npu", soc_model, htp_arch)?;
-    let exact = Target {
+/// The HTP emulator with no SoC: exact fp32, the reference of every comparison.
+fn exact_target() -> Target {
+    Target {
         backend: BackendKind::Htp,
         soc_model: None,
         htp_arch: None,
         library: None,
-    };
+    }
+}
+
+/// (dtype name, shape, bytes) triples from Python as host tensors, checked.
+fn host_inputs(
+    inputs: Vec<(String, Vec<usize>, Vec<u8>)>,
+) -> PyResult<Vec<qnnx_engine::HostTensor>> {
     let mut host = Vec::new();
     for (k, (dtype, shape, data)) in inputs.into_iter().enumerate() {
         let d = DType::from_name(&dtype)
@@ -310,6 +297,115 @@ fn compare(
             data,
         });
     }
+    Ok(host)
+}
+
+fn check_jump_db(jump_db: f64) -> PyResult<()> {
+    if jump_db.is_finite() && jump_db > 0.0 {
+        Ok(())
+    } else {
+        Err(PyValueError::new_err(format!(
+            "jump_db={jump_db}: a positive number of dB"
+        )))
+    }
+}
+
+/// A float model run once on the exact reference with every model value observed, then
+/// compared with any number of test builds on the same inputs (the mixed-precision search:
+/// one reference run, made before any v68 backend opens, after which the emulator refuses
+/// SoC-less float graphs in the process).
+#[pyclass(module = "qnnx_backend._native", frozen)]
+struct Reference {
+    observed: qnnx_engine::compare::Observed,
+    inputs: Vec<qnnx_engine::HostTensor>,
+    input_shapes: BTreeMap<String, Vec<usize>>,
+}
+
+#[pymethods]
+impl Reference {
+    #[new]
+    #[pyo3(signature = (onnx, inputs, input_shapes=None))]
+    fn new(
+        py: Python<'_>,
+        onnx: &[u8],
+        inputs: Vec<(String, Vec<usize>, Vec<u8>)>,
+        input_shapes: Option<BTreeMap<String, Vec<usize>>>,
+    ) -> PyResult<Reference> {
+        use qnnx_engine::compare::{Build, CompareOptions, Observed};
+        let inputs = host_inputs(inputs)?;
+        let input_shapes = input_shapes.unwrap_or_default();
+        let exact = exact_target();
+        let b = Build {
+            target: &exact,
+            onnx,
+            base_dir: None,
+            fp16: false,
+        };
+        let opts = CompareOptions {
+            input_shapes: input_shapes.clone(),
+            ..CompareOptions::default()
+        };
+        let observed = py
+            .detach(|| Observed::reference(&b, &opts, &inputs))
+            .map_err(|e| engine_error(py, e))?;
+        Ok(Reference {
+            observed,
+            inputs,
+            input_shapes,
+        })
+    }
+
+    /// The report (JSON) of `test` (this model quantized, or itself in fp16) on the HTP of
+    /// `soc_model`, against the reference's values.
+    #[pyo3(signature = (test, soc_model=None, htp_arch=None, fp16=true, jump_db=10.0))]
+    fn compare(
+        &self,
+        py: Python<'_>,
+        test: &[u8],
+        soc_model: Option<SocArg>,
+        htp_arch: Option<u32>,
+        fp16: bool,
+        jump_db: f64,
+    ) -> PyResult<String> {
+        use qnnx_engine::compare::{Build, CompareOptions};
+        check_jump_db(jump_db)?;
+        let t = target("npu", soc_model, htp_arch)?;
+        let tb = Build {
+            target: &t,
+            onnx: test,
+            base_dir: None,
+            fp16,
+        };
+        let opts = CompareOptions {
+            input_shapes: self.input_shapes.clone(),
+            jump_db,
+        };
+        let rep = py
+            .detach(|| self.observed.compare_build(&tb, &self.inputs, &opts))
+            .map_err(|e| engine_error(py, e))?;
+        Ok(rep.json().to_string())
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (test, inputs, *, reference = None, soc_model = None, htp_arch = None, fp16 = true, jump_db = 10.0, input_shapes = None))]
+#[allow(clippy::too_many_arguments)]
+fn compare(
+    py: Python<'_>,
+    test: &[u8],
+    inputs: Vec<(String, Vec<usize>, Vec<u8>)>,
+    reference: Option<&[u8]>,
+    soc_model: Option<SocArg>,
+    htp_arch: Option<u32>,
+    fp16: bool,
+    jump_db: f64,
+    input_shapes: Option<BTreeMap<String, Vec<usize>>>,
+) -> PyResult<String> {
+    use qnnx_engine::compare::{Build, CompareOptions};
+    check_jump_db(jump_db)?;
+    let t = target("npu", soc_model, htp_arch)?;
+    let exact = exact_target();
+    let host = host_inputs(inputs)?;
     let rb = Build {
         target: &exact,
         onnx: reference.unwrap_or(test),
@@ -575,6 +671,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     log::install();
     errors::add(m)?;
     m.add_class::<Compiled>()?;
+    m.add_class::<Reference>()?;
     m.add_function(wrap_pyfunction!(is_available, m)?)?;
     m.add_function(wrap_pyfunction!(unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(build_id, m)?)?;

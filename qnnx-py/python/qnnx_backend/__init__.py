@@ -60,6 +60,8 @@ _LAZY = {
     "accuracy_report": "._accuracy",
     "AccuracyReport": "._accuracy",
     "LayerError": "._accuracy",
+    "mixed_precision": "._mixed",
+    "MixedPrecision": "._mixed",
 }
 
 
@@ -77,6 +79,8 @@ __all__ = [
     "accuracy_report",
     "AccuracyReport",
     "LayerError",
+    "mixed_precision",
+    "MixedPrecision",
     "compile",
     "explain",
     "export",

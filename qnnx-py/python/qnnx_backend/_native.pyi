@@ -129,6 +129,24 @@ def compare(
     jump_db: float = 10.0,
     input_shapes: Optional[dict[str, list[int]]] = None,
 ) -> str: ...
+class Reference:
+    """A float model run once, exactly, with every value observed; compared with test builds."""
+
+    def __init__(
+        self,
+        onnx: bytes,
+        inputs: list[tuple[str, list[int], bytes]],
+        input_shapes: Optional[dict[str, list[int]]] = None,
+    ) -> None: ...
+    def compare(
+        self,
+        test: bytes,
+        soc_model: Union[int, str, None] = None,
+        htp_arch: Optional[int] = None,
+        fp16: bool = True,
+        jump_db: float = 10.0,
+    ) -> str: ...
+
 def compile_many(
     onnx_list: list[bytes],
     names: list[str],

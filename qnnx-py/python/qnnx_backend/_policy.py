@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from . import _calibrate, _export, _fingerprint, _kvcache, _native, _partition, _quantize, _runtime, _strict
+from . import _calibrate, _export, _fingerprint, _kvcache, _mixed, _native, _partition, _quantize, _runtime, _strict
 from ._decompose import decompose
 from ._runtime import CompiledGraph
 from .exceptions import CacheError, LibraryLoadError, LoweringError, QnnApiError, QnnxError, UnsupportedOpError
@@ -173,7 +173,20 @@ class QnnCallable(_Serializable):
                         return CompiledGraph(hit, device, self.out_meta, s.check_nan)
                 if onnx_bytes is None and samples is not None:
                     traced = _export.Interpreted(self.export_gm, args, tensor_idx)
-                    onnx_bytes = _quantize.quantize(traced, runtime_tensors, samples, s.quantize_config()).onnx
+                    if s.target_sqnr_db is not None:
+                        mixed = _mixed.search(
+                            traced, runtime_tensors, samples, s.quantize_config(), soc_model, htp_arch,
+                            float(s.target_sqnr_db),
+                        )
+                        onnx_bytes = mixed.onnx
+                        logger.warning(
+                            "qnn mixed precision: %d module(s) at 16-bit activations reach %.1f dB at the output "
+                            "(target %s dB; per attempt %s); pin it with options={'quantize_modules': %r}",
+                            len(mixed.promoted), mixed.history[-1], s.target_sqnr_db,
+                            [round(h, 1) for h in mixed.history], mixed.quantize_modules,
+                        )
+                    else:
+                        onnx_bytes = _quantize.quantize(traced, runtime_tensors, samples, s.quantize_config()).onnx
                     STATS["quantizations"] += 1
                     STATS["exports"] += 1
                 elif onnx_bytes is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sized
 from typing import Any, Mapping, Optional
@@ -98,6 +99,11 @@ class QnnSettings:
     )
     """Per-op precision: {op kind ("softmax", "layer_norm", "conv", ...; _quantize.OP_KINDS):
     scheme, or "float"}. A module override wins over an op override."""
+    target_sqnr_db: Optional[float] = _defaults.TARGET_SQNR_DB
+    """With ``quantize="8a8w"``: automatic mixed precision. Modules are promoted to 16-bit
+    activations, fewest first, until every output on the first call's inputs is within this
+    SQNR (dB) of the float graph on the target HTP; the chosen ``quantize_modules`` are logged
+    to pin the result (see _mixed, and ``qnnx_backend.mixed_precision`` to get them back)."""
 
     def compile_settings(self) -> dict:
         """The options that change the compiled binary (they enter the cache key)."""
@@ -106,8 +112,12 @@ class QnnSettings:
             "opt_level": self.opt_level,
             "exporter": self.exporter,
             "fix_inputs": tuple(sorted(fixed_values(self.fix_inputs).items())),
-            "quantize": self.quantize_config().describe() if self.quantize is not None else None,
+            "quantize": self._quantize_key() if self.quantize is not None else None,
         }
+
+    def _quantize_key(self) -> str:
+        d = self.quantize_config().describe()
+        return d if self.target_sqnr_db is None else f"{d} target {float(self.target_sqnr_db)!r} dB"
 
     def quantize_config(self):
         """The quantization options as a ``_quantize.QuantizeConfig`` (``quantize`` set)."""
@@ -202,7 +212,7 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
     return s
 
 
-_QUANTIZE_OPTIONS = ("calibration", "observer", "per_channel", "quantize_modules", "quantize_ops")
+_QUANTIZE_OPTIONS = ("calibration", "observer", "per_channel", "quantize_modules", "quantize_ops", "target_sqnr_db")
 
 
 def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
@@ -215,6 +225,14 @@ def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
             )
         return
     s.quantize_config()  # raises ValueError naming a bad scheme, observer or override
+    t = s.target_sqnr_db
+    if t is not None:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+            raise ValueError(f"target_sqnr_db={t!r}: give a number of dB, such as 30")
+        if s.quantize != "8a8w":
+            raise ValueError(
+                f"target_sqnr_db promotes 8-bit activations to 16 bits: use it with quantize='8a8w', not {s.quantize!r}"
+            )
     if s.calibration is None:
         raise ValueError(
             f"quantize={s.quantize!r} needs calibration data: pass calibration=[sample, ...] (each "

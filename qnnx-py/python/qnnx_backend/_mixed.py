@@ -1,0 +1,270 @@
+"""Automatic mixed precision for PT2E-quantized graphs: ``target_sqnr_db``.
+
+Starting from the scheme (8a8w), each attempt quantizes the graph with the overrides found so
+far, compiles it for the target HTP with every model value observed, and compares it with the
+float graph run once, exactly, on the SoC-less emulator (``_native.Reference``, the engine's
+per-layer report). While the lowest output SQNR is below the target, the value where the error
+first jumps (else the one that loses most against its inputs) is promoted: the modules of its
+producer and of its readers go to 16-bit activations, so the value is stored and read at 16
+bits (PT2E requantizes at the modules' edges). The result is a ``quantize_modules`` dict, the
+override a user writes by hand, so it can be pinned.
+
+Never fp16: a promotion is to 16-bit activations, which every HTP (v68 included) runs. Each
+attempt runs the PT2E calibration again on the same samples (observers are rebuilt when the
+annotation changes); that is host work, small next to a compile on the emulator.
+
+Values are matched by name: the dynamo ONNX exporter names a value after its FX node, in the
+float graph and in the converted (QDQ) one alike. A clamp (ReLU) that the quantizer absorbs
+into the encoding of its input has no node of its own in the QDQ graph; its input's value there
+holds the clamped numbers, so it is compared under the clamp's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import warnings
+from typing import Optional, Sequence
+
+import torch
+
+from . import _native, _quantize
+from ._accuracy import _DTYPE_NAMES, AccuracyReport
+from ._quantizer import module_paths
+from .exceptions import LoweringError, QnnApiError
+
+logger = logging.getLogger("qnnx_backend")
+
+#: How many QDQ models a search builds and compares at most, the first (no promotion) included.
+MAX_ATTEMPTS = 8
+
+_CLAMPS = _quantize.OP_KINDS["relu"] | _quantize.OP_KINDS["clamp"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedPrecision:
+    """What the search found."""
+
+    quantize_modules: dict
+    """The overrides it chose, {module path: scheme}, the user's own ones included: pass them as
+    ``options={"quantize_modules": ...}`` to pin the result."""
+    promoted: tuple
+    """The module paths it promoted, in the order chosen."""
+    history: tuple
+    """The lowest model-output SQNR (dB) after each compared attempt."""
+    report: AccuracyReport
+    """The per-layer report of the chosen model."""
+    onnx: bytes = dataclasses.field(repr=False)
+    """The chosen QDQ model."""
+    refused: tuple = ()
+    """(module path, reason) of promotions the target refused."""
+
+
+@dataclasses.dataclass
+class _Graph:
+    """The float graph as torch.export sees it: per FX node (= ONNX value) name, its module
+    path and the names of its readers."""
+
+    module: dict
+    readers: dict
+    clamps: dict
+    """Clamp node name -> its input's name, where the input has no other reader."""
+
+
+def _float_graph(traced: torch.nn.Module, example: Sequence[torch.Tensor]) -> tuple[bytes, _Graph]:
+    from torch.fx import traceback as fx_traceback
+
+    from ._export import EXPORT_ERRORS
+
+    try:
+        with torch.no_grad(), warnings.catch_warnings(), fx_traceback.preserve_node_meta():
+            warnings.simplefilter("ignore")
+            program = torch.export.export(traced, tuple(example), strict=False)
+            exported = torch.onnx.export(
+                program,
+                tuple(example),
+                dynamo=True,
+                optimize=False,
+                opset_version=_quantize.QDQ_OPSET,
+                input_names=[f"input_{i}" for i in range(len(example))],
+                verbose=False,
+            )
+    except EXPORT_ERRORS as e:
+        raise LoweringError(f"target_sqnr_db: the float graph could not be exported: {e}") from None
+    module, readers, clamps = {}, {}, {}
+    for n in program.graph.nodes:
+        if n.op != "call_function":
+            continue
+        paths = module_paths(n)
+        module[n.name] = paths[-1] if paths else ""
+        readers[n.name] = [u.name for u in n.users]
+        src = n.args[0] if n.args else None
+        if n.target in _CLAMPS and isinstance(src, torch.fx.Node) and len(src.users) == 1:
+            clamps[n.name] = src.name
+    return exported.model_proto.SerializeToString(), _Graph(module, readers, clamps)
+
+
+def _name_clamped_values(qdq: bytes, graph: _Graph) -> bytes:
+    """The QDQ model with each absorbed clamp's input value renamed to the clamp (see above)."""
+    import onnx
+
+    m = onnx.load_from_string(qdq)
+    have = {o for n in m.graph.node for o in n.output}
+    rename = {src: clamp for clamp, src in graph.clamps.items() if clamp not in have and src in have}
+    if not rename:
+        return qdq
+    for n in m.graph.node:
+        n.input[:] = [rename.get(i, i) for i in n.input]
+        n.output[:] = [rename.get(o, o) for o in n.output]
+    for o in m.graph.output:
+        o.name = rename.get(o.name, o.name)
+    return m.SerializeToString()
+
+
+def _output_sqnr(report: AccuracyReport) -> float:
+    outs = [l.sqnr_db for l in report.layers if l.is_output]
+    return min(outs) if outs else -math.inf
+
+
+def _candidate(report: AccuracyReport, graph: _Graph, tried) -> Optional[str]:
+    """The value to promote next: the first jump, else the one losing most against its inputs,
+    else the worst, among values with a module path that is not tried yet."""
+
+    def open_(l) -> bool:
+        return bool(graph.module.get(l.value)) and graph.module[l.value] not in tried
+
+    layers = [l for l in report.layers if open_(l)]
+    j = report.first_jump
+    if j is not None and open_(j):
+        return j.value
+
+    def drop(l) -> float:
+        if l.input_sqnr_db is None or not math.isfinite(l.input_sqnr_db):
+            return -math.inf
+        return l.input_sqnr_db - max(l.sqnr_db, -300.0)
+
+    scored = [l for l in layers if drop(l) > -math.inf]
+    if scored:
+        return max(scored, key=drop).value
+    return layers[0].value if layers else None
+
+
+def _promoted_nodes(graph: _Graph, value: str) -> list:
+    """The FX nodes to promote for ``value``: its producer and readers, and the absorbed clamps
+    among them with the op they are absorbed into (a clamp is quantized as part of its input's
+    producer, so the two go to 16 bits together)."""
+    names = [value, *graph.readers.get(value, [])]
+    if value in graph.clamps:  # the QDQ value of a clamp is its input's producer's
+        names.append(graph.clamps[value])
+    for n in list(names):
+        names.extend(r for r in graph.readers.get(n, []) if graph.clamps.get(r) == n)
+    return list(dict.fromkeys(names))
+
+
+def search(
+    traced: torch.nn.Module,
+    example: Sequence[torch.Tensor],
+    samples: Sequence[Sequence[torch.Tensor]],
+    cfg: _quantize.QuantizeConfig,
+    soc_model,
+    htp_arch: Optional[int],
+    target_sqnr_db: float,
+    max_attempts: int = MAX_ATTEMPTS,
+) -> MixedPrecision:
+    """Searches module promotions of ``traced`` quantized with ``cfg`` until every output is
+    within ``target_sqnr_db`` of the float graph on ``example``, on the HTP of ``soc_model``.
+    Raises LoweringError naming the best reached when no assignment within ``max_attempts``
+    does."""
+    if cfg.scheme.act_bits != 8:
+        raise ValueError(
+            f"target_sqnr_db: quantize={cfg.scheme.name!r} has 16-bit activations already; the "
+            "search promotes 8-bit ones (use quantize='8a8w')"
+        )
+    float_onnx, graph = _float_graph(traced, example)
+    packed = [(_DTYPE_NAMES[t.dtype], list(t.shape), t.detach().cpu().contiguous().numpy().tobytes()) for t in example]
+    reference = _native.Reference(float_onnx, packed)
+    up = _quantize.SCHEMES["16a8w"] if cfg.scheme.weight_bits == 8 else _quantize.SCHEMES["16a16w"]
+    promoted: list[str] = []
+    refused: list[tuple[str, str]] = []
+    history: list[float] = []
+    best: Optional[tuple[float, list[str]]] = None
+    for _ in range(max(1, max_attempts)):
+        modules = cfg.modules + tuple((p, up) for p in promoted)
+        q = _quantize.quantize(traced, example, samples, dataclasses.replace(cfg, modules=modules))
+        qdq = _name_clamped_values(q.onnx, graph)
+        try:
+            report = AccuracyReport(reference.compare(qdq, soc_model=soc_model, htp_arch=htp_arch, fp16=False))
+        except (QnnApiError, LoweringError) as e:
+            if not promoted:
+                raise
+            # The target refused the last promotion (v68 has no 16-bit MatMul of two
+            # activations, say): dropped, and the next candidate is tried.
+            refused.append((promoted.pop(), str(e).splitlines()[0]))
+            continue
+        out = _output_sqnr(report)
+        history.append(out)
+        logger.info("qnn mixed precision: attempt %d, %s promoted, output SQNR %.2f dB", len(history), promoted, out)
+        if best is None or out > best[0]:
+            best = (out, list(promoted))
+        if out >= target_sqnr_db:
+            return MixedPrecision(
+                {p: (s.name if s is not None else _quantize.FLOAT) for p, s in modules},
+                tuple(promoted),
+                tuple(history),
+                report,
+                qdq,
+                tuple(refused),
+            )
+        tried = set(promoted) | {p for p, _ in refused}
+        value = _candidate(report, graph, tried)
+        if value is None:
+            break
+        for name in _promoted_nodes(graph, value):
+            path = graph.module.get(name)
+            if path and path not in tried and path not in promoted:
+                promoted.append(path)
+    b, p = best if best is not None else (-math.inf, [])
+    raise LoweringError(
+        f"target_sqnr_db={target_sqnr_db}: no assignment within {max_attempts} attempts reaches it at the "
+        f"output: the best was {b:.2f} dB with {p or 'nothing'} at 16-bit activations"
+        + (f"; the target refused 16 bits for {[r for r, _ in refused]}" if refused else "")
+        + "; raise max_attempts, lower the target, calibrate on more representative data, or use quantize='16a8w'"
+    )
+
+
+def mixed_precision(
+    model: torch.nn.Module,
+    example_inputs,
+    *,
+    calibration,
+    target_sqnr_db: float,
+    quantize: str = "8a8w",
+    soc_model=60,
+    htp_arch: Optional[int] = None,
+    max_attempts: int = MAX_ATTEMPTS,
+    observer: str = "minmax",
+    per_channel: bool = True,
+    quantize_modules=None,
+    quantize_ops=None,
+) -> MixedPrecision:
+    """Finds the fewest modules of ``model`` to keep at 16-bit activations so that, quantized
+    with ``quantize`` and calibrated on ``calibration`` (a list of samples: tensors or tuples of
+    tensors), every output on ``example_inputs`` is within ``target_sqnr_db`` of the float model,
+    measured on the HTP of ``soc_model`` (emulated on x86_64). Returns the overrides
+    (``result.quantize_modules``) to pass as torch.compile options, with the per-layer report of
+    the chosen model. Raises LoweringError when no assignment within ``max_attempts`` compiles
+    reaches the target. Call it before compiling anything for a v68 SoC in the process: the
+    reference runs on the SoC-less emulator, which refuses float graphs once a v68 backend
+    opened."""
+    if isinstance(target_sqnr_db, bool) or not isinstance(target_sqnr_db, (int, float)) or not math.isfinite(target_sqnr_db):
+        raise ValueError(f"target_sqnr_db={target_sqnr_db!r}: give a number of dB, such as 30")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(f"max_attempts={max_attempts!r}: an int of at least 1")
+    example = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    samples = [(s,) if isinstance(s, torch.Tensor) else tuple(s) for s in calibration]
+    if not samples:
+        raise ValueError("calibration is empty: give at least one sample, ideally a few dozen of the data the model sees")
+    arch = _native.target_arch("npu", soc_model, htp_arch)
+    cfg = _quantize.config(quantize, observer, per_channel, quantize_modules, quantize_ops, arch)
+    return search(model.eval(), example, samples, cfg, soc_model, htp_arch, float(target_sqnr_db), max_attempts)

@@ -1,7 +1,8 @@
-//! Mixed precision from the per-layer report: starting from a scheme (8a8w), promote the node
-//! whose value loses the most SQNR against its inputs to 16-bit activations, one at a time,
+//! Mixed precision from the per-layer report: starting from a scheme (8a8w), promote the value
+//! where the error first jumps (its producer and readers) to 16-bit activations, one at a time,
 //! until the model output reaches a target SQNR against the float reference, within a bounded
-//! number of compile attempts. One calibration (the caller's ranges) serves every attempt;
+//! number of compile attempts; a node 16 bits did not save goes float next where the HTP has
+//! fp16 (never on v68). One calibration (the caller's ranges) serves every attempt;
 //! the float reference runs once, before any test build (a v68 backend opened in the process
 //! makes the emulator refuse SoC-less float graphs afterwards).
 
@@ -26,9 +27,10 @@ pub struct MixedOptions {
 /// What [`promote`] found.
 #[derive(Clone, Debug)]
 pub struct Mixed {
-    /// The nodes promoted to 16-bit activations, in the order chosen: the `--keep NODE=16`
+    /// The nodes promoted, in the order first chosen: to 16-bit activations, or to float where
+    /// the HTP has fp16 (a node 16 bits did not save); [`keep_args`] spells the `--keep`
     /// overrides that pin the result.
-    pub promoted: Vec<String>,
+    pub keep: Vec<(String, Keep)>,
     /// Nodes whose promotion the target refused (QNN validation), with its message.
     pub refused: Vec<(String, String)>,
     /// The QDQ model with the promotions, and its report.
@@ -73,14 +75,18 @@ pub fn promote(
 ) -> Result<Mixed> {
     let model = lowering::Model::from_bytes(reference.onnx, reference.base_dir.as_deref())?;
     let reference_obs = Observed::reference(reference, copts, inputs)?;
-    let mut promoted: Vec<String> = Vec::new();
+    // Where the HTP computes floats (in fp16; not v68), a node already at 16 bits that is
+    // still where the error jumps is kept float next.
+    let can_float = target.arch().map_or(true, |a| a.has_fp16());
+    // Node -> its precision, in the order first chosen; each step's (node, previous level).
+    let mut level: Vec<(String, Keep)> = Vec::new();
+    let mut steps: Vec<Vec<(String, Option<Keep>)>> = Vec::new();
     let mut refused: Vec<(String, String)> = Vec::new();
     let mut history = Vec::new();
-    let mut best: Option<(f64, Vec<String>)> = None;
+    let mut best: Option<(f64, Vec<(String, Keep)>)> = None;
     for _ in 0..opts.max_attempts.max(1) {
         let mut q = base.clone();
-        q.keep
-            .extend(promoted.iter().map(|n| (n.clone(), Keep::Bits16)));
+        q.keep.extend(level.iter().cloned());
         let (qdq, _) = write_qdq(reference.onnx, &model, input_shapes, ranges, &q)
             .map_err(|e| Error::Input(format!("quantizing: {e}")))?;
         let test = Build {
@@ -91,26 +97,17 @@ pub fn promote(
         };
         let rep = match reference_obs.compare_build(&test, inputs, copts) {
             Ok(r) => r,
-            // A promoted node whose neighbour must share its encoding (an elementwise op's
-            // input and output types agree) makes the lowering name that neighbour: it is
-            // promoted too. Otherwise the target refused the last promotion (v68 has no
-            // 16-bit MatMul of two activations, say): it is dropped for the next candidate.
-            Err(e @ (Error::Qnn { .. } | Error::Lower(_))) if !promoted.is_empty() => {
-                let named = match &e {
-                    Error::Lower(lowering::LowerError::UnsupportedOp { node, .. }) => {
-                        Some(node.clone())
+            // The target refused the last step (v68 has no 16-bit MatMul of two activations,
+            // say): undone, and the next candidate is tried.
+            Err(e @ (Error::Qnn { .. } | Error::Lower(_) | Error::NoFloatPath { .. }))
+                if !steps.is_empty() =>
+            {
+                for (n, before) in steps.pop().expect("non-empty") {
+                    match before {
+                        Some(k) => set(&mut level, &n, k),
+                        None => level.retain(|(m, _)| *m != n),
                     }
-                    Error::Qnn { node, .. } => node.clone(),
-                    _ => None,
-                };
-                match named {
-                    Some(n) if !promoted.contains(&n) && !refused.iter().any(|(r, _)| *r == n) => {
-                        promoted.push(n)
-                    }
-                    _ => {
-                        let n = promoted.pop().expect("non-empty");
-                        refused.push((n, e.to_string()));
-                    }
+                    refused.push((n, e.to_string()));
                 }
                 continue;
             }
@@ -119,11 +116,11 @@ pub fn promote(
         let out = output_sqnr(&rep).unwrap_or(f64::NEG_INFINITY);
         history.push(out);
         if !best.as_ref().is_some_and(|(b, _)| out <= *b) {
-            best = Some((out, promoted.clone()));
+            best = Some((out, level.clone()));
         }
         if out >= opts.target_sqnr_db {
             return Ok(Mixed {
-                promoted,
+                keep: level,
                 refused,
                 qdq,
                 report: rep,
@@ -131,13 +128,19 @@ pub fn promote(
             });
         }
         // The candidate: the first jump, else the value losing the most against its inputs,
-        // else the worst, among nodes not tried yet.
-        let tried =
-            |n: &str| promoted.iter().any(|p| p == n) || refused.iter().any(|(r, _)| r == n);
+        // else the worst, among nodes that can still go up.
+        let exhausted = |n: &str| {
+            refused.iter().any(|(r, _)| r == n)
+                || match level_of(&level, n) {
+                    Some(Keep::Float) => true,
+                    Some(Keep::Bits16) => !can_float,
+                    None => false,
+                }
+        };
         let open: Vec<&crate::compare::Layer> = rep
             .layers
             .iter()
-            .filter(|l| !l.node.is_empty() && !tried(&l.node))
+            .filter(|l| !l.node.is_empty() && !exhausted(&l.node))
             .collect();
         let jump = rep
             .first_jump
@@ -155,38 +158,50 @@ pub fn promote(
                     .max_by(|a, b| drop(a).unwrap_or(0.0).total_cmp(&drop(b).unwrap_or(0.0)))
             })
             .or(open.first());
-        // The value's 8-bit encoding is what loses: its producer and every reader go to 16
-        // bits, so the value is stored and read at 16 (the readers' outputs are requantized
-        // for their own 8-bit readers; see lowering::quantize).
-        match next {
-            Some(l) => {
-                for n in std::iter::once(l.node.as_str()).chain(readers(&model, &l.value)) {
-                    let known =
-                        promoted.iter().any(|p| p == n) || refused.iter().any(|(r, _)| r == n);
-                    if !known {
-                        promoted.push(n.to_string());
-                    }
-                }
+        // The value's 8-bit encoding is what loses: its producer and every reader go up
+        // together, so the value is stored and read at 16 bits (the readers' outputs are
+        // requantized for their own 8-bit readers; see lowering::quantize).
+        let Some(l) = next else { break };
+        let nodes: Vec<String> = std::iter::once(l.node.as_str())
+            .chain(readers(&model, &l.value))
+            .filter(|n| !exhausted(n))
+            .map(str::to_string)
+            .collect();
+        let mut step = Vec::new();
+        for n in nodes {
+            if step.iter().any(|(m, _): &(String, Option<Keep>)| *m == n) {
+                continue;
             }
-            None => break,
+            let before = level_of(&level, &n);
+            let up = if before.is_some() {
+                Keep::Float
+            } else {
+                Keep::Bits16
+            };
+            set(&mut level, &n, up);
+            step.push((n, before));
         }
+        if step.is_empty() {
+            break;
+        }
+        steps.push(step);
     }
     let (b, p) = best.unwrap_or((f64::NEG_INFINITY, vec![]));
     Err(Error::Input(format!(
         "no assignment within {} attempts reaches {} dB at the output: the best was {b:.2} dB \
-         with {} promoted to 16 bits{}",
+         with {}{}",
         opts.max_attempts,
         opts.target_sqnr_db,
         if p.is_empty() {
-            "nothing".to_string()
+            "nothing promoted".to_string()
         } else {
-            p.join(", ")
+            keep_args(&p)
         },
         if refused.is_empty() {
             String::new()
         } else {
             format!(
-                "; the target refused 16 bits for {}",
+                "; the target refused {}",
                 refused
                     .iter()
                     .map(|(n, _)| n.as_str())
@@ -195,4 +210,27 @@ pub fn promote(
             )
         }
     )))
+}
+
+fn level_of(level: &[(String, Keep)], node: &str) -> Option<Keep> {
+    level.iter().find(|(m, _)| m == node).map(|(_, k)| *k)
+}
+
+fn set(level: &mut Vec<(String, Keep)>, node: &str, k: Keep) {
+    match level.iter_mut().find(|(m, _)| m == node) {
+        Some(e) => e.1 = k,
+        None => level.push((node.to_string(), k)),
+    }
+}
+
+/// The `--keep` arguments that pin an assignment: `--keep NODE=16` (16-bit activations),
+/// `--keep NODE` (float).
+pub fn keep_args(keep: &[(String, Keep)]) -> String {
+    keep.iter()
+        .map(|(n, k)| match k {
+            Keep::Bits16 => format!("--keep {n}=16"),
+            Keep::Float => format!("--keep {n}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

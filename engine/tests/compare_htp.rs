@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use lowering::quantize::{write_qdq, QuantizeOptions, Scheme};
+use lowering::quantize::{write_qdq, Keep, QuantizeOptions, Scheme};
 use lowering::tensor::Tensor;
 use lowering::testing::{rand_f32, ModelBuilder};
 use lowering::DType;
@@ -178,17 +178,15 @@ fn deep_side_input() -> ModelBuilder {
     b.output(&prev)
 }
 
-fn promoting_the_fragile_layer_reaches_the_target() {
-    let model = deep_side_input();
-    let onnx = model.bytes();
-    let nodes = model.load().graph.nodes.len();
-    // z is small in every calibration sample but one, whose negative outlier stretches the
-    // Add's 8-bit range to -2000 (and no other value's: the Relu after it clips it away).
+/// `deep_side_input`'s calibration samples and test input: z is small in every calibration
+/// sample but one, whose negative `outlier` stretches the Add's 8-bit range (and no other
+/// value's: the Relu after it clips it away).
+fn deep_data(outlier: f32) -> (Vec<Vec<HostTensor>>, Vec<HostTensor>) {
     let samples: Vec<Vec<HostTensor>> = (0..8)
         .map(|k| {
             let mut z: Vec<f32> = rand_f32(100 + k, 16).iter().map(|v| v * 0.1).collect();
             if k == 5 {
-                z[0] = -2000.0;
+                z[0] = outlier;
             }
             vec![
                 HostTensor::from_f32(&[1, 16], &rand_f32(300 + k, 16)),
@@ -203,6 +201,14 @@ fn promoting_the_fragile_layer_reaches_the_target() {
         HostTensor::from_f32(&[1, 16], &x),
         HostTensor::from_f32(&[1, 16], &z),
     ];
+    (samples, inputs)
+}
+
+fn promoting_the_fragile_layer_reaches_the_target() {
+    let model = deep_side_input();
+    let onnx = model.bytes();
+    let nodes = model.load().graph.nodes.len();
+    let (samples, inputs) = deep_data(-2000.0);
     let none = BTreeMap::new();
     let cal = calibrate(
         &exact(),
@@ -245,18 +251,24 @@ fn promoting_the_fragile_layer_reaches_the_target() {
     let m = run(TARGET_DB, 4).unwrap();
     eprintln!(
         "promoted {:?} of {nodes} nodes, output SQNR per attempt {:?}",
-        m.promoted, m.history
+        m.keep, m.history
     );
+    let promoted: Vec<&str> = m.keep.iter().map(|(n, _)| n.as_str()).collect();
     // The stretched value's producer and reader are promoted, nothing else: a 16-bit node
     // reads its 8-bit neighbours' values, and is read by them, through requantizes.
-    assert_eq!(m.promoted, vec!["Add_11", "Relu_12"], "{:?}", m.history);
-    assert!(m.promoted.len() * 10 <= nodes, "at most 10% of the nodes");
+    assert_eq!(promoted, vec!["Add_11", "Relu_12"], "{:?}", m.history);
+    assert!(
+        m.keep.iter().all(|(_, k)| *k == Keep::Bits16),
+        "{:?}",
+        m.keep
+    );
+    assert!(promoted.len() * 10 <= nodes, "at most 10% of the nodes");
     assert!(
         m.history[0] < TARGET_DB - 5.0 && *m.history.last().unwrap() >= TARGET_DB,
         "{:?}",
         m.history
     );
-    assert_eq!(m.history.len(), 2, "{:?}", m.promoted);
+    assert_eq!(m.history.len(), 2, "{:?}", m.keep);
     // Unreachable within one attempt: refused with the best reached.
     let e = run(TARGET_DB, 1).unwrap_err().to_string();
     assert!(
@@ -265,6 +277,47 @@ fn promoting_the_fragile_layer_reaches_the_target() {
         )),
         "{e}"
     );
+    // An outlier of -1e7 leaves one 16-bit step near 150: 16 bits do not save the Add, so it
+    // and its Relu are kept float next (SoC 60 has fp16).
+    let (samples, inputs) = deep_data(-1e7);
+    let cal = calibrate(
+        &exact(),
+        &onnx,
+        None,
+        &none,
+        &samples,
+        Observer::MinMax,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let m = promote(
+        &reference,
+        &t,
+        &none,
+        &cal.ranges,
+        &base,
+        &inputs,
+        &CompareOptions::default(),
+        &MixedOptions {
+            target_sqnr_db: TARGET_DB,
+            max_attempts: 4,
+        },
+    )
+    .unwrap();
+    eprintln!(
+        "-1e7: {:?}, output SQNR per attempt {:?}",
+        m.keep, m.history
+    );
+    assert_eq!(
+        m.keep,
+        vec![
+            ("Add_11".into(), Keep::Float),
+            ("Relu_12".into(), Keep::Float)
+        ],
+        "{:?}",
+        m.history
+    );
+    assert_eq!(m.history.len(), 3, "{:?}", m.history);
 }
 
 /// The output SQNR the search is asked for on `deep_side_input`: 8a8w gives 15.6 dB there on

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use indicatif::{ProgressBar, ProgressStyle};
 use lowering::quantize::{Keep, QuantizeOptions, Scheme};
 use qnnx_engine::calibrate::{calibrate, Observer};
+use qnnx_engine::mixed::keep_args;
 use qnnx_engine::{HostTensor, Target};
 use qnnx_types::{BackendKind, DType};
 use serde_json::json;
@@ -319,8 +320,7 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
         None => None,
     };
     if let Some(m) = &mixed {
-        opts.keep
-            .extend(m.promoted.iter().map(|n| (n.clone(), Keep::Bits16)));
+        opts.keep.extend(m.keep.iter().cloned());
     }
     let (bytes, report) =
         lowering::quantize::write_qdq(&file.bytes, &file.model, &input_shapes, &cal.ranges, &opts)
@@ -361,10 +361,10 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
         }
         if let (Some(m), Some(db)) = (&mixed, args.target_sqnr_db) {
             t.push_str(&format!(
-                "\nmixed precision for {}: {} of {} nodes at 16 bits, output SQNR {} dB (target \
+                "\nmixed precision for {}: {} of {} nodes promoted, output SQNR {} dB (target \
                  {db} dB; per attempt: {})",
                 args.for_soc.as_deref().unwrap_or_default(),
-                m.promoted.len(),
+                m.keep.len(),
                 file.model.graph.nodes.len(),
                 m.history.last().map_or("?".into(), |v| format!("{v:.1}")),
                 m.history
@@ -373,8 +373,8 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
-            if !m.promoted.is_empty() {
-                t.push_str(&format!("\n  pin it with: {}", keep_args(&m.promoted)));
+            if !m.keep.is_empty() {
+                t.push_str(&format!("\n  pin it with: {}", keep_args(&m.keep)));
             }
         }
         t.push_str(&format!(
@@ -395,8 +395,11 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
         "mixed": mixed.as_ref().map(|m| json!({
             "target_sqnr_db": args.target_sqnr_db,
             "soc": args.for_soc,
-            "promoted": m.promoted,
-            "keep": keep_args(&m.promoted),
+            "promoted": m.keep.iter().map(|(n, k)| json!({
+                "node": n,
+                "to": match k { Keep::Bits16 => "16", Keep::Float => "float" },
+            })).collect::<Vec<_>>(),
+            "keep": keep_args(&m.keep),
             "output_sqnr_db_per_attempt": m.history,
             "refused": m.refused.iter().map(|(n, why)| json!({"node": n, "reason": why})).collect::<Vec<_>>(),
         })),
@@ -408,15 +411,6 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
     });
     emit(cli, &value, || text);
     Ok(ExitCode::SUCCESS)
-}
-
-/// The `--keep` arguments that pin a search's result.
-fn keep_args(promoted: &[String]) -> String {
-    promoted
-        .iter()
-        .map(|n| format!("--keep {n}=16"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// `--target-sqnr-db`: [`qnnx_engine::mixed::promote`] on `--for-soc` against the float model

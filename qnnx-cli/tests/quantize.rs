@@ -290,15 +290,15 @@ fn the_mixed_precision_search_promotes_the_stretched_value_and_its_keep_pins_it(
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let m = &v["mixed"];
     eprintln!("{m}");
-    let promoted: Vec<&str> = m["promoted"]
+    let promoted: Vec<(&str, &str)> = m["promoted"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| p.as_str().unwrap())
+        .map(|p| (p["node"].as_str().unwrap(), p["to"].as_str().unwrap()))
         .collect();
     // The Add and its reader, 2 of 24 nodes, reach the target on the v68 SoC (QNN 2.51: 8.0 dB
     // at 8a8w, 21.1 dB so; twelve 8-bit layers stay near 21 dB whatever is promoted).
-    assert_eq!(promoted, ["add5", "relu5"], "{m}");
+    assert_eq!(promoted, [("add5", "16"), ("relu5", "16")], "{m}");
     let history: Vec<f64> = m["output_sqnr_db_per_attempt"]
         .as_array()
         .unwrap()

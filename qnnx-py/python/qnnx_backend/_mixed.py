@@ -9,8 +9,9 @@ producer and of its readers go to 16-bit activations, so the value is stored and
 bits (PT2E requantizes at the modules' edges). The result is a ``quantize_modules`` dict, the
 override a user writes by hand, so it can be pinned.
 
-Never fp16: a promotion is to 16-bit activations, which every HTP (v68 included) runs. Each
-attempt runs the PT2E calibration again on the same samples (observers are rebuilt when the
+A promotion is to 16-bit activations, which every HTP (v68 included) runs; a module already at 16
+bits that is still where the error jumps is kept float next, where the HTP computes floats (in
+fp16), never on v68. Each attempt runs the PT2E calibration again on the same samples (observers are rebuilt when the
 annotation changes); that is host work, small next to a compile on the emulator.
 
 Values are matched by name: the dynamo ONNX exporter names a value after its FX node, in the
@@ -40,6 +41,7 @@ logger = logging.getLogger("qnnx_backend")
 MAX_ATTEMPTS = 8
 
 _CLAMPS = _quantize.OP_KINDS["relu"] | _quantize.OP_KINDS["clamp"]
+_UNSET = object()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +52,8 @@ class MixedPrecision:
     """The overrides it chose, {module path: scheme}, the user's own ones included: pass them as
     ``options={"quantize_modules": ...}`` to pin the result."""
     promoted: tuple
-    """The module paths it promoted, in the order chosen."""
+    """The module paths it promoted (to 16-bit activations, or to float where the HTP has fp16),
+    in the order first chosen."""
     history: tuple
     """The lowest model-output SQNR (dB) after each compared attempt."""
     report: AccuracyReport
@@ -185,49 +188,65 @@ def search(
     packed = [(_DTYPE_NAMES[t.dtype], list(t.shape), t.detach().cpu().contiguous().numpy().tobytes()) for t in example]
     reference = _native.Reference(float_onnx, packed)
     up = _quantize.SCHEMES["16a8w"] if cfg.scheme.weight_bits == 8 else _quantize.SCHEMES["16a16w"]
-    promoted: list[str] = []
+    arch = _native.target_arch("npu", soc_model, htp_arch)
+    # Where the HTP computes floats (in fp16; not v68), a module already at 16 bits that is
+    # still where the error jumps is kept float next.
+    can_float = arch is None or arch != 68
+    level: dict[str, Optional[_quantize.Scheme]] = {}  # path -> up, or None = float
+    steps: list[list[tuple[str, Optional[_quantize.Scheme]]]] = []  # (path, previous level) per step
     refused: list[tuple[str, str]] = []
     history: list[float] = []
-    best: Optional[tuple[float, list[str]]] = None
+    best: Optional[tuple[float, dict]] = None
+
+    def pins() -> dict:
+        return {p: (l.name if l is not None else _quantize.FLOAT) for p, l in level.items()}
+
     for _ in range(max(1, max_attempts)):
-        modules = cfg.modules + tuple((p, up) for p in promoted)
+        modules = cfg.modules + tuple(level.items())
         q = _quantize.quantize(traced, example, samples, dataclasses.replace(cfg, modules=modules))
         qdq = _name_clamped_values(q.onnx, graph)
         try:
             report = AccuracyReport(reference.compare(qdq, soc_model=soc_model, htp_arch=htp_arch, fp16=False))
         except (QnnApiError, LoweringError) as e:
-            if not promoted:
+            if not steps:
                 raise
-            # The target refused the last promotion (v68 has no 16-bit MatMul of two
-            # activations, say): dropped, and the next candidate is tried.
-            refused.append((promoted.pop(), str(e).splitlines()[0]))
+            # The target refused the last step (v68 has no 16-bit MatMul of two activations,
+            # say): undone, and the next candidate is tried.
+            for path, before in steps.pop():
+                if before is _UNSET:
+                    del level[path]
+                else:
+                    level[path] = before
+                refused.append((path, str(e).splitlines()[0]))
             continue
         out = _output_sqnr(report)
         history.append(out)
-        logger.info("qnn mixed precision: attempt %d, %s promoted, output SQNR %.2f dB", len(history), promoted, out)
+        logger.info("qnn mixed precision: attempt %d, %s, output SQNR %.2f dB", len(history), pins(), out)
         if best is None or out > best[0]:
-            best = (out, list(promoted))
+            best = (out, pins())
         if out >= target_sqnr_db:
-            return MixedPrecision(
-                {p: (s.name if s is not None else _quantize.FLOAT) for p, s in modules},
-                tuple(promoted),
-                tuple(history),
-                report,
-                qdq,
-                tuple(refused),
-            )
-        tried = set(promoted) | {p for p, _ in refused}
-        value = _candidate(report, graph, tried)
+            user = {p: (s.name if s is not None else _quantize.FLOAT) for p, s in cfg.modules}
+            return MixedPrecision({**user, **pins()}, tuple(level), tuple(history), report, qdq, tuple(refused))
+        refused_paths = {p for p, _ in refused}
+        exhausted = refused_paths | {p for p, l in level.items() if l is None or not can_float}
+        value = _candidate(report, graph, exhausted)
         if value is None:
             break
+        step = []
         for name in _promoted_nodes(graph, value):
             path = graph.module.get(name)
-            if path and path not in tried and path not in promoted:
-                promoted.append(path)
-    b, p = best if best is not None else (-math.inf, [])
+            if not path or path in exhausted or any(p == path for p, _ in step):
+                continue
+            before = level.get(path, _UNSET)
+            level[path] = up if before is _UNSET else None
+            step.append((path, before))
+        if not step:
+            break
+        steps.append(step)
+    b, p = best if best is not None else (-math.inf, {})
     raise LoweringError(
         f"target_sqnr_db={target_sqnr_db}: no assignment within {max_attempts} attempts reaches it at the "
-        f"output: the best was {b:.2f} dB with {p or 'nothing'} at 16-bit activations"
+        f"output: the best was {b:.2f} dB with {p or 'nothing promoted'}"
         + (f"; the target refused 16 bits for {[r for r, _ in refused]}" if refused else "")
         + "; raise max_attempts, lower the target, calibrate on more representative data, or use quantize='16a8w'"
     )

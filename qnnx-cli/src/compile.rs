@@ -89,6 +89,17 @@ pub struct CompileArgs {
     /// stages as they end; --json always reports them.
     #[arg(long)]
     pub timings: bool,
+    /// With several models: one context binary per model (MODEL.bin, or in --out-dir) instead
+    /// of one for all, built in processes of their own, --jobs at a time (finalize runs one
+    /// graph at a time per process: docs/profiling.md).
+    #[arg(long, conflicts_with_all = ["output", "names", "graph_name", "no_weight_sharing"])]
+    pub each: bool,
+    /// With --each: how many models to build at once [default: the number of CPUs].
+    #[arg(long, value_name = "N", requires = "each")]
+    pub jobs: Option<usize>,
+    /// With --each: the folder for the binaries [default: next to each model].
+    #[arg(long, value_name = "DIR", requires = "each")]
+    pub out_dir: Option<PathBuf>,
     #[command(flatten)]
     pub build: BuildArgs,
 }
@@ -554,10 +565,26 @@ pub fn assumed_text(list: &[Value]) -> String {
 }
 
 pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
+    if args.each {
+        return crate::compile_each::compile_each(cli, args);
+    }
     if args.models.len() > 1 {
         return crate::compile_many::compile_many(cli, args);
     }
-    let model = &args.models[0];
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| args.models[0].with_extension("bin"));
+    compile_one(cli, args, &args.models[0], &output)
+}
+
+/// One model into one context binary at `output`.
+pub(crate) fn compile_one(
+    cli: &Cli,
+    args: &CompileArgs,
+    model: &Path,
+    output: &Path,
+) -> Result<ExitCode, Failure> {
     let graph_name = match (&args.graph_name, &args.names[..]) {
         (Some(n), _) => n.clone(),
         (None, [n]) => n.clone(),
@@ -569,11 +596,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
             )))
         }
     };
-    let output = args
-        .output
-        .clone()
-        .unwrap_or_else(|| model.with_extension("bin"));
-    if output == *model {
+    if output == model {
         return Err(Failure::usage(format!(
             "the output {} would replace the model; pass -o FILE",
             output.display()
@@ -594,7 +617,7 @@ pub fn compile(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> {
     };
     stages.push((what, start.elapsed().as_secs_f64() * 1e3));
     let start = std::time::Instant::now();
-    let written = Written::write(&output, &binary, &c.runtime.backend, &built.target)?;
+    let written = Written::write(output, &binary, &c.runtime.backend, &built.target)?;
     stages.push(("write", start.elapsed().as_secs_f64() * 1e3));
     let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let (inputs, outputs) = io_json(&c.emitted);

@@ -9,6 +9,7 @@
 mod cache;
 mod compare;
 mod compile;
+mod compile_each;
 mod compile_many;
 mod npy;
 mod progress;

@@ -1014,3 +1014,91 @@ fn saved_models_inspect_and_run_like_their_onnx_model() {
     assert!(stderr(&out).contains("truncated"), "{}", stderr(&out));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn each_model_gets_its_own_binary_built_in_parallel_processes() {
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("each");
+    if make_models(&dir).is_none() {
+        return;
+    }
+    let (cnn, mlp, out) = (dir.join("cnn.onnx"), dir.join("mlp.onnx"), dir.join("bins"));
+    let v = ok_json(&[
+        "--json",
+        "compile",
+        s(&cnn),
+        s(&mlp),
+        "--each",
+        "--jobs",
+        "2",
+        "--soc",
+        "60",
+        "--out-dir",
+        s(&out),
+    ]);
+    assert_eq!(v["jobs"], 2, "{v}");
+    assert_eq!(v["failed"], 0, "{v}");
+    let bins = v["binaries"].as_array().unwrap();
+    assert_eq!(bins.len(), 2, "{v}");
+    assert_eq!(bins[0]["output"], s(&out.join("cnn.bin")));
+    assert_eq!(bins[1]["inputs"][0]["name"], "x", "{v}");
+    // Each is what a single-model compile in a process of its own writes, byte for byte
+    // (binaries of one graph built in separate processes are identical: docs/profiling.md).
+    let single = dir.join("single.bin");
+    ok_json(&[
+        "--json",
+        "compile",
+        s(&cnn),
+        "--soc",
+        "60",
+        "-o",
+        s(&single),
+    ]);
+    assert_eq!(
+        std::fs::read(out.join("cnn.bin")).unwrap(),
+        std::fs::read(&single).unwrap()
+    );
+    // A model that fails is reported with the others built: one JSON document, exit 1.
+    let out2 = dir.join("bins2");
+    let missing = dir.join("missing.onnx");
+    let o = qnnx(&[
+        "--json",
+        "compile",
+        s(&mlp),
+        s(&missing),
+        "--each",
+        "--soc",
+        "60",
+        "--out-dir",
+        s(&out2),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("1 of 2 models failed"),
+        "{v}"
+    );
+    assert_eq!(v["binaries"][1]["model"], s(&missing), "{v}");
+    assert!(out2.join("mlp.bin").exists());
+    assert!(!out2.join("missing.bin").exists());
+    // Two models whose binaries would collide are refused before anything is built.
+    let sub = dir.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::copy(&cnn, sub.join("cnn.onnx")).unwrap();
+    let o = qnnx(&[
+        "compile",
+        s(&cnn),
+        s(&sub.join("cnn.onnx")),
+        "--each",
+        "--out-dir",
+        s(&dir.join("bins3")),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("would both write"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}

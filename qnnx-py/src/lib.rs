@@ -524,6 +524,47 @@ fn load_cached(
     .map_err(|e| engine_error(py, e))
 }
 
+/// Graphs `names` of a multi-graph cache entry (`compile_many`'s), from one load of its
+/// context, or None on a miss (a bad entry is removed, with a warning in the log).
+#[pyfunction]
+#[pyo3(signature = (key, cache_dir, names, *, device = "npu", soc_model = None, htp_arch = None, opt_level = None))]
+#[allow(clippy::too_many_arguments)]
+fn load_cached_many(
+    py: Python<'_>,
+    key: &str,
+    cache_dir: &str,
+    names: Vec<String>,
+    device: &str,
+    soc_model: Option<SocArg>,
+    htp_arch: Option<u32>,
+    opt_level: Option<u8>,
+) -> PyResult<Option<Vec<Compiled>>> {
+    let t = target(device, soc_model, htp_arch)?;
+    let Some(key) = CacheKey::parse(key) else {
+        return Ok(None);
+    };
+    let Some(cache) = open_cache(py, Some(cache_dir))? else {
+        return Ok(None);
+    };
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    py.detach(|| -> qnnx_engine::Result<Option<Vec<Compiled>>> {
+        let rt = registry::for_target(&t, opt_level, false)?;
+        match qnnx_engine::compile::multi::load_cached_graphs(&rt, &cache, &key, &names) {
+            Ok(hit) => Ok(hit.map(|m| {
+                m.into_compiled()
+                    .into_iter()
+                    .map(|inner| Compiled { inner })
+                    .collect()
+            })),
+            Err(w) => {
+                tracing::warn!(target: "qnnx", "{w}");
+                Ok(None)
+            }
+        }
+    })
+    .map_err(|e| engine_error(py, e))
+}
+
 /// The cache key alias `fingerprint` (64 hex digits) points at in `cache_dir`, if any.
 #[pyfunction]
 fn alias_get(py: Python<'_>, cache_dir: &str, fingerprint: &str) -> PyResult<Option<String>> {
@@ -543,6 +584,42 @@ fn alias_put(py: Python<'_>, cache_dir: &str, fingerprint: &str, key: &str) -> P
         .ok_or_else(|| PyValueError::new_err(format!("{key:?} is not a cache key")))?;
     cache
         .put_alias(fingerprint, &key)
+        .map_err(|e| engine_error(py, qnnx_engine::Error::Cache(e)))
+}
+
+/// The (key, plan JSON) split alias `fingerprint` records in `cache_dir`, if a valid one.
+#[pyfunction]
+fn alias_get_split(
+    py: Python<'_>,
+    cache_dir: &str,
+    fingerprint: &str,
+) -> PyResult<Option<(String, String)>> {
+    let Some(cache) = open_cache(py, Some(cache_dir))? else {
+        return Ok(None);
+    };
+    Ok(cache
+        .get_split_alias(fingerprint)
+        .map(|(k, plan)| (k.to_string(), plan.to_string())))
+}
+
+/// Records split alias `fingerprint`: the context `key` and `plan` (JSON text), atomically.
+#[pyfunction]
+fn alias_put_split(
+    py: Python<'_>,
+    cache_dir: &str,
+    fingerprint: &str,
+    key: &str,
+    plan: &str,
+) -> PyResult<()> {
+    let Some(cache) = open_cache(py, Some(cache_dir))? else {
+        return Ok(());
+    };
+    let key = CacheKey::parse(key)
+        .ok_or_else(|| PyValueError::new_err(format!("{key:?} is not a cache key")))?;
+    let plan: serde_json::Value = serde_json::from_str(plan)
+        .map_err(|e| PyValueError::new_err(format!("the plan is not JSON: {e}")))?;
+    cache
+        .put_split_alias(fingerprint, &key, &plan)
         .map_err(|e| engine_error(py, qnnx_engine::Error::Cache(e)))
 }
 
@@ -681,8 +758,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile_many, m)?)?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(load_cached, m)?)?;
+    m.add_function(wrap_pyfunction!(load_cached_many, m)?)?;
     m.add_function(wrap_pyfunction!(alias_get, m)?)?;
     m.add_function(wrap_pyfunction!(alias_put, m)?)?;
+    m.add_function(wrap_pyfunction!(alias_get_split, m)?)?;
+    m.add_function(wrap_pyfunction!(alias_put_split, m)?)?;
     m.add_function(wrap_pyfunction!(versions, m)?)?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(load_saved, m)?)?;

@@ -252,6 +252,18 @@ fn load_cached_multi(
     specs: &[GraphSpec],
 ) -> std::result::Result<Option<MultiCompiled>, String> {
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    load_cached_graphs(runtime, cache, key, &names)
+}
+
+/// The graphs `names` of the multi-graph cache entry `key`, from one load of its context (a
+/// warm start that skips the ONNX export too: partitions of a split graph). `Ok(None)` on a
+/// miss; `Err` (the entry is bad and was removed) says why.
+pub fn load_cached_graphs(
+    runtime: &Arc<Runtime>,
+    cache: &Cache,
+    key: &CacheKey,
+    names: &[&str],
+) -> std::result::Result<Option<MultiCompiled>, String> {
     let loaded = load_entry(cache, key, |entry| {
         let io = entry
             .meta()
@@ -262,7 +274,7 @@ fn load_cached_multi(
             .load(&runtime.backend, Some(&runtime.device))
             .map_err(|e| e.to_string())?;
         let graphs =
-            bind_graphs(&context, &names, io).ok_or("its I/O binding does not fit the graphs")?;
+            bind_graphs(&context, names, io).ok_or("its I/O binding does not fit the graphs")?;
         Ok((context, graphs))
     })?;
     Ok(loaded.map(|((context, graphs), load_ms)| MultiCompiled {

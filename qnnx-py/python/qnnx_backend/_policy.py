@@ -171,6 +171,10 @@ class QnnCallable(_Serializable):
                         STATS["cache_hits"] += 1
                         logger.info("qnn: loaded a cached graph for %s in %.1f ms", device, hit.load_ms)
                         return CompiledGraph(hit, device, self.out_meta, s.check_nan)
+                    if self.can_partition() and not s.dry_run:
+                        warm = self.warm_partitioned(args, device, fingerprint, cache_dir)
+                        if warm is not None:
+                            return warm
                 if onnx_bytes is None and samples is not None:
                     traced = _export.Interpreted(self.export_gm, args, tensor_idx)
                     if s.target_sqnr_db is not None:
@@ -278,7 +282,6 @@ class QnnCallable(_Serializable):
         """The graph split into QNN partitions for ``device`` and eager nodes, or (None, why
         not). The support answer is the lowering's own (``_partition.unsupported_nodes``) for
         an export in which each FX node is a scope of its own (``_partition.scoped``)."""
-        s = self.settings
         scoped, names = _partition.scoped(self.export_gm)
         try:
             onnx_bytes = _export._export_with("torchscript", _export.Frozen(scoped, args, tensor_idx), runtime_tensors)
@@ -291,13 +294,25 @@ class QnnCallable(_Serializable):
             return None, "ONNX node(s) of no FX node refused: " + ", ".join(n.node for n in orphans)
         if not by_fx:
             return None, "the per-node export has no unsupported node"
+        return self.split_and_compile(args, device, by_fx)
+
+    def plan_for(self, args: Sequence[Any], by_fx: dict) -> "_partition.Plan":
         placeholders = [n for n in self.export_gm.graph.nodes if n.op == "placeholder"]
         param_sizes = {
             p.name: a.numel()
             for p, a in zip(placeholders, args)
             if isinstance(a, torch.Tensor) and _export.is_static(a)
         }
-        plan = _partition.plan(self.export_gm, by_fx, s.min_partition_size, param_sizes)
+        return _partition.plan(self.export_gm, by_fx, self.settings.min_partition_size, param_sizes)
+
+    def split_and_compile(
+        self, args: Sequence[Any], device: str, by_fx: dict, cached: Optional[tuple[str, str]] = None
+    ) -> tuple[Optional["Partitioned"], Optional[str]]:
+        """The graph split by the refused FX nodes ``by_fx`` and its partitions compiled as one
+        context, or loaded: ``cached`` is (cache key, cache dir) of that context, from a split
+        alias (a warm start: no export at all)."""
+        s = self.settings
+        plan = self.plan_for(args, by_fx)
         self.outcome = {"device": device, "whole": False, "plan": plan, "reasons": []}
         if not plan.partitions:
             return None, "no run of supported nodes is min_partition_size long:\n" + plan.text()
@@ -312,8 +327,26 @@ class QnnCallable(_Serializable):
             name = f"qnn_partition_{i}"
             parts.append(_PartitionModule(stitched.get_submodule(name), sub_settings))
             setattr(stitched, name, parts[-1])
+        if cached is not None:
+            if not self.load_together(stitched, parts, args, device, *cached):
+                return None, "the cached partitions did not load"
+            STATS["cache_hits"] += 1
+        else:
+            key = self.compile_together(stitched, parts, args, device)
+            cache_dir = _cache_dir(s)
+            if key is not None and cache_dir is not None:
+                refused = {fx: [list(n) for n in nodes] for fx, nodes in by_fx.items()}
+                try:
+                    _native.alias_put_split(
+                        cache_dir,
+                        self.fx_fingerprint(args, device),
+                        key,
+                        # The lowering of another qnnx may refuse other nodes: its plan is not reused.
+                        json.dumps({"qnnx": _native.versions()["qnnx"], "refused": refused}),
+                    )
+                except (CacheError, ValueError) as e:
+                    logger.warning("qnn: could not record the split alias: %s", e)
         STATS["partitions"] += len(plan.partitions)
-        self.compile_together(stitched, parts, args, device)
         if not self.warned:
             self.warned = True
             warnings.warn(
@@ -323,26 +356,52 @@ class QnnCallable(_Serializable):
             )
         return Partitioned(stitched, plan, device), None
 
+    def warm_partitioned(
+        self, args: Sequence[Any], device: str, fingerprint: str, cache_dir: str
+    ) -> Optional["Partitioned"]:
+        """The graph split as a previous process split it (its split alias: the refused FX
+        nodes and the context of its partitions), with no ONNX export; None when there is no
+        usable record (then the graph is exported and checked as on a cold start)."""
+        rec = _native.alias_get_split(cache_dir, fingerprint)
+        if rec is None:
+            return None
+        key, plan_json = rec
+        calls = {n.name for n in self.export_gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")}
+        try:
+            record = json.loads(plan_json)
+            if record.get("qnnx") != _native.versions()["qnnx"]:
+                return None
+            refused = record["refused"]
+            by_fx = {
+                str(fx): [_partition.UnsupportedNode(str(a), str(b), str(c)) for a, b, c in nodes]
+                for fx, nodes in refused.items()
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            logger.warning("qnn: ignoring a split alias that does not parse: %s", e)
+            return None
+        if not by_fx or not set(by_fx) <= calls:
+            logger.warning("qnn: ignoring a split alias whose nodes are not this graph's")
+            return None
+        split, why = self.split_and_compile(args, device, by_fx, cached=(key, cache_dir))
+        if split is None:
+            logger.info("qnn: split alias not used: %s", why)
+            return None
+        logger.info("qnn: loaded %d cached partitions for %s", len(split.plan.partitions), device)
+        return split
+
     def compile_together(
         self, stitched: torch.fx.GraphModule, parts: list["_PartitionModule"], args: Sequence[Any], device: str
-    ) -> None:
+    ) -> Optional[str]:
         """All partitions of ``stitched`` as graphs of one QNN context (one finalize call, one
         binary, one cache entry), for the inputs each partition gets from ``args``: the stitched
-        graph runs eagerly once to record them. Where that fails (the reason is logged) each
-        partition compiles on its own at its first call, in a context of its own."""
+        graph runs eagerly once to record them. Returns the context's cache key (None when not
+        cached). Where that fails (the reason is logged) each partition compiles on its own at
+        its first call, in a context of its own."""
         s = self.settings
-        for p in parts:
-            p.recording = []
-        try:
-            with torch.no_grad():
-                stitched(*args)
-        finally:
-            recorded = [p.recording[0] if p.recording else None for p in parts]
-            for p in parts:
-                p.recording = None
-        if any(r is None for r in recorded):
+        recorded = _record(stitched, parts, args)
+        if recorded is None:
             logger.warning("qnn: a partition was not reached by the recording run; compiling each on its own")
-            return
+            return None
         callables, onnx_list = [], []
         try:
             for p, sub_args in zip(parts, recorded):
@@ -369,7 +428,7 @@ class QnnCallable(_Serializable):
             )
         except _FALLBACK_ERRORS as e:
             logger.warning("qnn: the partitions do not compile as one context (%s); compiling each on its own", e)
-            return
+            return None
         STATS["cache_hits" if natives[0].from_cache else "compiles"] += 1
         logger.info(
             "qnn: compiled %d partitions as one context for %s in %.0f ms",
@@ -380,6 +439,40 @@ class QnnCallable(_Serializable):
         for p, c, native, sub_args in zip(parts, callables, natives, recorded):
             c.graphs[c.signature(sub_args)] = CompiledGraph(native, device, c.out_meta, s.check_nan)
             p.callable = c
+        return natives[0].cache_key
+
+    def load_together(
+        self,
+        stitched: torch.fx.GraphModule,
+        parts: list["_PartitionModule"],
+        args: Sequence[Any],
+        device: str,
+        key: str,
+        cache_dir: str,
+    ) -> bool:
+        """The partitions' graphs from the cached context ``key`` (one load), bound to the
+        inputs a recording run gives each partition; False (nothing bound) on a miss."""
+        s = self.settings
+        recorded = _record(stitched, parts, args)
+        if recorded is None:
+            return False
+        soc_model, htp_arch = (s.soc_model, s.htp_arch) if device == "npu" else (None, None)
+        natives = _native.load_cached_many(
+            key,
+            cache_dir,
+            [f"partition_{i}" for i in range(len(parts))],
+            device=device,
+            soc_model=soc_model,
+            htp_arch=htp_arch,
+            opt_level=s.opt_level,
+        )
+        if natives is None or len(natives) != len(parts):
+            return False
+        for p, native, sub_args in zip(parts, natives, recorded):
+            c = QnnCallable(p.graph, sub_args, p.settings, may_partition=False)
+            c.graphs[c.signature(sub_args)] = CompiledGraph(native, device, c.out_meta, s.check_nan)
+            p.callable = c
+        return True
 
     def fx_fingerprint(self, args: Sequence[Any], device: str, calibration: Optional[str] = None) -> str:
         """The warm-start fingerprint of this graph called with ``args`` on ``device``;
@@ -590,6 +683,21 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], setti
     if settings.device == "cpu":
         return gm.forward
     return QnnCallable(gm, example_inputs, settings)
+
+
+def _record(stitched: torch.fx.GraphModule, parts: list["_PartitionModule"], args: Sequence[Any]) -> Optional[list]:
+    """The inputs each partition of ``stitched`` gets from ``args``, from one eager run of the
+    stitched graph; None when a partition is not reached."""
+    for p in parts:
+        p.recording = []
+    try:
+        with torch.no_grad():
+            stitched(*args)
+    finally:
+        recorded = [p.recording[0] if p.recording else None for p in parts]
+        for p in parts:
+            p.recording = None
+    return None if any(r is None for r in recorded) else recorded
 
 
 def _cache_dir(s: QnnSettings) -> Optional[str]:

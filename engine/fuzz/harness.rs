@@ -8,7 +8,9 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use qnnx_engine::cache::{parse_alias, Cache, CacheKey, EntryMeta, NewEntry, FORMAT};
+use qnnx_engine::cache::{
+    parse_alias, parse_split_alias, Cache, CacheKey, EntryMeta, NewEntry, FORMAT,
+};
 use qnnx_engine::io::{parse_io_binding, IoBinding};
 use qnnx_types::DType;
 use sha2::{Digest, Sha256};
@@ -160,6 +162,19 @@ pub fn cache_alias(data: &[u8]) {
     // The alias stays only if it names an entry that exists (the shard's first entry does).
     cache.remove_dangling_aliases();
     let live = parsed.is_some_and(|k| cache.meta_path(&k).exists());
+    assert_eq!(path.exists(), live);
+    // The same bytes as a split alias (JSON: a key and a plan).
+    let split = parse_split_alias(text);
+    if let Some((k, _)) = &split {
+        assert_eq!(CacheKey::parse(k.as_str()).as_ref(), Some(k));
+    }
+    let dir = cache.dir().join("fx");
+    std::fs::create_dir_all(&dir).expect("the alias folder");
+    let path = dir.join(format!("{FINGERPRINT}.split.json"));
+    std::fs::write(&path, text).expect("write the split alias");
+    assert_eq!(cache.get_split_alias(FINGERPRINT), split);
+    cache.remove_dangling_aliases();
+    let live = split.is_some_and(|(k, _)| cache.meta_path(&k).exists());
     assert_eq!(path.exists(), live);
 }
 

@@ -7,6 +7,6 @@ pub mod key;
 mod private;
 mod store;
 
-pub use alias::parse_alias;
+pub use alias::{parse_alias, parse_split_alias};
 pub use key::{model_key, multi_key, shapes_setting};
 pub use store::*;

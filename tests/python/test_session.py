@@ -276,3 +276,33 @@ def test_backend_found_when_torch_is_imported_after_the_package():
     out = subprocess.run([sys.executable, "-c", LATE_TORCH], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "RESULT {'exports': 1, 'compiles': 1}" in out.stdout
+
+
+def test_qnnx_backend_0_4_device_and_runtime_names(tmp_path):
+    # qnnx-backend 0.4 exported QNNDevice (Literal["npu", "gpu"]) and QNNRuntime (classmethods
+    # over ONNX Runtime's QNN EP) at the top level; code written against it keeps working.
+    import typing
+
+    from qnnx_backend import QNNDevice, QNNRuntime
+
+    assert typing.get_args(QNNDevice) == ("npu", "gpu")
+    assert QNNRuntime.ensure_registered() is None
+    assert QNNRuntime.EXECUTION_PROVIDER_NAME == "QNNExecutionProvider"
+    for d in ("npu", "gpu", "cpu"):
+        assert QNNRuntime.is_device_available(d) == qnnx_backend.is_available(d), d
+    assert QNNRuntime.is_device_available("tpu") is False
+    [npu] = QNNRuntime.get_npu_devices()
+    assert npu.type == "npu" and npu.build_id.startswith("v2."), npu
+    assert QNNRuntime.get_devices()[0] == npu
+    # The x86_64 GPU library needs a device: no GPU here, and 0.4's error for it.
+    assert QNNRuntime.get_gpu_devices() == []
+    with pytest.raises(RuntimeError, match="No QNN GPU device available"):
+        QNNRuntime.create_gpu_session_options()
+    # 0.4 made onnxruntime.SessionOptions from QNN EP provider options; here they are the
+    # session options of qnnx's own InferenceSession.
+    opts = QNNRuntime.create_npu_session_options({"soc_model": "60", "enable_htp_fp16_precision": "1"}, strict=True)
+    assert isinstance(opts, SessionOptions) and (opts.soc_model, opts.precision) == (60, "fp16")
+    sess = InferenceSession(mlp_onnx(), sess_options=opts, cache=False)
+    want = ReferenceEvaluator(mlp_onnx()).run(None, feed())
+    y, _ = sess.run(None, feed())
+    assert np.abs(y - want[0]).max() <= 3e-2 * np.abs(want[0]).max()

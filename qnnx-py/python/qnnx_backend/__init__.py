@@ -38,6 +38,7 @@ _name_onnxruntime_qnn()
 
 from . import exceptions
 from ._native import versions
+from .compatibility import QNNDevice, QNNRuntime
 from .exceptions import (
     CacheError,
     LibraryLoadError,
@@ -93,6 +94,8 @@ __all__ = [
     "QnnSettings",
     "STATS",
     "exceptions",
+    "QNNDevice",
+    "QNNRuntime",
     "QnnxError",
     "LibraryLoadError",
     "QnnApiError",

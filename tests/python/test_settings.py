@@ -162,3 +162,14 @@ def test_bad_quantize_options_say_what_to_change(bad, message):
 def test_the_target_arch_reaches_the_quantizer(target, scheme, eight_bit_matmul):
     s = parse_options({"quantize": scheme, "calibration": [0], **target})
     assert s.quantize_config().matmul_at_8_bits() is eight_bit_matmul
+
+
+def test_the_0_4_option_types_name_every_option():
+    # qnnx_backend.options held 0.4's TypedDicts; QNNRouterCompileOptions lists every option
+    # qnnx takes (so annotated code type-checks), and nothing parse_options refuses.
+    from qnnx_backend.options import QNNCompileOptions, QNNRouterCompileOptions
+    from qnnx_backend.settings import VALID_OPTIONS
+
+    assert set(QNNCompileOptions.__annotations__) == {"device", "strict", "fp16", "cache", "cache_dir", "kv_cache"}
+    keys = set(QNNRouterCompileOptions.__annotations__) | set(QNNCompileOptions.__annotations__)
+    assert keys - {"dynamic"} == set(VALID_OPTIONS), keys ^ set(VALID_OPTIONS)

@@ -280,6 +280,21 @@ def gelu(q):
     return q.model("Gelu", [q.input("x", x4() * 2)], 20)
 
 
+def embedding(q):
+    """An embedding table stored at the activation width behind its DequantizeLinear (as PT2E
+    writes nn.Embedding), gathered by integer token ids (a graph input passed as is)."""
+    table = rng(3).standard_normal((10, 6)).astype(np.float32)
+    scale, zp = q.encoding(float(table.min()), float(table.max()))
+    _, npt, qmax = ACT[q.bits]
+    codes = np.clip(np.round(table / scale) + int(zp), 0, qmax).astype(npt)
+    q.nodes.append(
+        helper.make_node("DequantizeLinear", [q.const("t_int", codes), q.const("t_s", scale), q.const("t_z", zp)], ["t"])
+    )
+    q.inputs.append(helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5]))
+    q.feeds["ids"] = rng(4).integers(0, 10, (2, 5)).astype(np.int64)
+    return q.model("Gather", ["t", "ids"], 17, axis=0)
+
+
 FAMILIES = {
     f.__name__: f
     for f in [
@@ -305,6 +320,7 @@ FAMILIES = {
         transpose,
         resize_nearest,
         gelu,
+        embedding,
     ]
 }
 
@@ -323,6 +339,9 @@ def run_htp(m: onnx.ModelProto, q: Qdq, soc) -> np.ndarray:
     g = CompiledGraph(native, "npu", [None])
     ins = []
     for name, *_ in native.inputs:
+        if q.feeds[name].dtype.kind in "iu":  # integer inputs (token ids) are not quantized
+            ins.append(torch.from_numpy(q.feeds[name]))
+            continue
         scale, zp = encoding_of(m, name)
         codes = np.round(q.feeds[name] / scale) + zp
         ins.append(torch.from_numpy(codes.astype(ACT[q.bits][1])))

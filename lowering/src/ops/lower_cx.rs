@@ -431,6 +431,11 @@ impl<'g> LowerCx<'g> {
         self.plan.tensors[t].dtype
     }
 
+    /// Whether plan tensor `t` is stored quantized (fixed point with an encoding).
+    pub fn is_quantized(&self, t: TensorId) -> bool {
+        self.plan.tensors[t].quant.is_some()
+    }
+
     /// Registers the plan outputs once all rules have run (with `observe`, the intermediates
     /// holding model values too: see [`crate::LowerOptions::observe`]).
     pub(crate) fn finish(mut self, host_dtypes: &[DType], observe: bool) -> Result<Plan> {

@@ -459,7 +459,17 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
         let Some(def) = crate::ops::def(&n.op_type) else {
             continue;
         };
-        let acts = float_acts(g, &n);
+        let mut acts = float_acts(g, &n);
+        // A data-moving op reading an encoded constant (an embedding table behind its
+        // DequantizeLinear, gathered by token ids) moves its integers: the table is its data.
+        if matches!(def.quant, Quant::Same) {
+            if let Some(&Some(v0)) = n.inputs.first() {
+                let encoded_const = g.konst(v0).is_some() && g.values[v0].quant.is_some();
+                if encoded_const && !acts.iter().any(|&(k, _)| k == 0) {
+                    acts.insert(0, (0, v0));
+                }
+            }
+        }
         let outs = float_outs(g, &n);
         let any_q = acts
             .iter()
@@ -813,6 +823,48 @@ mod tests {
         assert_eq!(
             p.tensors[conv.outputs[0]].quant,
             Some(Encoding::per_tensor(DType::U8, 0.2, -100))
+        );
+    }
+
+    #[test]
+    fn an_embedding_gathers_the_integers_of_its_encoded_table() {
+        // DequantizeLinear(table) -> Gather(token ids) -> QDQ: what PT2E makes of
+        // nn.Embedding. The Gather moves the table's integers (no float island, which a v68
+        // target would refuse); the model's output encoding is reached by a Convert.
+        let table = Tensor::from_i64_as(
+            DType::U8,
+            vec![4, 3],
+            &[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110],
+        );
+        let b = ModelBuilder::new(17)
+            .input("ids", DType::I64, &[1, 2])
+            .init("tq", table)
+            .init("ts", Tensor::scalar_f32(0.5))
+            .init("tz", u8(3))
+            .node("DequantizeLinear", &["tq", "ts", "tz"], &["t"], &[])
+            .node("Gather", &["t", "ids"], &["e"], &[]);
+        let p = lower(&qdq(b, "e", "y", 0.25, u8(7)).output("y"));
+        let d = p.dump();
+        let gather = p.ops.iter().find(|o| o.type_name == "Gather").unwrap();
+        assert_eq!(
+            p.tensors[gather.inputs[0]].quant,
+            Some(Encoding::per_tensor(DType::U8, 0.5, -3)),
+            "{d}"
+        );
+        assert_eq!(
+            p.tensors[gather.outputs[0]].quant,
+            Some(Encoding::per_tensor(DType::U8, 0.5, -3)),
+            "{d}"
+        );
+        assert!(d.contains("Convert("), "{d}");
+        assert!(
+            !p.op_types().contains(&"Cast"),
+            "no Cast of fixed-point data: {d}"
+        );
+        assert_eq!(
+            p.op_types().iter().filter(|t| **t == "Dequantize").count(),
+            1,
+            "{d}"
         );
     }
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 import warnings
 from typing import Any, Mapping, Optional, Sequence
@@ -286,6 +287,29 @@ class Quantized:
     seconds: dict[str, float]
 
 
+def _sdpa_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """``F.scaled_dot_product_attention`` written with the ops the quantizer annotates (MatMul,
+    Mul, Add, Softmax): torch.export keeps SDPA as one op, which no annotation covers, and the
+    ONNX exporter's own decomposition of it then stays float (a float island that a v68 target
+    refuses: a Hugging Face BERT had 22 such nodes). Inference semantics: no dropout."""
+    del dropout_p  # inference graphs (eval mode)
+    if enable_gqa and q.shape[-3] != k.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        k = k.repeat_interleave(rep, dim=-3)
+        v = v.repeat_interleave(rep, dim=-3)
+    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = torch.matmul(q, k.transpose(-2, -1)) * s
+    if is_causal:
+        causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
 def quantize(
     traced: torch.nn.Module,
     example: Sequence[torch.Tensor],
@@ -311,6 +335,8 @@ def quantize(
             program = torch.export.export(traced, tuple(example), strict=False)
     except EXPORT_ERRORS as e:
         raise LoweringError(f"quantize: torch.export could not capture the graph: {e}") from None
+    if any(n.target is aten.scaled_dot_product_attention.default for n in program.graph.nodes):
+        program = program.run_decompositions({aten.scaled_dot_product_attention.default: _sdpa_math})
     gm = program.module()
     quantizer = _quantizer.QnnxQuantizer(cfg)
     with warnings.catch_warnings():

@@ -8,7 +8,8 @@
 //! The HTP validates Gather and GatherElements for f16, f32 and i32 data only, although it lists
 //! bool, u8 and i8 (measured on libQnnHtp 2.51, SoC 60: error 3110 for the others). bool and u8
 //! data (a padding mask gathered per position, say) go through i32 with Casts, which are exact;
-//! i8 cannot (the HTP has no unquantized i8 Cast) and is refused by the op table.
+//! i8 cannot (the HTP has no unquantized i8 Cast) and is refused by the op table. Quantized
+//! (fixed-point) u8 and u16 data are gathered directly.
 
 use crate::dtype::DType;
 use crate::error::Result;
@@ -159,9 +160,11 @@ pub(crate) fn wrapped_indices(
 }
 
 /// The data input, cast to i32 when its dtype is one the HTP cannot gather (see the module doc).
+/// Quantized u8 data (an embedding table in a QDQ model) is gathered as it is: a QNN Cast of a
+/// fixed-point tensor converts its real values, not its integers.
 fn data(cx: &mut LowerCx, node: &Node) -> Result<TensorId> {
     let x = cx.input(node, 0)?;
-    if !matches!(cx.tensor_dtype(x), crate::DType::Bool | crate::DType::U8) {
+    if !matches!(cx.tensor_dtype(x), crate::DType::Bool | crate::DType::U8) || cx.is_quantized(x) {
         return Ok(x);
     }
     let s = cx.tshape(x);

@@ -309,3 +309,33 @@ def test_the_aot_path_refuses_a_partitioned_graph_by_name():
         torch.compile(DetCNN().eval(), backend=backend)(torch.randn(1, 3, 8, 8))
     with pytest.raises(qnnx_backend.LoweringError, match="split into QNN partitions and eager nodes"):
         QnnCallable.serialize_compile_artifacts(made[0])
+
+
+@pytest.mark.htp
+def test_a_quantized_graph_is_split_into_calibrated_partitions_on_v68(tmp_path):
+    # QCS6490 (v68) has no float path: the partitions around det are quantized, each calibrated
+    # on what the calibration images give it in eager runs of the split graph; det stays eager.
+    from conftest import structured_images
+
+    torch.manual_seed(0)
+    m = DetCNN().eval()
+    images = structured_images(18, 16)
+    options = {"soc_model": "QCS6490", "quantize": "8a8w", "calibration": images[:16], "cache": True,
+               "cache_dir": str(tmp_path)}
+    first, natives = compiled_partitions(m, images[16], **options)
+    stats = dict(qnnx_backend.STATS)
+    assert len(natives) == 2 and stats["partitions"] == 2 and stats["compiles"] == 1, stats
+    # The whole graph once (refused for det), then each partition.
+    assert stats["quantizations"] == 3, stats
+    assert all(n.inputs[0][1] == "f32" for n in natives), "float boundaries, quantized inside"
+    with torch.inference_mode():
+        want = m(images[16])
+    cos = float(torch.nn.functional.cosine_similarity(first.flatten().double(), want.flatten().double(), 0))
+    assert cos >= 0.99, cos
+    # A warm start splits it from its split alias: no export, no quantization, no compile.
+    torch._dynamo.reset()
+    qnnx_backend.STATS.clear()
+    again, _ = compiled_partitions(m, images[16], **options)
+    stats = dict(qnnx_backend.STATS)
+    assert (stats.get("exports", 0), stats.get("quantizations", 0), stats.get("compiles", 0)) == (0, 0, 0), stats
+    torch.testing.assert_close(again, first)

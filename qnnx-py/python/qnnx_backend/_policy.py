@@ -104,6 +104,10 @@ class QnnCallable(_Serializable):
         self.returns_tuple = _runtime.returns_sequence(gm)
         self.graphs: dict[Any, Optional[CompiledGraph | Partitioned]] = {}
         self.warned = False
+        #: The calibration samples of the last quantized compile (runtime tensors) and their
+        #: digest: a split graph calibrates its partitions on them.
+        self.samples: Optional[list] = None
+        self.calibration_digest: Optional[str] = None
         # Which frame arguments the graph inputs come from, read while dynamo calls the backend
         # (calibration samples are the model's arguments; see _calibrate).
         self.frame = _calibrate.Frame.capture(gm) if settings.quantize is not None else None
@@ -145,6 +149,8 @@ class QnnCallable(_Serializable):
             devices = [d for d in devices if d == "npu"]
             samples = self.calibration_samples(args, runtime_tensors)
             calibration_digest = _calibrate.digest(samples)
+        # A split graph calibrates its partitions on what these samples give them.
+        self.samples, self.calibration_digest = samples, calibration_digest
         cache_dir = _cache_dir(s)
         if self.refusal is not None:
             if s.strict:
@@ -265,12 +271,14 @@ class QnnCallable(_Serializable):
 
     def can_partition(self) -> bool:
         """Whether a graph with unsupported nodes may be split (else it falls back whole).
-        Not (yet) for quantized graphs (a boundary would need the calibrated encodings), KV
-        cache graphs (the replayed writes) and fix_inputs (names of the whole graph's inputs)."""
+        Not (yet) for KV cache graphs (the replayed writes), fix_inputs (names of the whole
+        graph's inputs) and the mixed-precision search (``target_sqnr_db``: one search per
+        graph). A quantized graph's partitions are each calibrated on the inputs the
+        calibration samples give them, their float boundaries quantized inside each QNN graph."""
         s = self.settings
         return (
             self.may_partition
-            and s.quantize is None
+            and s.target_sqnr_db is None
             and self.kv_plan is None
             and self.refusal is None
             and not fixed_values(s.fix_inputs)
@@ -333,13 +341,17 @@ class QnnCallable(_Serializable):
             STATS["cache_hits"] += 1
         else:
             key = self.compile_together(stitched, parts, args, device)
+            if s.quantize is not None and any(p.callable is None for p in parts):
+                # A quantized partition cannot compile on its own later (its calibration data
+                # are the recorded inputs): the graph falls back whole instead.
+                return None, "its quantized partitions did not compile as one context (the log says why)"
             cache_dir = _cache_dir(s)
             if key is not None and cache_dir is not None:
                 refused = {fx: [list(n) for n in nodes] for fx, nodes in by_fx.items()}
                 try:
                     _native.alias_put_split(
                         cache_dir,
-                        self.fx_fingerprint(args, device),
+                        self.fx_fingerprint(args, device, self.calibration_digest),
                         key,
                         # The lowering of another qnnx may refuse other nodes: its plan is not reused.
                         json.dumps({"qnnx": _native.versions()["qnnx"], "refused": refused}),
@@ -402,13 +414,21 @@ class QnnCallable(_Serializable):
         if recorded is None:
             logger.warning("qnn: a partition was not reached by the recording run; compiling each on its own")
             return None
+        calibration = self.partition_samples(stitched, parts, args) if s.quantize is not None else None
         callables, onnx_list = [], []
         try:
-            for p, sub_args in zip(parts, recorded):
+            for k, (p, sub_args) in enumerate(zip(parts, recorded)):
                 c = QnnCallable(p.graph, sub_args, p.settings, may_partition=False)
                 idx = [i for i in c.runtime if isinstance(sub_args[i], torch.Tensor)]
-                frozen = _export.Frozen(c.export_gm, sub_args, idx)
-                onnx_list.append(_export.export(frozen, [sub_args[i] for i in idx], s))
+                if calibration is None:
+                    frozen = _export.Frozen(c.export_gm, sub_args, idx)
+                    onnx_list.append(_export.export(frozen, [sub_args[i] for i in idx], s))
+                else:
+                    traced = _export.Interpreted(c.export_gm, sub_args, idx)
+                    samples = [tuple(a[i] for i in idx) for a in calibration[k]]
+                    q = _quantize.quantize(traced, [sub_args[i] for i in idx], samples, s.quantize_config())
+                    onnx_list.append(q.onnx)
+                    STATS["quantizations"] += 1
                 STATS["exports"] += 1
                 callables.append(c)
             soc_model, htp_arch = (s.soc_model, s.htp_arch) if device == "npu" else (None, None)
@@ -440,6 +460,22 @@ class QnnCallable(_Serializable):
             c.graphs[c.signature(sub_args)] = CompiledGraph(native, device, c.out_meta, s.check_nan)
             p.callable = c
         return natives[0].cache_key
+
+    def partition_samples(
+        self, stitched: torch.fx.GraphModule, parts: list["_PartitionModule"], args: Sequence[Any]
+    ) -> list[list]:
+        """Per partition, the inputs it gets in eager runs of ``stitched`` on each calibration
+        sample (this graph's runtime tensors in ``self.samples``): its calibration data, so its
+        encodings are those a calibration of the whole model gives the same tensors."""
+        idx = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
+        out: list[list] = [[] for _ in parts]
+        for sample in self.samples or []:
+            full = list(args)
+            for i, t in zip(idx, sample):
+                full[i] = t
+            for k, calls in enumerate(_record(stitched, parts, full, every=True) or []):
+                out[k].extend(calls)
+        return out
 
     def load_together(
         self,
@@ -685,16 +721,19 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], setti
     return QnnCallable(gm, example_inputs, settings)
 
 
-def _record(stitched: torch.fx.GraphModule, parts: list["_PartitionModule"], args: Sequence[Any]) -> Optional[list]:
+def _record(
+    stitched: torch.fx.GraphModule, parts: list["_PartitionModule"], args: Sequence[Any], every: bool = False
+) -> Optional[list]:
     """The inputs each partition of ``stitched`` gets from ``args``, from one eager run of the
-    stitched graph; None when a partition is not reached."""
+    stitched graph (with ``every``, the list of all its calls' inputs); None when a partition
+    is not reached."""
     for p in parts:
         p.recording = []
     try:
         with torch.no_grad():
             stitched(*args)
     finally:
-        recorded = [p.recording[0] if p.recording else None for p in parts]
+        recorded = [(list(p.recording) if every else p.recording[0]) if p.recording else None for p in parts]
         for p in parts:
             p.recording = None
     return None if any(r is None for r in recorded) else recorded

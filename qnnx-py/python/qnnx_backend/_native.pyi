@@ -23,8 +23,12 @@ __all__ = [
     "compile_many",
     "compare",
     "load_cached",
+    "load_cached_many",
     "alias_get",
     "alias_put",
+    "alias_get_split",
+    "alias_put_split",
+    "Reference",
     "versions",
     "save",
     "load_saved",
@@ -129,15 +133,16 @@ def compare(
     jump_db: float = 10.0,
     input_shapes: Optional[dict[str, list[int]]] = None,
 ) -> str: ...
+@final
 class Reference:
     """A float model run once, exactly, with every value observed; compared with test builds."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         onnx: bytes,
         inputs: list[tuple[str, list[int], bytes]],
         input_shapes: Optional[dict[str, list[int]]] = None,
-    ) -> None: ...
+    ) -> "Reference": ...
     def compare(
         self,
         test: bytes,

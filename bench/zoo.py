@@ -438,6 +438,32 @@ def summarize(res: dict) -> dict:
     }
 
 
+#: The ONNX models of tests/python/test_zoo.py, whose float references it reads from
+#: tests/python/data/NAME_ref.npz (the system Python that runs the tests has no ONNX Runtime, and
+#: onnx's reference evaluator cannot run silero-vad's LSTM and differs from ONNX Runtime by up to
+#: 0.4 on the PP-OCR recognizer).
+TEST_REFS = ("silero_vad_16k", "rapidocr_rec", "rapidocr_cls")
+
+
+def write_test_refs() -> None:
+    """Inputs and ONNX Runtime CPU EP outputs of TEST_REFS into tests/python/data/NAME_ref.npz."""
+    out_dir = ROOT / "tests" / "python" / "data"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in TEST_REFS:
+        d = WORK / "test-refs" / name
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        prepare(name, d)
+        p = subprocess.run([str(ORT_PY), str(HERE / "zoo_ort.py"), str(d / "model.onnx"), "--inputs", str(d / "inputs"),
+                            "--out", str(d / "ref"), "--cpu"], capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"{name}: {p.stderr.strip().splitlines()[-1]}")
+        arrays = {f"in_{x.stem}": np.load(x) for x in (d / "inputs").glob("*.npy")}
+        arrays.update({f"out_{k}": v for k, v in enumerate(_load_outs(d / "ref"))})
+        np.savez_compressed(out_dir / f"{name}_ref.npz", **arrays)
+        print(f"{name}: {sorted(arrays)} -> {out_dir / (name + '_ref.npz')}")
+
+
 def save(res: dict, a, names: list, started: float, final: bool) -> None:
     order = list(zoo_models.zoo())
     res["models"] = dict(sorted(res["models"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 1e9))
@@ -476,6 +502,8 @@ def main() -> int:
     ap.add_argument("--qnnx", type=Path, default=ROOT / "target" / "release" / "qnnx")
     ap.add_argument("--exec-timer", type=Path, default=ROOT / "target" / "release" / "examples" / "exec_timer")
     ap.add_argument("--out", type=Path, default=RESULTS / "zoo")
+    ap.add_argument("--write-test-refs", action="store_true",
+                    help="write the float references of tests/python/test_zoo.py (ONNX Runtime CPU EP)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--work-dir", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -483,6 +511,9 @@ def main() -> int:
         step, name = a.child
         fn = {"prepare": prepare, "torch_compile": torch_compile}[step]
         print(json.dumps(fn(name, a.work_dir)), flush=True)
+        return 0
+    if a.write_test_refs:
+        write_test_refs()
         return 0
     zoo = zoo_models.zoo()
     if a.list:

@@ -91,6 +91,9 @@ def prepare(name: str, d: Path) -> dict:
     import torch
 
     torch.set_num_threads(1)
+    # nn.MultiheadAttention's inference fast path is one aten op the TorchScript exporter cannot
+    # export (torchvision's ViTs use it); the unfused path computes the same attention.
+    torch.backends.mha.set_fastpath_enabled(False)
     t = time.perf_counter()
     model, inputs = entry.build()
     info["build_s"] = time.perf_counter() - t

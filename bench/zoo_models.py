@@ -176,12 +176,16 @@ TV_SIZES = {
 for _v in ("vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn"):
     TV_SIZES[_v] = 224  # AdaptiveAvgPool2d(7) after stride 32, as alexnet
 
-#: more than ~100M parameters: minutes to compile each on the emulator (2 GB+ of fp32 weights for
-#: the largest), outside the 45-minute default run; `--group tv-large` runs them.
+#: 40M parameters or more, or 224x224 inputs: 1.5 to several minutes each on the emulator
+#: (convnext_base, 89M: 2.3 s per graphExecute at 64x64 and 148 s for its row; 2 GB+ of fp32
+#: weights for the largest), outside the 45-minute default run; `--group tv-large` runs them.
 TV_LARGE = {
-    "vit_h_14", "vit_l_16", "vit_l_32", "regnet_y_128gf", "regnet_y_32gf", "regnet_x_32gf",
-    "convnext_large", "efficientnet_v2_l", "wide_resnet101_2", "vgg11", "vgg11_bn", "vgg13",
-    "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn", "alexnet", "maxvit_t",
+    "vit_h_14", "vit_l_16", "vit_l_32", "vit_b_16", "vit_b_32", "regnet_y_128gf", "regnet_y_32gf",
+    "regnet_x_32gf", "regnet_y_16gf", "regnet_x_16gf", "convnext_large", "convnext_base",
+    "convnext_small", "efficientnet_v2_l", "efficientnet_v2_m", "efficientnet_b7", "efficientnet_b6",
+    "wide_resnet101_2", "wide_resnet50_2", "resnet101", "resnet152", "resnext101_32x8d",
+    "resnext101_64x4d", "swin_b", "swin_s", "swin_v2_b", "swin_v2_s", "densenet161", "vgg11",
+    "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn", "alexnet", "maxvit_t",
 }
 
 

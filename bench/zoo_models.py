@@ -202,6 +202,9 @@ def torchvision_classifier(name: str, size: Optional[int] = None):
     if name in ("inception_v3", "googlenet"):
         kwargs.update(aux_logits=False, init_weights=True)
     model = getattr(torchvision.models, name)(**kwargs).eval()
+    if name.startswith("vit_"):
+        # torchvision zero-initialises the ViT head: all-zero logits would compare nothing.
+        torch.nn.init.normal_(model.heads.head.weight, std=0.02)
     refresh_batchnorm(model, (2, 3, size, size))
     torch.manual_seed(1)
     return model, (torch.randn(1, 3, size, size),)

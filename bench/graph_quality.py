@@ -15,7 +15,9 @@ its context binary beside it and its QNN graph as JSON (`dump_json_qnn_graph`). 
 until the last two rounds' medians of each side agree within 10% (at most `--max-rounds`). Our
 op counts come from one profiled execute (`qnnx run --profile detailed --json`), ONNX Runtime's
 from its JSON graph. Prints one JSON line per model and writes them all to
-`<work>/results.json`. Run it under `flock /tmp/emu.lock` on a shared machine.
+`<work>/results.json`. Run it under `flock /tmp/emu.lock` on a shared machine. Models other
+than `se_cnn`, `densenet121` (torchvision) and `hf_mobilevit` (transformers) are timm names,
+random init (`pip install timm`; nothing is downloaded).
 """
 
 from __future__ import annotations

@@ -98,12 +98,11 @@ struct Case {
     rel_tol: f32,
 }
 
-fn run_case(case: Case) {
-    let Some((backend, device)) = htp() else {
-        return;
-    };
+/// Runs `case` and returns the plan it ran (None when the HTP or Python is missing).
+fn run_case(case: Case) -> Option<lowering::Plan> {
+    let (backend, device) = htp()?;
     if !python_has(case.needs) {
-        return;
+        return None;
     }
     let label = format!(
         "{} ({})",
@@ -183,6 +182,7 @@ fn run_case(case: Case) {
         // Exactly 0 would mean the emulator computed in fp32, not the NPU's fp16.
         assert!(err > 0.0, "{label}: output {i} is bit-exact");
     }
+    Some(plan)
 }
 
 /// Single-op models (`tests/models/ops/gen.py`) for the supported ops that no ONNX node test
@@ -276,6 +276,41 @@ fn small_cnn_dynamo() {
         needs: DYNAMO,
         rel_tol: 1e-2,
     });
+}
+
+/// The transposes of a plan: `se_cnn` has the graph input's to NHWC and no other, so none
+/// around its squeeze-and-excitation means, channel max, concat or head mean.
+fn transposes(plan: &lowering::Plan) -> Vec<&str> {
+    plan.ops
+        .iter()
+        .filter(|o| o.type_name == "Transpose")
+        .map(|o| o.onnx_node.as_str())
+        .collect()
+}
+
+#[test]
+fn se_cnn_torchscript() {
+    if let Some(plan) = run_case(Case {
+        name: "se_cnn",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    }) {
+        assert_eq!(transposes(&plan), ["x_nhwc"], "{}", plan.dump());
+    }
+}
+
+#[test]
+fn se_cnn_dynamo() {
+    // Opset 18: the reductions' axes are an input.
+    if let Some(plan) = run_case(Case {
+        name: "se_cnn",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    }) {
+        assert_eq!(transposes(&plan), ["x_nhwc"], "{}", plan.dump());
+    }
 }
 
 #[test]

@@ -21,6 +21,10 @@ pub enum Layout {
     Sensitive,
     /// Element-wise; transposes are moved through it.
     Agnostic,
+    /// Computes along the axes it names (reductions, Concat); transposes are moved through it
+    /// with those axes permuted, so a squeeze-and-excitation mean or a DenseNet concat of conv
+    /// outputs stays channel-last.
+    Axes,
     /// Works on the model's logical layout (axes, reshapes).
     Framework,
 }
@@ -52,6 +56,7 @@ impl Layout {
         match self {
             Layout::Sensitive => "sensitive",
             Layout::Agnostic => "agnostic",
+            Layout::Axes => "axes",
             Layout::Framework => "framework",
         }
     }

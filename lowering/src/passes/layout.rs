@@ -4,10 +4,17 @@
 //! sensitive node (op table `layout = "sensitive"`) gets a Transpose to NHWC on its data input
 //! and one back to NCHW on its output, and is marked `nhwc`. Then transposes are sunk through
 //! `layout = "agnostic"` (element-wise) nodes and adjacent inverse pairs cancel, so a chain
-//! Conv → Relu → Conv has no transpose left, and a residual Add runs in NHWC. Graph I/O keeps
-//! the model's layout because only internal values are rewritten.
+//! Conv → Relu → Conv has no transpose left, and a residual Add runs in NHWC. Transposes are
+//! also sunk through `layout = "axes"` nodes (reductions, Concat) with the axes they name
+//! permuted: a squeeze-and-excitation `x.mean((2, 3), keepdim=True)` after a conv becomes a
+//! ReduceMean over the NHWC axes 1, 2 (what GlobalAveragePool lowers to) instead of a full
+//! transpose of the activation back to NCHW, and a DenseNet concat of conv outputs joins them
+//! along the NHWC channel axis. Graph I/O keeps the model's layout because only internal values
+//! are rewritten.
 
+use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Graph, Node, NodeId, ValueId};
+use crate::ops::reduce::reduce::{axes_are_input, reduce_params};
 use crate::table::{Layout, OpTable};
 
 pub const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
@@ -106,7 +113,7 @@ fn optimize(g: &mut Graph, table: &OpTable) {
     // Each rewrite moves a transpose strictly downstream or removes one, so this terminates;
     // the bound is a guard against a bug turning into a hang.
     for _ in 0..(g.nodes.len() + 1) * 8 {
-        if !(compose_step(g) || sink_step(g, table)) {
+        if !(compose_step(g) || sink_step(g, table) || sink_axes_step(g, table)) {
             break;
         }
     }
@@ -284,6 +291,154 @@ fn sink_step(g: &mut Graph, table: &OpTable) -> bool {
     false
 }
 
+/// What an `axes` node computes along, read from the node as it stands.
+enum AxesOp {
+    /// A reduction over `axes` (normalized, sorted), with `keepdims`.
+    Reduce { axes: Vec<usize>, keep: bool },
+    /// Concat along `axis`: every input is data of the output's rank.
+    Concat { axis: usize },
+}
+
+/// The axes of an `axes` node of rank `r`, or None when it cannot be permuted: axes that are
+/// not a constant (the rule reports that), `noop_with_empty_axes` with no axes (an identity),
+/// an op this pass does not know (`axes_ops_are_known` keeps the table and this match in step).
+fn axes_op(g: &Graph, n: &Node, r: usize) -> Option<AxesOp> {
+    match n.op_type.as_str() {
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
+            let (axes, keep) = reduce_params(g, n).ok()?;
+            Some(AxesOp::Reduce { axes: axes?, keep })
+        }
+        "Concat" => {
+            let axis = n.attr_i_opt("axis").ok()??;
+            let axis = crate::ir::attr::norm_axis(n, "axis", axis, r).ok()?;
+            Some(AxesOp::Concat { axis })
+        }
+        _ => None,
+    }
+}
+
+/// Reduce(T_p(x), axes) → T_p'(Reduce(x, p[axes])), Concat(T_p(a), T_p(b) | const, axis) →
+/// T_p(Concat(a, b', p[axis])). A reduction's output is smaller than its input, so the
+/// transpose that comes out is never bigger than the one that went in; with keepdims and
+/// reduced H, W it only moves size-1 dims and becomes a reshape. Without keepdims the kept dims
+/// may come out in order already (NHWC mean over H, W → [N, C]), and then no transpose is left.
+fn sink_axes_step(g: &mut Graph, table: &OpTable) -> bool {
+    let producers = g.producers();
+    for i in 0..g.nodes.len() {
+        let n = &g.nodes[i];
+        if table.layout(&n.op_type) != Some(Layout::Axes) || !known(g, n) || n.outputs.len() != 1 {
+            continue;
+        }
+        let (Some(x0), Some(y)) = (n.input(0), n.output(0)) else {
+            continue;
+        };
+        let r = g.shape(x0).len();
+        let Some(kind) = axes_op(g, n, r) else {
+            continue;
+        };
+        let from_t = |g: &Graph, v: ValueId| {
+            producers[v].and_then(|pi| {
+                perm_of(&g.nodes[pi])
+                    .filter(|p| p.len() == r)
+                    .map(|p| (pi, p))
+            })
+        };
+        let Some((_, p)) = from_t(g, x0) else {
+            continue;
+        };
+        let inv = inverse(&p);
+        // The data inputs: the reduction's first one; all of Concat's, each from the same T_p
+        // or a constant of the same rank (transposed here).
+        let data = match kind {
+            AxesOp::Reduce { .. } => 1,
+            AxesOp::Concat { .. } => n.inputs.len(),
+        };
+        let ok = n.inputs[..data].iter().all(|slot| {
+            slot.is_some_and(|v| {
+                from_t(g, v).is_some_and(|(_, q)| q == p)
+                    || g.konst(v).is_some_and(|t| t.shape.len() == r)
+            })
+        });
+        if !ok {
+            continue;
+        }
+        let mut inputs = g.nodes[i].inputs.clone();
+        for slot in inputs[..data].iter_mut() {
+            let v = slot.expect("checked above");
+            if let Some((pi, _)) = from_t(g, v) {
+                *slot = g.nodes[pi].input(0);
+                continue;
+            }
+            let t = g.konst(v).expect("checked above").transpose(&inv);
+            let c = g.add_const(&format!("{}_t", g.value(v).name), t);
+            g.values[c].quant = g.values[v].quant.as_ref().map(|q| q.permuted(&inv));
+            *slot = Some(c);
+        }
+        let xs = g.shape(inputs[0].expect("data input")).to_vec();
+        let ys = g.shape(y).to_vec();
+        // The rewritten node's output shape and the perm that takes it back to `y`'s layout.
+        let (y2shape, post): (Vec<usize>, Vec<usize>) = match kind {
+            AxesOp::Concat { axis } => {
+                let n = &mut g.nodes[i];
+                n.attrs.insert("axis".into(), Attr::Int(p[axis] as i64));
+                (inv.iter().map(|&k| ys[k]).collect(), p.clone())
+            }
+            AxesOp::Reduce { axes, keep } => {
+                let mut axes2: Vec<usize> = axes.iter().map(|&a| p[a]).collect();
+                axes2.sort_unstable();
+                let written: Vec<i64> = axes2.iter().map(|&a| a as i64).collect();
+                if axes_are_input(g, &g.nodes[i]) {
+                    if inputs.len() > 1 && inputs[1].is_some() {
+                        let c = g.add_const(
+                            &format!("{}_axes", g.nodes[i].name),
+                            Tensor::from_i64(vec![written.len()], &written),
+                        );
+                        inputs[1] = Some(c);
+                    }
+                } else if g.nodes[i].attrs.contains_key("axes") {
+                    g.nodes[i].attrs.insert("axes".into(), Attr::Ints(written));
+                }
+                // (No axes given: all are reduced, in any layout.)
+                if keep {
+                    let s = (0..r)
+                        .map(|k| if axes2.contains(&k) { 1 } else { xs[k] })
+                        .collect();
+                    (s, p.clone())
+                } else {
+                    let kept_x: Vec<usize> = (0..r).filter(|k| !axes2.contains(k)).collect();
+                    let post = (0..r)
+                        .filter(|k| !axes.contains(k))
+                        .map(|k| kept_x.iter().position(|&d| d == p[k]).expect("kept dim"))
+                        .collect();
+                    (kept_x.iter().map(|&k| xs[k]).collect(), post)
+                }
+            }
+        };
+        let identity = post.iter().enumerate().all(|(k, &d)| k == d);
+        if identity {
+            g.nodes[i].inputs = inputs;
+            return true;
+        }
+        let back = inverse(&post);
+        let ydt = g.dtype(y);
+        let y2 = g.add_typed(&format!("{}_pre", g.value(y).name), ydt, y2shape);
+        g.values[y2].quant = g.values[y].quant.as_ref().map(|q| q.permuted(&back));
+        g.values[y2].origin = g.values[y].origin.as_ref().map(|o| o.permuted(&back));
+        let mut t = Node::new(format!("{}_post", g.nodes[i].name), "Transpose")
+            .with_attr("perm", Attr::Ints(post.iter().map(|&x| x as i64).collect()));
+        t.inputs = vec![Some(y2)];
+        t.outputs = vec![Some(y)];
+        let n = &mut g.nodes[i];
+        n.inputs = inputs;
+        n.outputs = vec![Some(y2)];
+        let name = g.unique_node_name(&t.name);
+        t.name = name;
+        g.nodes.insert(i + 1, t);
+        return true;
+    }
+    false
+}
+
 trait PermEq {
     fn is_none_or_eq(&self, p: &[usize]) -> bool;
 }
@@ -438,6 +593,216 @@ mod tests {
             d.contains("Reshape(g_nhwc, g_shape) -> g:f32[1, 2, 1, 1]"),
             "{d}"
         );
+    }
+
+    fn conv1x1(seed: u64, o: usize, i: usize) -> Tensor {
+        Tensor::from_f32(vec![o, i, 1, 1], &rand_f32(seed, o * i))
+    }
+
+    /// Conv → squeeze-and-excitation as timm writes it (`x.mean((2, 3), keepdim=True)` into
+    /// two 1x1 convs) → Mul, at `opset` (axes an attribute before 18, an input from 18).
+    fn se_block(opset: i64, op: &str) -> ModelBuilder {
+        let mut b = ModelBuilder::new(opset)
+            .input("x", DType::F32, &[1, 3, 8, 8])
+            .init("w", conv_w(1, 8, 3))
+            .init("w1", conv1x1(2, 2, 8))
+            .init("w2", conv1x1(3, 8, 2))
+            .node(
+                "Conv",
+                &["x", "w"],
+                &["c"],
+                &[("pads", A::Is(vec![1, 1, 1, 1]))],
+            );
+        let axes_input = opset >= 18 || (op == "ReduceSum" && opset >= 13);
+        b = if axes_input {
+            b.init("ax", Tensor::from_i64(vec![2], &[2, 3]))
+                .node(op, &["c", "ax"], &["m"], &[])
+        } else {
+            b.node(op, &["c"], &["m"], &[("axes", A::Is(vec![2, 3]))])
+        };
+        b.node("Conv", &["m", "w1"], &["r"], &[])
+            .node("Relu", &["r"], &["rr"], &[])
+            .node("Conv", &["rr", "w2"], &["e"], &[])
+            .node("Sigmoid", &["e"], &["s"], &[])
+            .node("Mul", &["c", "s"], &["y"], &[])
+            .output("y")
+    }
+
+    #[test]
+    fn se_squeeze_stays_nhwc() {
+        for (opset, op) in [
+            (17, "ReduceMean"),
+            (18, "ReduceMean"),
+            (17, "ReduceMax"),
+            (12, "ReduceSum"),
+            (13, "ReduceSum"),
+        ] {
+            let d = prepared(&se_block(opset, op));
+            // Only the graph input's and output's transposes: none around the squeeze, the
+            // 1x1 convs or the excitation's Mul.
+            assert_eq!(
+                d.matches("Transpose(").count(),
+                2,
+                "{op} opset {opset}: {d}"
+            );
+            assert!(
+                d.contains(&format!("{op}(c_nhwc")),
+                "{op} opset {opset}: {d}"
+            );
+            assert!(
+                d.contains("Mul(c_nhwc, s_pre) -> y_pre:f32[1, 8, 8, 8]"),
+                "{op} opset {opset}: {d}"
+            );
+        }
+    }
+
+    #[test]
+    fn se_squeeze_lowers_to_an_nhwc_spatial_reduce() {
+        // The QNN op GlobalAveragePool lowers to: ReduceMean over axes 1, 2 of the NHWC data.
+        for opset in [17, 18] {
+            let d = crate::ops::test_util::lower(&se_block(opset, "ReduceMean")).dump();
+            assert!(
+                d.contains("ReduceMean(c_nhwc:f32[1, 8, 8, 8]) axes=u32[2]{1,2} keep_dims=true -> m_pre:f32[1, 1, 1, 8]"),
+                "opset {opset}: {d}"
+            );
+            assert_eq!(d.matches("Transpose(").count(), 2, "opset {opset}: {d}");
+        }
+    }
+
+    #[test]
+    fn spatial_mean_without_keepdims_needs_no_transpose() {
+        // A classifier head's `x.mean((2, 3))`: the NHWC mean over H, W is [N, C] already.
+        let b = ModelBuilder::new(18)
+            .input("x", DType::F32, &[1, 3, 8, 8])
+            .init("w", conv_w(1, 8, 3))
+            .init("ax", Tensor::from_i64(vec![2], &[-2, -1]))
+            .node("Conv", &["x", "w"], &["c"], &[])
+            .node("ReduceMean", &["c", "ax"], &["y"], &[("keepdims", A::I(0))])
+            .output("y");
+        let d = prepared(&b);
+        assert_eq!(d.matches("Transpose(").count(), 1, "{d}");
+        assert!(d.contains("ReduceMean(c_nhwc, "), "{d}");
+        assert!(d.contains("-> y:f32[1, 8]"), "{d}");
+    }
+
+    #[test]
+    fn reduce_without_keepdims_keeps_the_order_of_the_kept_dims() {
+        // Mean over W alone leaves [N, C, H]; from NHWC data that is [N, H, C] transposed.
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 6, 8])
+            .init("w", conv_w(1, 4, 3))
+            .node("Conv", &["x", "w"], &["c"], &[])
+            .node(
+                "ReduceMean",
+                &["c"],
+                &["y"],
+                &[("axes", A::Is(vec![3])), ("keepdims", A::I(0))],
+            )
+            .output("y");
+        let d = prepared(&b);
+        assert!(
+            d.contains("ReduceMean(c_nhwc) axes=[2] keepdims=0 -> y_pre:f32[1, 4, 4]"),
+            "{d}"
+        );
+        assert!(
+            d.contains("Transpose(y_pre) perm=[0, 2, 1] -> y:f32[1, 4, 4]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn channel_reduce_into_conv_stays_nhwc() {
+        // CBAM-style spatial attention: max over channels, keepdims, into a conv.
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 8, 8])
+            .init("w", conv_w(1, 4, 3))
+            .init("w1", conv_w(2, 1, 1))
+            .node("Conv", &["x", "w"], &["c"], &[])
+            .node("ReduceMax", &["c"], &["m"], &[("axes", A::Is(vec![1]))])
+            .node("Conv", &["m", "w1"], &["y"], &[])
+            .output("y");
+        let d = prepared(&b);
+        assert_eq!(d.matches("Transpose(").count(), 1, "{d}");
+        assert!(
+            d.contains("ReduceMax(c_nhwc) axes=[3] -> m_pre:f32[1, 6, 6, 1]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn concat_of_conv_outputs_stays_nhwc() {
+        // A DenseNet layer: the conv outputs so far, joined on channels, into the next conv.
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 8, 8])
+            .init("w1", conv_w(1, 4, 3))
+            .init("w2", conv_w(2, 2, 4))
+            .init("w3", conv_w(3, 4, 6))
+            .node(
+                "Conv",
+                &["x", "w1"],
+                &["a"],
+                &[("pads", A::Is(vec![1, 1, 1, 1]))],
+            )
+            .node(
+                "Conv",
+                &["a", "w2"],
+                &["b"],
+                &[("pads", A::Is(vec![1, 1, 1, 1]))],
+            )
+            .node("Concat", &["a", "b"], &["cat"], &[("axis", A::I(-3))])
+            .node("Relu", &["cat"], &["r"], &[])
+            .node("Conv", &["r", "w3"], &["y"], &[])
+            .output("y");
+        let d = prepared(&b);
+        assert_eq!(d.matches("Transpose(").count(), 2, "{d}");
+        assert!(
+            d.contains("Concat(a_nhwc, b_nhwc) axis=3 -> cat_pre:f32[1, 8, 8, 6]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn concat_with_a_graph_input_is_left_in_nchw() {
+        // An operand that is neither transposed nor constant would need a transpose of its
+        // own: the concat stays where it is.
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 8, 8])
+            .input("z", DType::F32, &[1, 2, 8, 8])
+            .init("w", conv_w(1, 4, 3))
+            .node(
+                "Conv",
+                &["x", "w"],
+                &["a"],
+                &[("pads", A::Is(vec![1, 1, 1, 1]))],
+            )
+            .node("Concat", &["a", "z"], &["y"], &[("axis", A::I(1))])
+            .output("y");
+        let d = prepared(&b);
+        assert!(
+            d.contains("Concat(a, z) axis=1 -> y:f32[1, 6, 8, 8]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn every_axes_op_is_known_to_the_pass() {
+        // An op the tables mark `axes` that axes_op cannot read would silently keep its
+        // transposes.
+        use crate::table::{Layout, OpTable};
+        for backend in [Backend::Htp, Backend::Gpu] {
+            let t = OpTable::get(backend).unwrap();
+            for (op, e) in &t.ops {
+                if e.layout == Layout::Axes {
+                    assert!(
+                        matches!(
+                            op.as_str(),
+                            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "Concat"
+                        ),
+                        "{op} is marked axes in the {backend:?} table"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

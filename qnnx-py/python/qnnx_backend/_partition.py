@@ -79,7 +79,7 @@ class OpSupport:
     qnn: tuple[str, ...]
     """The QNN ops it lowers to."""
     layout: str
-    """sensitive | agnostic | framework"""
+    """sensitive | agnostic | axes | framework"""
     constraints: tuple[str, ...]
 
 

@@ -50,14 +50,18 @@ pub const REDUCE_MIN: OpDef = OpDef {
     quant: Quant::Same,
 };
 
-fn reduce_axes(x: &In, n: &Node, rank: usize) -> Result<Option<Vec<usize>>> {
-    // ReduceSum moved axes to an input in opset 13, the other reductions in opset 18.
-    let axes_from_input = if n.op_type == "ReduceSum" {
-        x.g.opset() >= 13
+/// Whether `n` names its axes in input 1 rather than its `axes` attribute: ReduceSum moved them
+/// to an input in opset 13, the other reductions in opset 18.
+pub fn axes_are_input(g: &Graph, n: &Node) -> bool {
+    if n.op_type == "ReduceSum" {
+        g.opset() >= 13
     } else {
-        x.g.opset() >= 18
-    };
-    let axes = if axes_from_input {
+        g.opset() >= 18
+    }
+}
+
+fn reduce_axes(x: &In, n: &Node, rank: usize) -> Result<Option<Vec<usize>>> {
+    let axes = if axes_are_input(x.g, n) {
         x.opt_const_ints(1, "axes")?
     } else {
         n.attr_ints_opt("axes")?

@@ -1,11 +1,15 @@
 //! ArgMax / ArgMin — <https://onnx.ai/onnx/operators/onnx__ArgMax.html>, opset 1+.
 //! QNN `Argmax` / `Argmin`: `axis` UINT_32 scalar, `keep_dims` BOOL_8 scalar; output int32
-//! (ONNX int64, narrowed). Constraint: `select_last_index = 0`.
+//! (ONNX int64, narrowed). QNN returns the first index of a tie; `select_last_index = 1` (opset
+//! 12+) is expanded before lowering to `(d - 1) - ArgMax(reversed x)`, the reversal a Gather
+//! of the axis with the constant indices `d-1, ..., 0`.
 
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
-use crate::ir::Node;
+use crate::ir::builder::Builder;
+use crate::ir::tensor::Tensor;
+use crate::ir::{Attr, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
@@ -16,7 +20,7 @@ pub const ARG_MAX: OpDef = OpDef {
     op_type: "ArgMax",
     infer,
     fold: None,
-    expand: None,
+    expand: Some(last_index),
     lower: Some(arg),
     quant: Quant::Float,
 };
@@ -25,7 +29,7 @@ pub const ARG_MIN: OpDef = OpDef {
     op_type: "ArgMin",
     infer,
     fold: None,
-    expand: None,
+    expand: Some(last_index),
     lower: Some(arg),
     quant: Quant::Float,
 };
@@ -41,6 +45,37 @@ fn infer(x: &In) -> Result<Vec<Out>> {
         o.remove(axis);
     }
     Ok(vec![(DType::I64, o)])
+}
+
+/// `select_last_index = 1`: the first index in the reversed axis, counted from the end.
+fn last_index(b: &mut Builder, node: &Node) -> Result<bool> {
+    if node.attr_i("select_last_index", 0)? == 0 {
+        return Ok(false);
+    }
+    let x = node
+        .input(0)
+        .ok_or_else(|| node.err_invalid("input 0 is missing"))?;
+    let y = node
+        .output(0)
+        .ok_or_else(|| node.err_invalid("output 0 is missing"))?;
+    let s = b.g.shape(x).to_vec();
+    let axis = norm_axis(node, "axis", node.attr_i("axis", 0)?, s.len())?;
+    let d = s[axis];
+    let rev: Vec<i64> = (0..d as i64).rev().collect();
+    let idx = b.konst("reversed", Tensor::from_i64(vec![d], &rev));
+    let xr = b.op("Gather", &[x, idx], vec![("axis", Attr::Int(axis as i64))]);
+    let keep = node.attr_i("keepdims", 1)?;
+    let first = b.op(
+        &node.op_type,
+        &[xr],
+        vec![
+            ("axis", Attr::Int(axis as i64)),
+            ("keepdims", Attr::Int(keep)),
+        ],
+    );
+    let last = b.konst("last", Tensor::from_i64(vec![], &[d as i64 - 1]));
+    b.op_to("Sub", &[last, first], vec![], &[y]);
+    Ok(true)
 }
 
 pub fn arg(cx: &mut LowerCx, node: &Node) -> Result<()> {
@@ -73,7 +108,7 @@ pub fn arg(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ops::test_util::lower;
     use crate::testing::{ModelBuilder, A};
 
     #[test]
@@ -90,11 +125,23 @@ mod tests {
     }
 
     #[test]
-    fn select_last_index_unsupported() {
+    fn select_last_index_reverses_the_axis() {
         let b = ModelBuilder::new(17)
             .input("x", DType::F32, &[2, 5])
-            .node("ArgMin", &["x"], &["y"], &[("select_last_index", A::I(1))])
+            .node(
+                "ArgMin",
+                &["x"],
+                &["y"],
+                &[("axis", A::I(1)), ("select_last_index", A::I(1))],
+            )
             .output("y");
-        assert!(lower_err(&b).contains("attribute 'select_last_index'"));
+        let p = lower(&b);
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            ["Gather", "Argmin", "ElementWiseSubtract"],
+            "{d}"
+        );
+        assert!(d.contains("Gather(x:f32[2, 5], static ArgMin_0/"), "{d}");
     }
 }

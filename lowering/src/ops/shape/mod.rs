@@ -15,6 +15,7 @@ pub mod split;
 pub mod squeeze;
 pub mod tile;
 pub mod transpose;
+pub mod trilu;
 
 pub const OPS: &[OpDef] = &[
     reshape::RESHAPE,
@@ -36,4 +37,5 @@ pub const OPS: &[OpDef] = &[
     scatter::SCATTER_ELEMENTS,
     scatter::SCATTER,
     scatter::SCATTER_ND,
+    trilu::TRILU,
 ];

@@ -40,15 +40,6 @@ pub struct Mixed {
     pub history: Vec<f64>,
 }
 
-/// The nodes of `model` reading the value named `value`.
-fn readers<'m>(model: &'m lowering::Model, value: &'m str) -> impl Iterator<Item = &'m str> + 'm {
-    let g = &model.graph;
-    g.nodes
-        .iter()
-        .filter(move |n| n.inputs.iter().flatten().any(|&v| g.value(v).name == value))
-        .map(|n| n.name.as_str())
-}
-
 /// The lowest SQNR among the model outputs of a report.
 pub fn output_sqnr(rep: &Report) -> Option<f64> {
     rep.layers
@@ -75,6 +66,16 @@ pub fn promote(
 ) -> Result<Mixed> {
     let model = lowering::Model::from_bytes(reference.onnx, reference.base_dir.as_deref())?;
     let reference_obs = Observed::reference(reference, copts, inputs)?;
+    let (names, consumers) = (model.graph.name_map(), model.graph.consumers());
+    // The names of the nodes reading the value named `value`.
+    let readers = |value: &str| -> Vec<&str> {
+        names.get(value).map_or_else(Vec::new, |&v| {
+            consumers[v]
+                .iter()
+                .map(|&n| model.graph.nodes[n].name.as_str())
+                .collect()
+        })
+    };
     // Where the HTP computes floats (in fp16; not v68), a node already at 16 bits that is
     // still where the error jumps is kept float next.
     let can_float = target.arch().map_or(true, |a| a.has_fp16());
@@ -163,7 +164,7 @@ pub fn promote(
         // requantized for their own 8-bit readers; see lowering::quantize).
         let Some(l) = next else { break };
         let nodes: Vec<String> = std::iter::once(l.node.as_str())
-            .chain(readers(&model, &l.value))
+            .chain(readers(&l.value))
             .filter(|n| !exhausted(n))
             .map(str::to_string)
             .collect();

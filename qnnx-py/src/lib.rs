@@ -505,23 +505,10 @@ fn load_cached(
     name: &str,
 ) -> PyResult<Option<Compiled>> {
     let t = target(device, soc_model, htp_arch)?;
-    let Some(key) = CacheKey::parse(key) else {
-        return Ok(None);
-    };
-    let Some(cache) = open_cache(py, Some(cache_dir))? else {
-        return Ok(None);
-    };
-    py.detach(|| -> qnnx_engine::Result<Option<Compiled>> {
-        let rt = registry::for_target(&t, opt_level, false)?;
-        match qnnx_engine::compile::load_cached(&rt, &cache, &key, name) {
-            Ok(hit) => Ok(hit.map(|inner| Compiled { inner })),
-            Err(w) => {
-                tracing::warn!(target: "qnnx", "{w}");
-                Ok(None)
-            }
-        }
+    from_cache(py, key, cache_dir, &t, opt_level, |rt, cache, key| {
+        let hit = qnnx_engine::compile::load_cached(rt, cache, key, name)?;
+        Ok(hit.map(|inner| Compiled { inner }))
     })
-    .map_err(|e| engine_error(py, e))
 }
 
 /// Graphs `names` of a multi-graph cache entry (`compile_many`'s), from one load of its
@@ -540,22 +527,40 @@ fn load_cached_many(
     opt_level: Option<u8>,
 ) -> PyResult<Option<Vec<Compiled>>> {
     let t = target(device, soc_model, htp_arch)?;
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    from_cache(py, key, cache_dir, &t, opt_level, |rt, cache, key| {
+        let hit = qnnx_engine::compile::multi::load_cached_graphs(rt, cache, key, &names)?;
+        Ok(hit.map(|m| {
+            m.into_compiled()
+                .into_iter()
+                .map(|inner| Compiled { inner })
+                .collect()
+        }))
+    })
+}
+
+/// A warm-start load from cache entry `key` in `cache_dir` on `t`'s runtime: `load` returns
+/// the hit, or `Err` for a bad entry (the engine removed it; logged here and a miss, like an
+/// unparsable key or an unusable folder).
+fn from_cache<T: Send>(
+    py: Python<'_>,
+    key: &str,
+    cache_dir: &str,
+    t: &Target,
+    opt_level: Option<u8>,
+    load: impl FnOnce(&std::sync::Arc<registry::Runtime>, &Cache, &CacheKey) -> Result<Option<T>, String>
+        + Send,
+) -> PyResult<Option<T>> {
     let Some(key) = CacheKey::parse(key) else {
         return Ok(None);
     };
     let Some(cache) = open_cache(py, Some(cache_dir))? else {
         return Ok(None);
     };
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    py.detach(|| -> qnnx_engine::Result<Option<Vec<Compiled>>> {
-        let rt = registry::for_target(&t, opt_level, false)?;
-        match qnnx_engine::compile::multi::load_cached_graphs(&rt, &cache, &key, &names) {
-            Ok(hit) => Ok(hit.map(|m| {
-                m.into_compiled()
-                    .into_iter()
-                    .map(|inner| Compiled { inner })
-                    .collect()
-            })),
+    py.detach(|| -> qnnx_engine::Result<Option<T>> {
+        let rt = registry::for_target(t, opt_level, false)?;
+        match load(&rt, &cache, &key) {
+            Ok(hit) => Ok(hit),
             Err(w) => {
                 tracing::warn!(target: "qnnx", "{w}");
                 Ok(None)
@@ -663,15 +668,17 @@ fn load_saved(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(Vec<Compile
     let loaded = py
         .detach(|| qnnx_engine::saved::load(&path))
         .map_err(|e| engine_error(py, e))?;
+    saved_to_py(py, loaded)
+}
+
+/// A loaded saved model as Python gets it: its graphs in manifest order, the manifest as JSON.
+fn saved_to_py(
+    py: Python<'_>,
+    loaded: qnnx_engine::saved::Loaded,
+) -> PyResult<(Vec<Compiled>, String)> {
     let json = manifest_json(py, &loaded.manifest)?;
-    Ok((
-        loaded
-            .graphs
-            .into_iter()
-            .map(|inner| Compiled { inner })
-            .collect(),
-        json,
-    ))
+    let graphs = loaded.graphs.into_iter().map(|inner| Compiled { inner });
+    Ok((graphs.collect(), json))
 }
 
 /// The bytes of a saved model of `compiled` (what `save` writes), for artifacts that carry it
@@ -695,15 +702,7 @@ fn load_saved_bytes(py: Python<'_>, what: &str, data: &[u8]) -> PyResult<(Vec<Co
     let loaded = py
         .detach(|| qnnx_engine::saved::load_bytes(what, data))
         .map_err(|e| engine_error(py, e))?;
-    let json = manifest_json(py, &loaded.manifest)?;
-    Ok((
-        loaded
-            .graphs
-            .into_iter()
-            .map(|inner| Compiled { inner })
-            .collect(),
-        json,
-    ))
+    saved_to_py(py, loaded)
 }
 
 /// A plain QNN context binary (no manifest), memory-mapped and loaded for the SoC it records,

@@ -276,8 +276,9 @@ def mixed_precision(
     reaches the target. Call it before compiling anything for a v68 SoC in the process: the
     reference runs on the SoC-less emulator, which refuses float graphs once a v68 backend
     opened."""
-    if isinstance(target_sqnr_db, bool) or not isinstance(target_sqnr_db, (int, float)) or not math.isfinite(target_sqnr_db):
-        raise ValueError(f"target_sqnr_db={target_sqnr_db!r}: give a number of dB, such as 30")
+    from .settings import check_target_sqnr_db
+
+    check_target_sqnr_db(target_sqnr_db)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise ValueError(f"max_attempts={max_attempts!r}: an int of at least 1")
     example = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)

@@ -457,8 +457,7 @@ class QnnCallable(_Serializable):
             (time.perf_counter() - t) * 1e3,
         )
         for p, c, native, sub_args in zip(parts, callables, natives, recorded):
-            c.graphs[c.signature(sub_args)] = CompiledGraph(native, device, c.out_meta, s.check_nan)
-            p.callable = c
+            p.bind(c, native, sub_args, device)
         return natives[0].cache_key
 
     def partition_samples(
@@ -505,9 +504,7 @@ class QnnCallable(_Serializable):
         if natives is None or len(natives) != len(parts):
             return False
         for p, native, sub_args in zip(parts, natives, recorded):
-            c = QnnCallable(p.graph, sub_args, p.settings, may_partition=False)
-            c.graphs[c.signature(sub_args)] = CompiledGraph(native, device, c.out_meta, s.check_nan)
-            p.callable = c
+            p.bind(QnnCallable(p.graph, sub_args, p.settings, may_partition=False), native, sub_args, device)
         return True
 
     def fx_fingerprint(self, args: Sequence[Any], device: str, calibration: Optional[str] = None) -> str:
@@ -653,6 +650,12 @@ class _PartitionModule(torch.nn.Module):
         self.callable: Optional[QnnCallable] = None
         #: While QnnCallable.compile_together records each partition's inputs: runs eagerly.
         self.recording: Optional[list] = None
+
+    def bind(self, c: "QnnCallable", native: Any, args: Sequence[Any], device: str) -> None:
+        """Runs calls like ``args`` through ``native``, this partition's graph of the shared
+        context (compiled or loaded), with ``c`` as its callable."""
+        c.graphs[c.signature(args)] = CompiledGraph(native, device, c.out_meta, self.settings.check_nan)
+        self.callable = c
 
     def forward(self, *args):
         if self.recording is not None:

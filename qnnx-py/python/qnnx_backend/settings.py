@@ -215,6 +215,12 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
 _QUANTIZE_OPTIONS = ("calibration", "observer", "per_channel", "quantize_modules", "quantize_ops", "target_sqnr_db")
 
 
+def check_target_sqnr_db(t: Any) -> None:
+    """ValueError unless ``t`` is a finite number of dB (the mixed-precision target)."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+        raise ValueError(f"target_sqnr_db={t!r}: give a number of dB, such as 30")
+
+
 def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
     if s.quantize is None:
         stray = [k for k in _QUANTIZE_OPTIONS if k in given]
@@ -225,10 +231,8 @@ def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
             )
         return
     s.quantize_config()  # raises ValueError naming a bad scheme, observer or override
-    t = s.target_sqnr_db
-    if t is not None:
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
-            raise ValueError(f"target_sqnr_db={t!r}: give a number of dB, such as 30")
+    if s.target_sqnr_db is not None:
+        check_target_sqnr_db(s.target_sqnr_db)
         if s.quantize != "8a8w":
             raise ValueError(
                 f"target_sqnr_db promotes 8-bit activations to 16 bits: use it with quantize='8a8w', not {s.quantize!r}"

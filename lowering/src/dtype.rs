@@ -30,6 +30,8 @@ impl OnnxCode for DType {
             DType::U32 => 12,
             DType::U64 => 13,
             DType::BF16 => 16,
+            DType::U4 => 21,
+            DType::I4 => 22,
         }
     }
 }

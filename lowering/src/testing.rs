@@ -13,7 +13,7 @@ pub fn tensor_proto(name: &str, t: &Tensor) -> onnx::TensorProto {
         name: Some(name.to_string()),
         dims: t.shape.iter().map(|&d| d as i64).collect(),
         data_type: Some(t.dtype.to_onnx()),
-        raw_data: Some(t.bytes().to_vec()),
+        raw_data: Some(t.onnx_raw_data()),
         ..Default::default()
     }
 }

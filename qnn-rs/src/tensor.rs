@@ -32,6 +32,13 @@ pub fn qnn_data_type(dtype: DType, quantized: bool) -> Option<u32> {
         (DType::U16, true) => dt::UFIXED_POINT_16,
         (DType::I32, true) => dt::SFIXED_POINT_32,
         (DType::U32, true) => dt::UFIXED_POINT_32,
+        // 4-bit values are 8-bit fixed point whose encoding says 4 bits (`BW_*` encodings, one
+        // sign-extended value per byte): the form QNN's HTP takes 4-bit weights in; it refuses
+        // `SFIXED_POINT_4` ("tensor datatype 772 not supported"; docs/qnn-notes.md, "4-bit
+        // weights").
+        (DType::I4, true) => dt::SFIXED_POINT_8,
+        (DType::U4, true) => dt::UFIXED_POINT_8,
+        (DType::I4 | DType::U4, false) => return None,
         (DType::BF16, _)
         | (DType::F32 | DType::F16 | DType::F64 | DType::Bool, true)
         | (DType::I64 | DType::U64, true) => return None,
@@ -39,7 +46,8 @@ pub fn qnn_data_type(dtype: DType, quantized: bool) -> Option<u32> {
 }
 
 /// The element type of a raw `Qnn_DataType_t` and whether it is fixed-point; `None` for codes
-/// this crate does not know (4-bit, strings).
+/// this crate does not know (packed 4-bit, strings). 8-bit fixed point reads as 8 bits: a 4-bit
+/// encoding on it is read by [`info_from_raw`].
 pub fn from_qnn_data_type(raw: u32) -> Option<(DType, bool)> {
     DType::ALL
         .into_iter()
@@ -163,6 +171,14 @@ pub(crate) struct RawTensor {
     _name: CString,
     _dims: Box<[u32]>,
     _scale_offsets: Box<[qnn_sys::ScaleOffset]>,
+    _bw: BwLists,
+}
+
+/// The separate scale and offset arrays of a `BW_AXIS_SCALE_OFFSET` encoding.
+#[derive(Default)]
+struct BwLists {
+    scales: Box<[f32]>,
+    offsets: Box<[i32]>,
 }
 
 impl RawTensor {
@@ -172,7 +188,12 @@ impl RawTensor {
         })?;
         let mut dims: Box<[u32]> = info.dims.clone().into_boxed_slice();
         let data_type = info.qnn_data_type()?;
-        let (quantize_params, mut scale_offsets) = quantize_params(&info.quantization)?;
+        let (mut quantize_params, mut scale_offsets) = quantize_params(&info.quantization)?;
+        let mut bw = BwLists::default();
+        if let Some(bits) = sub_byte_bits(info.dtype) {
+            bw = to_bitwidth(&mut quantize_params, &scale_offsets, bits);
+            scale_offsets = Box::new([]);
+        }
         let mut raw = qnn_sys::TensorV2 {
             id: info.id,
             name: name.as_ptr(),
@@ -205,11 +226,19 @@ impl RawTensor {
                 data_size: size,
             };
         }
-        if let Quantization::PerAxis { .. } = info.quantization {
-            // SAFETY: writing, not reading, a union field; the pointer targets the boxed slice
-            // owned by `self`, which does not move when `self` moves.
-            raw.quantize_params.encoding.axis_scale_offset.scale_offset =
-                scale_offsets.as_mut_ptr();
+        match raw.quantize_params.quantization_encoding {
+            qnn_sys::consts::QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET => {
+                // Writing, not reading, a union field; the pointer targets the boxed slice owned
+                // by `self`, which does not move when `self` moves.
+                raw.quantize_params.encoding.axis_scale_offset.scale_offset =
+                    scale_offsets.as_mut_ptr();
+            }
+            qnn_sys::consts::QUANTIZATION_ENCODING_BW_AXIS_SCALE_OFFSET => {
+                // As above; the tag says the bw_axis member is the live one (`to_bitwidth`).
+                raw.quantize_params.encoding.bw_axis_scale_offset.scales = bw.scales.as_mut_ptr();
+                raw.quantize_params.encoding.bw_axis_scale_offset.offsets = bw.offsets.as_mut_ptr();
+            }
+            _ => {}
         }
         Ok(RawTensor {
             raw: qnn_sys::Tensor {
@@ -219,6 +248,7 @@ impl RawTensor {
             _name: name,
             _dims: dims,
             _scale_offsets: scale_offsets,
+            _bw: bw,
         })
     }
 
@@ -228,6 +258,56 @@ impl RawTensor {
 
     pub(crate) fn raw_mut(&mut self) -> &mut qnn_sys::Tensor {
         &mut self.raw
+    }
+}
+
+/// The bit width of a type narrower than its byte.
+fn sub_byte_bits(dtype: DType) -> Option<u32> {
+    matches!(dtype, DType::I4 | DType::U4).then_some(4)
+}
+
+/// `params` (a `SCALE_OFFSET` or `AXIS_SCALE_OFFSET` encoding, its list in `list`) rewritten as
+/// the `BW_` encoding of `bits`-bit values; the arrays a per-axis one points into are returned
+/// (the caller sets the pointers once the arrays are where they stay).
+fn to_bitwidth(
+    params: &mut qnn_sys::QuantizeParams,
+    list: &[qnn_sys::ScaleOffset],
+    bits: u32,
+) -> BwLists {
+    use qnn_sys::consts::*;
+    match params.quantization_encoding {
+        QUANTIZATION_ENCODING_SCALE_OFFSET => {
+            // SAFETY: the tag says the scale_offset member is live.
+            let so = unsafe { params.encoding.scale_offset };
+            params.quantization_encoding = QUANTIZATION_ENCODING_BW_SCALE_OFFSET;
+            params.encoding = qnn_sys::QuantizeEncoding {
+                bw_scale_offset: qnn_sys::BwScaleOffset {
+                    bitwidth: bits,
+                    scale: so.scale,
+                    offset: so.offset,
+                },
+            };
+            BwLists::default()
+        }
+        QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET => {
+            // SAFETY: as above, the axis member.
+            let axis = unsafe { params.encoding.axis_scale_offset.axis };
+            params.quantization_encoding = QUANTIZATION_ENCODING_BW_AXIS_SCALE_OFFSET;
+            params.encoding = qnn_sys::QuantizeEncoding {
+                bw_axis_scale_offset: qnn_sys::BwAxisScaleOffset {
+                    bitwidth: bits,
+                    axis,
+                    num_elements: list.len() as u32,
+                    scales: std::ptr::null_mut(),
+                    offsets: std::ptr::null_mut(),
+                },
+            };
+            BwLists {
+                scales: list.iter().map(|so| so.scale).collect(),
+                offsets: list.iter().map(|so| so.offset).collect(),
+            }
+        }
+        _ => BwLists::default(),
     }
 }
 
@@ -301,6 +381,7 @@ pub(crate) unsafe fn info_from_raw(t: &qnn_sys::Tensor) -> Result<TensorInfo> {
         unsafe { std::slice::from_raw_parts(v.dimensions, v.rank as usize) }.to_vec()
     };
     let q = v.quantize_params;
+    let mut bits = 0;
     let quantization = match q.quantization_encoding {
         _ if !fixed_point => Quantization::None,
         qnn_sys::consts::QUANTIZATION_ENCODING_SCALE_OFFSET => {
@@ -325,7 +406,43 @@ pub(crate) unsafe fn info_from_raw(t: &qnn_sys::Tensor) -> Result<TensorInfo> {
                 scale_offsets: list.iter().map(|so| (so.scale, so.offset)).collect(),
             }
         }
+        qnn_sys::consts::QUANTIZATION_ENCODING_BW_SCALE_OFFSET => {
+            // SAFETY: as above.
+            let so = unsafe { q.encoding.bw_scale_offset };
+            bits = so.bitwidth;
+            Quantization::ScaleOffset {
+                scale: so.scale,
+                offset: so.offset,
+            }
+        }
+        qnn_sys::consts::QUANTIZATION_ENCODING_BW_AXIS_SCALE_OFFSET => {
+            // SAFETY: as above.
+            let a = unsafe { q.encoding.bw_axis_scale_offset };
+            bits = a.bitwidth;
+            let n = a.num_elements as usize;
+            let scale_offsets = if a.scales.is_null() || a.offsets.is_null() {
+                Vec::new()
+            } else {
+                // SAFETY: QNN gives `num_elements` scales and offsets.
+                let (s, o) = unsafe {
+                    (
+                        std::slice::from_raw_parts(a.scales, n),
+                        std::slice::from_raw_parts(a.offsets, n),
+                    )
+                };
+                s.iter().copied().zip(o.iter().copied()).collect()
+            };
+            Quantization::PerAxis {
+                axis: a.axis,
+                scale_offsets,
+            }
+        }
         encoding => Quantization::Unparsed { encoding },
+    };
+    let dtype = match (dtype, bits) {
+        (DType::I8, 4) => DType::I4,
+        (DType::U8, 4) => DType::U4,
+        _ => dtype,
     };
     Ok(TensorInfo {
         id: v.id,
@@ -445,7 +562,9 @@ pub fn first_nan(dtype: DType, bytes: &[u8]) -> Option<usize> {
         | DType::U16
         | DType::U32
         | DType::U64
-        | DType::Bool => None,
+        | DType::Bool
+        | DType::I4
+        | DType::U4 => None,
     }
 }
 

@@ -78,6 +78,10 @@ pub const QUANTIZATION_ENCODING_UNDEFINED: u32 = 0x7FFF_FFFF;
 pub const QUANTIZATION_ENCODING_SCALE_OFFSET: u32 = 0;
 /// `Qnn_QuantizationEncoding_t`.
 pub const QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET: u32 = 1;
+/// `QNN_QUANTIZATION_ENCODING_BW_SCALE_OFFSET`: per tensor, values of `bitwidth` bits.
+pub const QUANTIZATION_ENCODING_BW_SCALE_OFFSET: u32 = 2;
+/// `QNN_QUANTIZATION_ENCODING_BW_AXIS_SCALE_OFFSET`: per axis, values of `bitwidth` bits.
+pub const QUANTIZATION_ENCODING_BW_AXIS_SCALE_OFFSET: u32 = 3;
 
 /// `QnnLog_Level_t`.
 pub mod log_level {

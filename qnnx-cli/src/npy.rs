@@ -27,8 +27,8 @@ fn descr(d: DType) -> Option<&'static str> {
         DType::I64 => "<i8",
         DType::U64 => "<u8",
         DType::Bool => "|b1",
-        // NumPy has no bfloat16.
-        DType::BF16 => return None,
+        // NumPy has no bfloat16 and no 4-bit types.
+        DType::BF16 | DType::I4 | DType::U4 => return None,
     })
 }
 
@@ -62,7 +62,8 @@ impl std::fmt::Display for Summary {
 }
 
 impl Array {
-    /// The values as f64, little-endian as stored; `None` for bf16 (which .npy cannot hold).
+    /// The values as f64, little-endian as stored; `None` for bf16 and 4-bit types (which .npy
+    /// cannot hold).
     fn values(&self) -> Option<Vec<f64>> {
         let d = &self.data;
         let n = self.dtype.size();
@@ -79,7 +80,7 @@ impl Array {
             DType::U32 => each(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]).into()),
             DType::I64 => each(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64),
             DType::U64 => each(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as f64),
-            DType::BF16 => return None,
+            DType::BF16 | DType::I4 | DType::U4 => return None,
         })
     }
 

@@ -29,7 +29,8 @@ pub struct QuantizeArgs {
     /// kind the model sees (real images, text) make better ranges than noise.
     #[arg(long, value_name = "DIR_OR_NPZ")]
     pub calib: PathBuf,
-    /// Activation and weight types: 8a8w (runs on every HTP, v68 included), 16a8w or 16a16w.
+    /// Activation and weight types: 8a8w (runs on every HTP, v68 included), 16a8w, 16a16w or
+    /// 16a4w (int4 weights, written as ONNX INT4 initializers: half the weight bytes of 16a8w).
     #[arg(long, default_value = "8a8w", value_parser = parse_scheme)]
     pub scheme: Scheme,
     /// Quantize weights per output channel (the default).

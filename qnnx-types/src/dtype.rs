@@ -21,11 +21,16 @@ pub enum DType {
     U64,
     /// One byte per element, 0 or 1.
     Bool,
+    /// 4-bit integers (ONNX INT4 / UINT4), held one per byte (an i4 sign-extended): the storage
+    /// of 4-bit quantized weights, which QNN takes as 8-bit fixed point with a 4-bit encoding.
+    /// Only constants behind a DequantizeLinear have them; no graph input or output does.
+    I4,
+    U4,
 }
 
 impl DType {
     /// Every element type, in declaration order.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 15] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -39,6 +44,8 @@ impl DType {
         DType::U32,
         DType::U64,
         DType::Bool,
+        DType::I4,
+        DType::U4,
     ];
 
     /// The one spelling of this type (`f32`, `i64`, `bool`): op tables, cache metadata, the
@@ -58,6 +65,8 @@ impl DType {
             DType::U32 => "u32",
             DType::U64 => "u64",
             DType::Bool => "bool",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
         }
     }
 
@@ -66,10 +75,11 @@ impl DType {
         DType::ALL.into_iter().find(|d| d.name() == name)
     }
 
-    /// Bytes per element.
+    /// Bytes per element (in memory: 4-bit types take a byte each; ONNX files pack them two to
+    /// a byte).
     pub fn size(self) -> usize {
         match self {
-            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::I8 | DType::U8 | DType::Bool | DType::I4 | DType::U4 => 1,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
@@ -86,7 +96,10 @@ impl DType {
     }
 
     pub fn is_signed(self) -> bool {
-        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64) || self.is_float()
+        matches!(
+            self,
+            DType::I4 | DType::I8 | DType::I16 | DType::I32 | DType::I64
+        ) || self.is_float()
     }
 }
 

@@ -18,8 +18,18 @@ pub struct Encoding {
     pub offsets: Vec<i32>,
 }
 
-/// Storage types QNN has fixed-point types for (`QNN_DATATYPE_{U,S}FIXED_POINT_{8,16,32}`).
-pub const STORAGE_TYPES: [DType; 5] = [DType::U8, DType::I8, DType::U16, DType::I16, DType::I32];
+/// Storage types QNN has fixed-point types for (`QNN_DATATYPE_{U,S}FIXED_POINT_{8,16,32}`, and
+/// 4-bit values as 8-bit fixed point with a 4-bit encoding: `BW_SCALE_OFFSET`,
+/// `BW_AXIS_SCALE_OFFSET`).
+pub const STORAGE_TYPES: [DType; 7] = [
+    DType::U8,
+    DType::I8,
+    DType::U16,
+    DType::I16,
+    DType::I32,
+    DType::I4,
+    DType::U4,
+];
 
 impl Encoding {
     /// One scale and offset for the whole tensor.
@@ -53,7 +63,7 @@ impl Encoding {
         if !STORAGE_TYPES.contains(&storage) {
             return Err(format!(
                 "quantized type {storage} has no QNN fixed-point type (use uint8, int8, uint16, \
-                 int16 or int32)"
+                 int16, int32, int4 or uint4)"
             ));
         }
         if scales.is_empty() {
@@ -121,6 +131,11 @@ impl Encoding {
         }
     }
 
+    /// Whether the stored values are narrower than a byte (4-bit weights).
+    pub fn is_sub_byte(&self) -> bool {
+        matches!(self.storage, DType::I4 | DType::U4)
+    }
+
     pub fn is_per_axis(&self) -> bool {
         self.axis.is_some()
     }
@@ -171,6 +186,8 @@ impl Encoding {
 /// The stored range of a fixed-point storage type.
 pub fn range(storage: DType) -> (i64, i64) {
     match storage {
+        DType::I4 => (-8, 7),
+        DType::U4 => (0, 15),
         DType::U8 => (0, 255),
         DType::I8 => (-128, 127),
         DType::U16 => (0, 65535),

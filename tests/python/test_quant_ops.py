@@ -71,8 +71,9 @@ class Qdq:
     its output quantized and dequantized. Encodings come from the data (min/max over the
     example input and the float reference output)."""
 
-    def __init__(self, bits: int):
+    def __init__(self, bits: int, weight_bits: int = 8):
         self.bits = bits
+        self.weight_bits = weight_bits
         self.nodes: list = []
         self.inits: list = []
         self.inputs: list = []
@@ -115,15 +116,21 @@ class Qdq:
         return self.edge(name, lo, hi)
 
     def weight(self, name: str, w: np.ndarray, axis: int = 0) -> str:
-        """int8 per-channel symmetric weights along `axis`, as PT2E writes them."""
+        """int8 (or, with ``weight_bits=4``, ONNX INT4) per-channel symmetric weights along
+        `axis`, as PT2E writes them."""
+        qmax = 2 ** (self.weight_bits - 1) - 1
         amax = np.abs(w).max(axis=tuple(i for i in range(w.ndim) if i != axis))
-        scale = (np.maximum(amax, 1e-8) / 127).astype(np.float32)
+        scale = (np.maximum(amax, 1e-8) / qmax).astype(np.float32)
         shape = [1] * w.ndim
         shape[axis] = -1
-        q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
-        self._init(f"{name}_int", q)
+        q = np.clip(np.round(w / scale.reshape(shape)), -qmax, qmax).astype(np.int8)
+        if self.weight_bits == 4:
+            self.inits.append(helper.make_tensor(f"{name}_int", TensorProto.INT4, q.shape, q.ravel().tolist()))
+            self.inits.append(helper.make_tensor(f"{name}_z", TensorProto.INT4, scale.shape, [0] * scale.size))
+        else:
+            self._init(f"{name}_int", q)
+            self._init(f"{name}_z", np.zeros_like(q, shape=scale.shape))
         self._init(f"{name}_s", scale)
-        self._init(f"{name}_z", np.zeros_like(q, shape=scale.shape))
         self.nodes.append(
             helper.make_node(
                 "DequantizeLinear", [f"{name}_int", f"{name}_s", f"{name}_z"], [name], axis=axis
@@ -348,11 +355,41 @@ def run_htp(m: onnx.ModelProto, q: Qdq, soc) -> np.ndarray:
     return g(ins)[0].numpy().astype(np.int64)
 
 
+# The families with weights, run again with 4-bit weights (the 16a4w scheme's, and 8-bit
+# activations with them): QNN takes them as 8-bit fixed point with a 4-bit encoding, on v68 too.
+# With 8-bit activations they are within one step; with 16-bit ones the HTP's 16x4-bit kernels
+# land further off than its 16x8-bit ones, biased low (mean -12 to -34 steps; measured on the
+# emulator, QNN 2.51): at worst 79 16-bit steps, under a third of an 8-bit step. These are the
+# measured worst cases.
+WEIGHTED = ("conv", "depthwise_conv", "fully_connected")
+STEPS_16_W4 = {
+    ("conv", "v73"): 50,
+    ("conv", "v68"): 46,
+    ("depthwise_conv", "v73"): 42,
+    ("depthwise_conv", "v68"): 79,
+    ("fully_connected", "v73"): 39,
+    ("fully_connected", "v68"): 54,
+}
+
+
 @pytest.mark.parametrize("target", sorted(TARGETS))
 @pytest.mark.parametrize("bits", [8, 16])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_quantized_op_matches_the_reference_within_one_step(family, bits, target):
-    q = Qdq(bits)
+    check_family(family, bits, target, Qdq(bits))
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("bits", [8, 16])
+@pytest.mark.parametrize("family", WEIGHTED)
+def test_4bit_weights_match_the_reference_within_one_step(family, bits, target):
+    q = Qdq(bits, weight_bits=4)
+    check_family(family, bits, target, q, STEPS_16_W4)
+    kinds = {i.data_type for i in q.inits if i.name.endswith("_int")}
+    assert kinds == {TensorProto.INT4}, kinds
+
+
+def check_family(family: str, bits: int, target: str, q: Qdq, steps_16=STEPS_16):
     m = FAMILIES[family](q)
     (ref,) = ReferenceEvaluator(m).run(None, q.feeds)
     scale, zp = encoding_of(m, "y_f")
@@ -365,7 +402,7 @@ def test_quantized_op_matches_the_reference_within_one_step(family, bits, target
     got = run_htp(m, q, TARGETS[target])
     assert got.shape == want.shape
     off = np.abs(got - want)
-    allowed = STEPS_16.get((family, target), 1) if bits == 16 else 1
+    allowed = steps_16.get((family, target), 1) if bits == 16 else 1
     assert off.max() <= allowed, (
         f"{family} {bits}-bit on {target}: {int(off.max())} steps off at worst (allowed "
         f"{allowed}), {int((off > 1).sum())} of {off.size} values more than one step"

@@ -80,7 +80,12 @@ class ConvNet(nn.Module):
         return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
 
 
-WEIGHT = {"8a8w": ("INT8", 127), "16a8w": ("INT8", 127), "16a16w": ("INT16", 32767)}
+WEIGHT = {
+    "8a8w": ("INT8", 127),
+    "16a8w": ("INT8", 127),
+    "16a16w": ("INT16", 32767),
+    "16a4w": ("INT4", 7),
+}
 
 
 @pytest.mark.parametrize("scheme", list(_quantize.SCHEMES))

@@ -412,6 +412,9 @@ fn tensor_from_proto(
     let shape = dims_of(&t.dims)?;
     let n = checked_numel(&shape, dtype)
         .ok_or_else(|| format!("shape {shape:?} of {dtype} exceeds the 4 GiB tensor limit"))?;
+    if matches!(dtype, DType::I4 | DType::U4) {
+        return int4_from_proto(t, ext, dtype, shape, n);
+    }
     let want = n * dtype.size();
     if t.data_location == Some(data_location::EXTERNAL) {
         let bytes = ext.read(t, want)?;
@@ -475,6 +478,43 @@ fn tensor_from_proto(
             }
         }
     }
+    Tensor::from_bytes(dtype, shape, out)
+}
+
+/// A 4-bit tensor: ONNX packs two values to a byte, the first in the low nibble (in raw data,
+/// external data and, one byte per entry, `int32_data`); held one value per byte, an i4
+/// sign-extended.
+fn int4_from_proto(
+    t: &TensorProto,
+    ext: &mut ExternalData,
+    dtype: DType,
+    shape: Vec<usize>,
+    n: usize,
+) -> std::result::Result<Tensor, String> {
+    let packed_len = n.div_ceil(2);
+    let packed: Vec<u8> = if t.data_location == Some(data_location::EXTERNAL) {
+        ext.read(t, packed_len)?
+    } else if let Some(raw) = &t.raw_data {
+        raw.clone()
+    } else {
+        t.int32_data.iter().map(|&v| v as u8).collect()
+    };
+    if packed.len() != packed_len {
+        return Err(format!(
+            "has {} bytes of packed {dtype} data but shape {shape:?} needs {packed_len}",
+            packed.len()
+        ));
+    }
+    let out = (0..n)
+        .map(|i| {
+            let nibble = (packed[i / 2] >> (4 * (i % 2))) & 0x0F;
+            if dtype == DType::I4 {
+                (((nibble << 4) as i8) >> 4) as u8
+            } else {
+                nibble
+            }
+        })
+        .collect();
     Tensor::from_bytes(dtype, shape, out)
 }
 
@@ -760,6 +800,12 @@ fn convert_scope(gp: &onnx::GraphProto, ext: &mut ExternalData, sub: bool) -> Re
         // Before IR 4 initializers were also listed as inputs; they are constants here.
         if init_names.contains(name.as_str()) {
             continue;
+        }
+        if matches!(dtype, DType::I4 | DType::U4) {
+            return Err(invalid(format!(
+                "graph input '{name}' is {dtype}: QNN holds 4-bit values only as constant \
+                 weights behind a DequantizeLinear; pass the input as int8 or uint8"
+            )));
         }
         let known = dims.as_ref().is_some_and(|d| d.iter().all(Option::is_some));
         let shape = dims
@@ -1648,6 +1694,36 @@ mod tests {
         }
         assert!(open_examined(&a, &std::fs::metadata(&a).unwrap()).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn int4_initializers_are_unpacked_one_value_per_byte() {
+        // Five values (an odd count: the last byte's high nibble is padding), from raw data and
+        // from int32_data (one packed byte per entry); i4 sign-extended, u4 not.
+        let v = [-8i64, 7, -1, 0, 3];
+        let i4 = Tensor::from_i64_as(DType::I4, vec![5], &v);
+        let mut p = tensor_proto("w", &i4);
+        assert_eq!(p.raw_data.as_deref(), Some(&[0x78u8, 0x0F, 0x03][..]));
+        let (_, t) = tensor_from_bytes(&p.encode_to_vec()).unwrap();
+        assert_eq!((t.dtype, t.to_i64()), (DType::I4, v.to_vec()));
+        p.int32_data = p
+            .raw_data
+            .take()
+            .unwrap()
+            .iter()
+            .map(|&b| b as i32)
+            .collect();
+        let (_, t) = tensor_from_bytes(&p.encode_to_vec()).unwrap();
+        assert_eq!(t.to_i64(), v.to_vec());
+        let u4 = Tensor::from_i64_as(DType::U4, vec![3], &[15, 0, 9]);
+        let (_, t) = tensor_from_bytes(&tensor_proto("u", &u4).encode_to_vec()).unwrap();
+        assert_eq!(t.to_i64(), vec![15, 0, 9]);
+        // Too few packed bytes is a clear error, not a panic.
+        p.int32_data.pop();
+        let e = tensor_from_bytes(&p.encode_to_vec())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("packed i4"), "{e}");
     }
 
     #[test]

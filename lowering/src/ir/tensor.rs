@@ -269,8 +269,8 @@ impl Tensor {
     pub fn get_i64(&self, i: usize) -> i64 {
         let b = self.elem(i);
         match self.dtype {
-            DType::I8 => b[0] as i8 as i64,
-            DType::U8 => b[0] as i64,
+            DType::I8 | DType::I4 => b[0] as i8 as i64,
+            DType::U8 | DType::U4 => b[0] as i64,
             DType::Bool => (b[0] != 0) as i64,
             DType::I16 => i16::from_le_bytes(b.try_into().unwrap()) as i64,
             DType::U16 => u16::from_le_bytes(b.try_into().unwrap()) as i64,
@@ -279,6 +279,19 @@ impl Tensor {
             DType::I64 => i64::from_le_bytes(b.try_into().unwrap()),
             DType::U64 => u64::from_le_bytes(b.try_into().unwrap()) as i64,
             _ => float_to_i64(self.get_f64(i)),
+        }
+    }
+
+    /// The data as ONNX's `raw_data` holds it: as in memory, but 4-bit values packed two to a
+    /// byte, the first in the low nibble.
+    pub fn onnx_raw_data(&self) -> Vec<u8> {
+        if matches!(self.dtype, DType::I4 | DType::U4) {
+            self.data
+                .chunks(2)
+                .map(|p| (p[0] & 0x0F) | (p.get(1).map_or(0, |b| b & 0x0F) << 4))
+                .collect()
+        } else {
+            self.data.to_vec()
         }
     }
 
@@ -367,6 +380,10 @@ fn push_i64(out: &mut Vec<u8>, dtype: DType, x: i64) {
     match dtype {
         DType::I8 => out.push(x as i8 as u8),
         DType::U8 => out.push(x as u8),
+        // One 4-bit value per byte (an i4 sign-extended), wrapped to 4 bits like the 8-bit
+        // types to 8.
+        DType::I4 => out.push((((x as i8) << 4) >> 4) as u8),
+        DType::U4 => out.push(x as u8 & 0x0F),
         DType::Bool => out.push((x != 0) as u8),
         DType::I16 => out.extend_from_slice(&(x as i16).to_le_bytes()),
         DType::U16 => out.extend_from_slice(&(x as u16).to_le_bytes()),

@@ -34,6 +34,15 @@ fn infer_cast(x: &In) -> Result<Vec<Out>> {
     let to = n.attr_i("to", 0)?;
     let dt = DType::from_onnx(to as i32)
         .ok_or_else(|| n.err_attr("to", format!("unsupported target type {to}")))?;
+    if matches!(dt, DType::I4 | DType::U4) {
+        return Err(n.err_attr(
+            "to",
+            format!(
+                "casting to {dt} is not supported: QNN holds 4-bit values only as constant \
+                 weights behind a DequantizeLinear"
+            ),
+        ));
+    }
     Ok(vec![(dt, x.shape(0)?.to_vec())])
 }
 

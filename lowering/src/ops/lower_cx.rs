@@ -65,6 +65,16 @@ impl<'g> LowerCx<'g> {
                     val.name, val.dtype
                 ))
             })?;
+            if let Some(q) = val.quant.as_ref().filter(|q| q.is_sub_byte()) {
+                // Measured: QNN 2.51 builds such a graph but the HTP computes it wrongly (a
+                // 4-bit ReLU wrapped 1.2 to 0 instead of saturating to 0.7).
+                return Err(crate::error::invalid(format!(
+                    "value '{}' is quantized to {} (4-bit activations), which the HTP does not \
+                     compute correctly; 4-bit is for constant weights: quantize activations to \
+                     8 or 16 bits",
+                    val.name, q.storage
+                )));
+            }
             let (dtype, quant) = match &val.quant {
                 Some(q) => (q.storage, Some(q.clone())),
                 None => (dtype, None),
@@ -133,6 +143,15 @@ impl<'g> LowerCx<'g> {
                     val.name, val.dtype
                 ))
             })?;
+            if let Some(q) = val.quant.as_ref().filter(|q| q.is_sub_byte()) {
+                // As for graph inputs above.
+                return Err(node.err_dtype(format!(
+                    "value '{}' is quantized to {} (4-bit activations), which the HTP does not \
+                     compute correctly; 4-bit is for constant weights: quantize activations to \
+                     8 or 16 bits",
+                    val.name, q.storage
+                )));
+            }
             let kind = if self.g.is_output(v) {
                 TensorKind::Output
             } else {

@@ -70,6 +70,10 @@ pub fn parse_value(
     };
     let bad = |s: &str| format!("{s:?} is not a {} value", dtype.name());
     match dtype {
+        DType::I4 | DType::U4 => Err(format!(
+            "{} inputs cannot be fixed (4-bit types are only weight storage)",
+            dtype.name()
+        )),
         DType::Bool => {
             let v = items
                 .iter()

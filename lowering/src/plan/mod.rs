@@ -44,8 +44,9 @@ pub use crate::ir::Origin;
 pub use crate::DType;
 pub use qnnx_types::Encoding;
 
-/// `d` if a QNN graph tensor can hold it (f32, f16, 8/16/32-bit integers, bool); `None` for the
-/// types the passes must have converted (i64, u64, f64, bf16).
+/// `d` if a QNN graph tensor can hold it (f32, f16, 8/16/32-bit integers, bool, and 4-bit
+/// integers when quantized); `None` for the types the passes must have converted (i64, u64, f64,
+/// bf16).
 pub fn storable(d: DType) -> Option<DType> {
     match d {
         DType::F32
@@ -56,7 +57,9 @@ pub fn storable(d: DType) -> Option<DType> {
         | DType::U16
         | DType::I32
         | DType::U32
-        | DType::Bool => Some(d),
+        | DType::Bool
+        | DType::I4
+        | DType::U4 => Some(d),
         DType::I64 | DType::U64 | DType::F64 | DType::BF16 => None,
     }
 }

@@ -13,8 +13,9 @@ evaluator also run, and that the native lowering turns into QNN fixed-point tens
 * activations: ``QuantizeLinear -> DequantizeLinear`` on every quantized edge, per tensor,
   uint8 or uint16 (zero point in the type's range); graph inputs and outputs stay float;
 * weights of Conv / ConvTranspose / Linear (Gemm, or MatMul + Add for inputs of rank > 2): an
-  int8 or int16 initializer behind ``DequantizeLinear``, symmetric (zero point 0), per
-  output channel (``axis`` 0; 1 for ConvTranspose) unless ``per_channel=False``;
+  int8, int16 or (16a4w) INT4 initializer behind ``DequantizeLinear``, symmetric (zero point
+  0), per output channel (``axis`` 0; 1 for ConvTranspose) unless ``per_channel=False``. PT2E
+  has no 4-bit dtype: 4-bit weights are int8 in -7..7 until ``tidy_onnx`` stores them as INT4;
 * their bias: an int32 initializer behind ``DequantizeLinear`` whose scale is input scale x
   weight scale (per channel with the weight) and zero point 0: derived, never calibrated. Where
   that scale is so small that the bias would not fit int32 (16-bit weights), the weight scale of
@@ -61,13 +62,13 @@ class Scheme:
     act_bits: int
     """8: uint8 activations, 16: uint16."""
     weight_bits: int
-    """8: int8 (-127..127), 16: int16 (-32767..32767). (No 4-bit weights: the lowering has no
-    INT4 path yet.)"""
+    """8: int8 (-127..127), 16: int16 (-32767..32767), 4: int4 (-7..7; ONNX INT4 initializers,
+    which QNN takes as 8-bit fixed point with a 4-bit encoding)."""
 
 
 SCHEMES = {
     s.name: s
-    for s in (Scheme("8a8w", 8, 8), Scheme("16a8w", 16, 8), Scheme("16a16w", 16, 16))
+    for s in (Scheme("8a8w", 8, 8), Scheme("16a8w", 16, 8), Scheme("16a16w", 16, 16), Scheme("16a4w", 16, 4))
 }
 #: The override value that keeps an op float.
 FLOAT = "float"
@@ -130,6 +131,11 @@ class QuantizeConfig:
     """The target's HTP architecture when known: below v73 the HTP has no 16-bit MatMul of two
     activations (QNN's validator: "expected >= 73"), so there a 16-bit scheme runs matmul at
     8a8w unless an override names it."""
+
+    def has_4bit_weights(self) -> bool:
+        """Whether the scheme or an override stores weights in 4 bits."""
+        schemes = [self.scheme] + [s for _, s in self.modules + self.ops if s is not None]
+        return any(s.weight_bits == 4 for s in schemes)
 
     def matmul_at_8_bits(self) -> bool:
         return self.htp_arch is not None and self.htp_arch < 73 and self.scheme.act_bits == 16
@@ -214,10 +220,11 @@ def config(
 QDQ_OPSET = 21
 
 
-def tidy_onnx(data: bytes) -> bytes:
+def tidy_onnx(data: bytes, int4_weights: bool = False) -> bytes:
     """The exporter's QDQ model made plain: Casts of initializers folded into initializers of the
     cast type, the Constants that feed Q/DQ nodes turned into initializers, per-tensor Q/DQ nodes
-    without an ``axis``; then checked by onnx's checker."""
+    without an ``axis``; with ``int4_weights``, the int8 weights that fit 4 bits stored as INT4
+    (``_int4_weights``); then checked by onnx's checker."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -267,8 +274,36 @@ def tidy_onnx(data: bytes) -> bytes:
     kept_inits = [t for t in graph.initializer if t.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept_inits)
+    if int4_weights:
+        _int4_weights(graph)
     onnx.checker.check_model(model)
     return model.SerializeToString()
+
+
+def _int4_weights(graph) -> None:
+    """Stores as INT4 (with their zero points) the int8 initializers behind a DequantizeLinear
+    whose values all fit -8..7: the 4-bit weights, which PT2E computes as int8 in -7..7. An 8-bit
+    weight (a module kept at 8a8w) reaches +-127 in every channel that is not all zero, so it
+    stays int8; an all-zero one is exact in 4 bits either way."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = {t.name: t for t in graph.initializer}
+    to_int4 = set()
+    for n in graph.node:
+        if n.op_type != "DequantizeLinear" or n.input[0] not in inits:
+            continue
+        w = inits[n.input[0]]
+        if w.data_type != TensorProto.INT8:
+            continue
+        v = numpy_helper.to_array(w)
+        if v.size and v.min() >= -8 and v.max() <= 7:
+            to_int4.add(n.input[0])
+            if len(n.input) > 2 and n.input[2] in inits:
+                to_int4.add(n.input[2])
+    for name in to_int4:
+        t = inits[name]
+        v = numpy_helper.to_array(t)
+        t.CopyFrom(helper.make_tensor(name, TensorProto.INT4, list(v.shape), v.ravel().tolist()))
 
 
 # --- The flow ---------------------------------------------------------------------------------
@@ -380,7 +415,7 @@ def quantize(
             )
     except EXPORT_ERRORS as e:
         raise LoweringError(f"quantize: the QDQ ONNX export failed: {e}") from None
-    data = tidy_onnx(program.model_proto.SerializeToString())
+    data = tidy_onnx(program.model_proto.SerializeToString(), cfg.has_4bit_weights())
     seconds["export"] = time.perf_counter() - t
     logger.info(
         "qnn quantize %s: %d nodes quantized, %d clamps absorbed; prepare %.1f s, calibrate %.1f s "

@@ -117,6 +117,10 @@ class Specs:
         w_dtype, w_min, w_max = {
             8: (torch.int8, -127, 127),
             16: (torch.int16, -32767, 32767),
+            # PT2E has no 4-bit dtype: int8 restricted to -7..7 (symmetric), stored as ONNX
+            # INT4 after export (_quantize.tidy_onnx), as ExecuTorch's QnnQuantizer does for its
+            # 16a4w (int8, quant range of 4 bits).
+            4: (torch.int8, -7, 7),
         }[scheme.weight_bits]
         self.per_channel = per_channel
         self.weight_channel = {

@@ -28,6 +28,9 @@ TORCH_DTYPES = {
     "i64": torch.int64,
     "u64": getattr(torch, "uint64", None),
     "bool": torch.bool,
+    # 4-bit types are only constant weights inside a graph, never a graph's input or output.
+    "i4": None,
+    "u4": None,
 }
 
 

@@ -76,8 +76,9 @@ class QnnSettings:
 
     quantize: Optional[str] = _defaults.QUANTIZE
     """Post-training quantization for the NPU: "8a8w" (uint8 activations, int8 weights),
-    "16a8w" (uint16 activations) or "16a16w" (int16 weights too, which v68 refuses for Conv),
-    or None for a float graph. Needs ``calibration``. The calibrated encodings are part of the
+    "16a8w" (uint16 activations), "16a16w" (int16 weights too, which v68 refuses for Conv),
+    "16a4w" (uint16 activations, int4 weights: half the weight bytes of 16a8w) or None for a
+    float graph. Needs ``calibration``. The calibrated encodings are part of the
     compiled model (and so of the cache keys). See the README's Quantization section."""
     calibration: Any = dataclasses.field(default=_defaults.CALIBRATION, compare=False, repr=False)
     """With ``quantize``: the calibration data, read on the host with PyTorch once per compiled
@@ -227,7 +228,7 @@ def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
         if stray:
             raise ValueError(
                 f"{', '.join(stray)}: used only for a quantized graph; also pass quantize "
-                "(\"8a8w\", \"16a8w\" or \"16a16w\")"
+                "(\"8a8w\", \"16a8w\", \"16a16w\" or \"16a4w\")"
             )
         return
     s.quantize_config()  # raises ValueError naming a bad scheme, observer or override

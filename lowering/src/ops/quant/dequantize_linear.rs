@@ -34,8 +34,54 @@ fn infer(x: &In) -> Result<Vec<Out>> {
 mod tests {
     use crate::dtype::DType;
     use crate::ir::tensor::Tensor;
-    use crate::ops::test_util::lower;
-    use crate::testing::ModelBuilder;
+    use crate::ops::test_util::{lower, lower_err};
+    use crate::testing::{ModelBuilder, A};
+
+    /// x (uint8) -> DequantizeLinear -> MatMul with `w` (DequantizeLinear of the constant `wq`,
+    /// zero point `wz`) -> QuantizeLinear/DequantizeLinear to `act` -> y.
+    fn qdq_matmul(wq: Tensor, wz: Tensor, act_zp: Tensor) -> ModelBuilder {
+        ModelBuilder::new(21)
+            .input("x", DType::F32, &[1, 2])
+            .init("wq", wq)
+            .init("ws", Tensor::from_f32(vec![2], &[0.5, 0.25]))
+            .init("wz", wz)
+            .init("s", Tensor::scalar_f32(0.1))
+            .init("z", act_zp)
+            .node("QuantizeLinear", &["x", "s", "z"], &["xq"], &[])
+            .node("DequantizeLinear", &["xq", "s", "z"], &["xd"], &[])
+            .node(
+                "DequantizeLinear",
+                &["wq", "ws", "wz"],
+                &["w"],
+                &[("axis", A::I(1))],
+            )
+            .node("MatMul", &["xd", "w"], &["m"], &[])
+            .node("QuantizeLinear", &["m", "s", "z"], &["mq"], &[])
+            .node("DequantizeLinear", &["mq", "s", "z"], &["y"], &[])
+            .output("y")
+    }
+
+    #[test]
+    fn int4_weights_are_4_bit_fixed_point_and_4_bit_activations_are_refused() {
+        let w = Tensor::from_i64_as(DType::I4, vec![2, 2], &[-8, 7, 3, -1]);
+        let wz = Tensor::from_i64_as(DType::I4, vec![2], &[0, 0]);
+        let u8_zp = Tensor::from_i64_as(DType::U8, vec![], &[128]);
+        let p = lower(&qdq_matmul(w.clone(), wz.clone(), u8_zp));
+        assert!(p.op_types().contains(&"FullyConnected"), "{}", p.dump());
+        assert!(p.dump().contains(":qi4[2, 2]"), "{}", p.dump());
+        // The weights keep the model's integers (transposed into FullyConnected's [out, in]).
+        let i4 = p.tensors.iter().find(|t| t.dtype == DType::I4).unwrap();
+        match &i4.kind {
+            crate::plan::TensorKind::Static(b) => {
+                let v: Vec<i8> = b.iter().map(|&x| x as i8).collect();
+                assert_eq!(v, vec![-8, 3, 7, -1]);
+            }
+            k => panic!("{k:?}"),
+        }
+        let i4_zp = Tensor::from_i64_as(DType::I4, vec![], &[0]);
+        let e = lower_err(&qdq_matmul(w, wz, i4_zp));
+        assert!(e.contains("4-bit activations"), "{e}");
+    }
 
     #[test]
     fn dequantized_constant_weights_of_a_float_op_are_float() {

@@ -1,15 +1,15 @@
 """Quantized graphs against the float one, and against ONNX Runtime's QNN EP on the same models.
 
 For each model: the float ONNX (compiled fp16), and the QDQ models `qnnx quantize` writes from it
-(8a8w, 16a8w), each compiled by `qnnx compile` for SoC 60 (v73) and, quantized only, for the
+(8a8w, 16a8w, 16a4w by default), each compiled by `qnnx compile` for SoC 60 (v73) and, quantized only, for the
 QCS6490 (v68, no float path); per build the context binary's size, `qnnx run`'s median execute time
 over --runs and the output's cosine and SQNR against fp32 eager PyTorch. ONNX Runtime 1.x with its
-QNN EP (CPU fallback off, same library, SoC 60) runs the same three ONNX files on the same input.
+QNN EP (CPU fallback off, same library, SoC 60) runs the same ONNX files on the same input.
 
 The emulator's times say nothing about a device (its fixed-point arithmetic is the device's, its
 speed is the host's); the sizes and the error are what a device gets.
 
-    python3 bench/quant.py [--model resnet18|mobilenet_v2] [--runs 5]
+    python3 bench/quant.py [--model resnet18|mobilenet_v2] [--runs 5] [--schemes 8a8w,16a8w,16a4w]
 
 Needs a release `qnnx` (cargo build --release -p qnnx-cli), torchvision, and bench/.venv-ort
 (bench/run makes it) for the ONNX Runtime column. Writes bench/results/quant.{json,md}.
@@ -113,6 +113,7 @@ def main() -> None:
     ap.add_argument("--model", default="resnet18")
     ap.add_argument("--size", type=int, default=128)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--schemes", default="8a8w,16a8w,16a4w", help="comma-separated quantization schemes")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "quant"))
     args = ap.parse_args()
     if not QNNX.exists():
@@ -132,7 +133,7 @@ def main() -> None:
                       dynamo=False, opset_version=17)
     np.savez(work / "calib.npz", x=structured_images(16, args.size, 1)[:, None])  # 16 samples of [1, 3, H, W]
     files = {"fp16": f32}
-    for scheme in ("8a8w", "16a8w"):
+    for scheme in args.schemes.split(","):
         files[scheme] = work / f"{scheme}.onnx"
         qnnx("quantize", str(f32), "--calib", str(work / "calib.npz"), "--scheme", scheme, "-o", str(files[scheme]))
 
@@ -167,7 +168,7 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     out.with_suffix(".json").write_text(json.dumps({"commit": commit, "size": args.size, "runs": args.runs, "rows": rows}, indent=1))
     lines = [
-        f"{args.model} {args.size}x{args.size}, at {commit}: `python3 bench/quant.py --model {args.model} --runs {args.runs}`",
+        f"{args.model} {args.size}x{args.size}, at {commit}: `python3 bench/quant.py --model {args.model} --runs {args.runs} --schemes {args.schemes}`",
         "",
         "| build | SoC | engine | binary MB | median execute ms (emulator) | cosine | SQNR dB |",
         "|---|---|---|---|---|---|---|",

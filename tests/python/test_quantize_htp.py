@@ -294,3 +294,34 @@ def test_16a4w(fixture, target, request):
     model, samples, inputs = request.getfixturevalue(fixture)
     cos, _ = run_quantized(model, samples, inputs, TARGETS[target], "16a4w")
     assert cos >= FLOORS_4BIT[fixture]
+
+
+@pytest.fixture(scope="module")
+def mobilenet_v2():
+    """torchvision's mobilenet_v2 as resnet18 above, at 96x96."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.mobilenet_v2()
+    images = structured_images(32 + 16 + 2, 96)
+    refresh_batchnorm_on(model, images[:32])
+    return model, images[32:48], images[48:]
+
+
+@pytest.mark.parametrize("scheme", list(FLOORS))
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_mobilenet_v2_is_as_good_as_pytorchs_own_quantized_model(mobilenet_v2, target, scheme):
+    # Random-weight mobilenet_v2 misses the floors in PyTorch already: its converted PT2E model
+    # (the same arithmetic, no QNN) has cosine 0.887 at 8a8w and 0.959 at 16a8w. Its 8-bit
+    # weights cost it (weights alone, rounded per channel in float: 0.959; its first conv alone:
+    # 0.985), not the lowering. So the HTP is held to PyTorch's own quantized model, not to the
+    # floor. Measured on the emulator: 0.89925 / 0.89865 (8a8w, SoC 60 / QCS6490), 0.95926 /
+    # 0.95915 (16a8w).
+    from test_quantize import qdq
+
+    model, samples, inputs = mobilenet_v2
+    q, _ = qdq(model.eval(), (inputs[0],), scheme, samples=[(x,) for x in samples])
+    with torch.no_grad():
+        pt2e = min(cosine(q.converted(x)[0], model(x)) for x in inputs)
+    cos, _ = run_quantized(model, samples, inputs, TARGETS[target], scheme)
+    print(f"mobilenet_v2 {scheme}: PT2E's own model {pt2e:.5f}")
+    assert cos >= pt2e - 0.005

@@ -423,13 +423,22 @@ pub fn write_qdq(
     report.activations = encodings.len();
     report.weights = weights.len();
     report.requantized = requant.pairs.len();
+    // Before opset 21 ONNX's QuantizeLinear/DequantizeLinear take neither 16-bit nor 4-bit
+    // types: ONNX Runtime's com.microsoft ones do.
     let contrib = encodings
         .values()
         .chain(requant.pairs.values().map(|(_, e)| e))
-        .any(|e| e.storage == DType::U16)
+        .chain(weights.values())
+        .any(needs_contrib)
         && opset < 21;
     let bytes = rewrite(onnx_bytes, model, &encodings, &weights, &requant, contrib)?;
     Ok((bytes, report))
+}
+
+/// Whether an encoding's type needs opset 21's QuantizeLinear/DequantizeLinear (or ONNX
+/// Runtime's com.microsoft ones before it): 16-bit activations and 4-bit weights.
+fn needs_contrib(e: &Encoding) -> bool {
+    matches!(e.storage, DType::U16 | DType::I4 | DType::U4)
 }
 
 /// The IR node of a NodeProto, for the registry's per-node questions (attributes only).
@@ -525,7 +534,7 @@ fn rewrite_graph(
 ) -> Result<Vec<u8>> {
     let bad = |e: String| invalid(format!("the model's protobuf: {e}"));
     let domain = |e: &Encoding| {
-        if contrib && e.storage == DType::U16 {
+        if contrib && needs_contrib(e) {
             "com.microsoft"
         } else {
             ""
@@ -803,6 +812,35 @@ mod tests {
             .unwrap();
         let v = f32::from_le_bytes(scale.raw_data.as_ref().unwrap()[..4].try_into().unwrap());
         assert_eq!(v, 1.0 / 65536.0, "16-bit Sigmoid's fixed output scale");
+    }
+
+    #[test]
+    fn four_bit_weights_are_packed_int4_behind_a_contrib_dequantize_before_opset_21() {
+        let (m, r) = write(Scheme::A16W4, vec![]);
+        assert!(r.weights >= 1, "{r:?}");
+        let g = m.graph.clone().unwrap();
+        let w = g
+            .initializer
+            .iter()
+            .find(|t| t.data_type == Some(DType::I4.to_onnx()))
+            .expect("an INT4 weight");
+        let n: i64 = w.dims.iter().product();
+        assert_eq!(
+            w.raw_data.as_ref().unwrap().len() as i64,
+            (n + 1) / 2,
+            "packed"
+        );
+        let name = w.name.clone().unwrap();
+        let dq = g.node.iter().find(|n| n.input[0] == name).unwrap();
+        assert_eq!(dq.domain.as_deref(), Some("com.microsoft"));
+        // The lowering reads it back as 4-bit fixed point.
+        let model = crate::Model::from_proto(&m, None).unwrap();
+        let plan = crate::lower(model, &crate::LowerOptions::default()).unwrap();
+        assert!(
+            plan.tensors.iter().any(|t| t.dtype == DType::I4),
+            "{}",
+            plan.dump()
+        );
     }
 
     #[test]

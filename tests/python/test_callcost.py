@@ -4,6 +4,7 @@ test_partition_htp.py."""
 
 import time
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -63,8 +64,8 @@ def test_island_times_of_a_split_graph():
     # weigh: a cost between the two times keeps the slower island only, and names both numbers.
     lo, hi = sorted(times)
     w = _partition.weigh(gm, p, times, (lo + hi) / 2, "measured")
-    assert len(w.partitions) == len(p.partitions) - 1 and w.eager_us == [hi]
-    assert w.islands == {part[0]: t for part, t in zip(p.partitions, times)}
+    assert len(w.partitions) == len(p.partitions) - 1 and w.eager_us == [pytest.approx(hi, abs=1e-3)]
+    assert w.islands == {part[0]: pytest.approx(t, abs=1e-3) for part, t in zip(p.partitions, times)}
     dropped = p.partitions[times.index(lo)]
     assert all("island eager time" in w.eager[n] and "< measured QNN call cost" in w.eager[n] for n in dropped), w.eager
     assert list(w.eager) == sorted(w.eager, key=[n.name for n in gm.graph.nodes].index)

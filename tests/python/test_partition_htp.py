@@ -465,7 +465,7 @@ def test_a_warm_start_reuses_the_cost_decision_without_measuring(tmp_path, fresh
     [alias] = list((tmp_path / "fx").glob("*.split.json"))
     record = json.loads(alias.read_text())["plan"]
     assert record["rule"] == {"min_partition_size": 3, "partition_cost": "measure"}, record
-    assert record["cost"]["call_cost_us"] == cold.plan.call_cost_us, record
+    assert record["cost"]["call_cost_ns"] == round(cold.plan.call_cost_us * 1000), record
     # A new process: no measured cost, no dynamo cache.
     _policy._CALL_COSTS.clear()
     torch._dynamo.reset()
@@ -493,3 +493,52 @@ def test_partition_cost_is_checked(bad):
 @pytest.mark.parametrize("good", ["measure", 0, 50, 12.5])
 def test_partition_cost_values(good):
     assert qnnx_backend.parse_options({"partition_cost": good}).partition_cost == good
+
+
+class ClampDet(nn.Module):
+    """A conv clamped below by a tensor input (ONNX Clip whose `min` is a graph input: the HTP
+    needs it as a constant, so only fix_inputs makes it run), a det, then a conv block."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x, lo):
+        y = torch.relu(torch.clamp(self.c1(x), min=lo) * 2)
+        d = torch.linalg.det(y[..., :3, :3])
+        y = torch.tanh(y) * torch.sigmoid(d)[..., None, None]
+        return torch.relu(self.c2(y)).mean((2, 3))
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("key", ["lo", "l_lo_", "input_1"])
+def test_a_graph_with_fix_inputs_is_partitioned_with_the_value_bound_where_it_is_read(key):
+    torch.manual_seed(0)
+    m = ClampDet().eval()
+    x, lo = torch.randn(1, 3, 8, 8), torch.tensor(0.1)
+    # Without the fixed value the clamp is refused too and stays eager.
+    [free] = qnnx_backend.explain(m, (x, lo), OPTIONS)
+    assert "clamp" in free["eager"] and "must be a constant" in free["eager"]["clamp"], free
+    made = []
+
+    def backend(gm, inputs):
+        made.append(qnnx_backend.qnn_backend(gm, inputs, options={**OPTIONS, "fix_inputs": {key: 0.1}}))
+        return made[-1]
+
+    compiled = torch.compile(m, backend=backend)
+    got, ours = run_with_warnings(compiled, x, lo)
+    with torch.inference_mode():
+        assert_close_to_eager(got, m(x, lo), rel=2e-2)
+    [msg] = ours
+    assert "2 QNN partition(s)" in msg and "1 FX node(s) on the CPU" in msg and "Det" in msg, msg
+    stats = qnnx_backend.STATS
+    assert (stats["partitions"], stats["compiles"], stats["fallbacks"]) == (2, 1, 0), stats
+    [graph] = made[0].graphs.values()
+    parts = [p for name, p in graph.module.named_children() if name.startswith("qnn_partition_")]
+    # The partition that reads lo has it fixed under its placeholder's name (a whole-graph
+    # name such as input_1 would name another input of a partition); the other has none.
+    assert [p.settings.fix_inputs for p in parts] == [{"l_lo_": 0.1}, None], [p.settings.fix_inputs for p in parts]
+    # The value is still checked at each call of the partition.
+    with torch.inference_mode(), pytest.raises(qnnx_backend.exceptions.InputError, match="assumes 0.1"):
+        compiled(x, torch.tensor(0.5))

@@ -336,6 +336,10 @@ def weigh(
     _callcost for why the criterion is this one). A partition with no time (one the eager run
     does not reach) is kept: nothing says it is cheap."""
     label = "measured QNN call cost" if source == "measured" else "partition_cost"
+    # Whole nanoseconds: what a split alias stores (as integers, which JSON carries exactly),
+    # so that a warm start's plan equals this one to the last bit.
+    cost_us = round(cost_us * 1000) / 1000
+    times = [None if t is None else round(t * 1000) / 1000 for t in times]
     kept, shares, kept_times = [], [], []
     eager = dict(p.eager)
     islands = {}

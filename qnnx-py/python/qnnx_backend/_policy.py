@@ -272,18 +272,13 @@ class QnnCallable(_Serializable):
 
     def can_partition(self) -> bool:
         """Whether a graph with unsupported nodes may be split (else it falls back whole).
-        Not (yet) for KV cache graphs (the replayed writes), fix_inputs (names of the whole
-        graph's inputs) and the mixed-precision search (``target_sqnr_db``: one search per
-        graph). A quantized graph's partitions are each calibrated on the inputs the
-        calibration samples give them, their float boundaries quantized inside each QNN graph."""
+        Not (yet) for KV cache graphs (the replayed writes) and the mixed-precision search
+        (``target_sqnr_db``: one search per graph). A quantized graph's partitions are each
+        calibrated on the inputs the calibration samples give them, their float boundaries
+        quantized inside each QNN graph. With ``fix_inputs``, each partition that reads a fixed
+        input has it fixed (``partition_fix_inputs``)."""
         s = self.settings
-        return (
-            self.may_partition
-            and s.target_sqnr_db is None
-            and self.kv_plan is None
-            and self.refusal is None
-            and not fixed_values(s.fix_inputs)
-        )
+        return self.may_partition and s.target_sqnr_db is None and self.kv_plan is None and self.refusal is None
 
     def partitioned(
         self, args: Sequence[Any], device: str, tensor_idx: Sequence[int], runtime_tensors: Sequence[torch.Tensor]
@@ -297,7 +292,10 @@ class QnnCallable(_Serializable):
         except _export.EXPORT_ERRORS as e:
             return None, f"the per-node export failed: {e}"
         STATS["exports"] += 1
-        unsupported = _partition.unsupported_nodes(onnx_bytes, device)
+        # The scoped export's inputs are the whole export's (input_<j> for the same arguments):
+        # the same fixed values fold the same nodes.
+        fixed = onnx_fix_inputs(self.gm, tensor_idx, self.settings.fix_inputs)
+        unsupported = _partition.unsupported_nodes(onnx_bytes, device, fix_inputs=fixed)
         by_fx, orphans = _partition.map_unsupported(unsupported, names)
         if orphans:
             return None, "ONNX node(s) of no FX node refused: " + ", ".join(n.node for n in orphans)
@@ -368,11 +366,13 @@ class QnnCallable(_Serializable):
             warnings.warn(f"qnn backend dry run on {device}: this graph would be split\n{plan.text()}", RuntimeWarning, stacklevel=4)
             return None, None
         stitched = _partition.split(self.export_gm, plan)
-        sub_settings = dataclasses.replace(s, device=device)
+        tensor_idx = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
         parts = []
         for i in range(len(plan.partitions)):
             name = f"qnn_partition_{i}"
-            parts.append(_PartitionModule(stitched.get_submodule(name), sub_settings))
+            graph = stitched.get_submodule(name)
+            fixed = partition_fix_inputs(self.gm, tensor_idx, s.fix_inputs, graph)
+            parts.append(_PartitionModule(graph, dataclasses.replace(s, device=device, fix_inputs=fixed)))
             setattr(stitched, name, parts[-1])
         if cached is not None:
             if not self.load_together(stitched, parts, args, device, *cached):
@@ -467,11 +467,12 @@ class QnnCallable(_Serializable):
             logger.warning("qnn: a partition was not reached by the recording run; compiling each on its own")
             return None
         calibration = self.partition_samples(stitched, parts, args) if s.quantize is not None else None
-        callables, onnx_list = [], []
+        callables, onnx_list, fix_list = [], [], []
         try:
             for k, (p, sub_args) in enumerate(zip(parts, recorded)):
                 c = QnnCallable(p.graph, sub_args, p.settings, may_partition=False)
                 idx = [i for i in c.runtime if isinstance(sub_args[i], torch.Tensor)]
+                fix_list.append(onnx_fix_inputs(c.gm, idx, p.settings.fix_inputs))
                 if calibration is None:
                     frozen = _export.Frozen(c.export_gm, sub_args, idx)
                     onnx_list.append(_export.export(frozen, [sub_args[i] for i in idx], s))
@@ -497,6 +498,7 @@ class QnnCallable(_Serializable):
                 opt_level=s.opt_level,
                 weight_sharing=False,
                 cache_dir=_cache_dir(s),
+                fix_inputs=fix_list,
             )
         except _FALLBACK_ERRORS as e:
             logger.warning("qnn: the partitions do not compile as one context (%s); compiling each on its own", e)
@@ -736,30 +738,50 @@ def _argument_name(placeholder: str) -> str:
     return name[:-1] if name.endswith("_") else name
 
 
-def onnx_fix_inputs(gm: torch.fx.GraphModule, tensor_idx: Sequence[int], fix_inputs: Any) -> dict[str, str]:
-    """The ``fix_inputs`` setting for the ONNX export of ``gm``, whose input ``input_<j>`` is
-    argument ``tensor_idx[j]``: keys are matched against the exported name, dynamo's placeholder
-    name and target, and the ``forward`` argument they stand for. Keys that match no input of
-    this graph are left out (with graph breaks they may be another graph's)."""
-    values = fixed_values(fix_inputs)
-    if not values:
-        return {}
+def _fixed_matches(gm: torch.fx.GraphModule, tensor_idx: Sequence[int], fix_inputs: Any) -> list[tuple[int, str, str]]:
+    """(j, placeholder name, fix_inputs key) for each runtime tensor input ``input_<j>`` of
+    ``gm`` (argument ``tensor_idx[j]``) a key of ``fix_inputs`` names: keys are matched against
+    the exported name, dynamo's placeholder name and target, and the ``forward`` argument they
+    stand for. Keys that match no input of this graph are left out (with graph breaks they may
+    be another graph's)."""
+    if not fix_inputs:
+        return []
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    out = {}
+    out = []
     matched = set()
     for j, i in enumerate(tensor_idx):
         names = {f"input_{j}"}
-        if i < len(placeholders):
-            p = placeholders[i]
+        p = placeholders[i] if i < len(placeholders) else None
+        if p is not None:
             for n in (p.name, str(p.target)):
                 names.update((n, _argument_name(n)))
-        for key, text in values.items():
+        for key in fix_inputs:
             if key in names:
-                out[f"input_{j}"] = text
+                out.append((j, p.name if p is not None else f"input_{j}", key))
                 matched.add(key)
-    if set(values) - matched:
-        logger.info("qnn: fix_inputs %s name no input of this graph", sorted(set(values) - matched))
+    if set(fix_inputs) - matched:
+        logger.info("qnn: fix_inputs %s name no input of this graph", sorted(set(fix_inputs) - matched))
     return out
+
+
+def onnx_fix_inputs(gm: torch.fx.GraphModule, tensor_idx: Sequence[int], fix_inputs: Any) -> dict[str, str]:
+    """The ``fix_inputs`` setting for the ONNX export of ``gm``, whose input ``input_<j>`` is
+    argument ``tensor_idx[j]`` (see ``_fixed_matches`` for how keys name inputs)."""
+    values = fixed_values(fix_inputs)
+    return {f"input_{j}": values[key] for j, _, key in _fixed_matches(gm, tensor_idx, values)}
+
+
+def partition_fix_inputs(
+    gm: torch.fx.GraphModule, tensor_idx: Sequence[int], fix_inputs: Any, partition: torch.fx.GraphModule
+) -> Optional[dict[str, Any]]:
+    """The ``fix_inputs`` of one QNN partition of ``gm``: the fixed inputs of ``gm`` that the
+    partition reads, keyed by their placeholder name (a partition's placeholders are named after
+    the nodes of ``gm`` they receive, so a whole-graph name such as ``input_1``, which would
+    name another input of the partition, never reaches it). None when it reads none."""
+    matches = _fixed_matches(gm, tensor_idx, fix_inputs)
+    reads = {n.name for n in partition.graph.nodes if n.op == "placeholder"}
+    out = {name: fix_inputs[key] for _, name, key in matches if name in reads}
+    return out or None
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], settings: QnnSettings) -> Callable:
@@ -803,7 +825,12 @@ def cost_record(plan: "_partition.Plan") -> Optional[dict]:
     """The cost decision of ``plan`` as a split alias stores it (None: the rule was off)."""
     if plan.call_cost_us is None:
         return None
-    return {"call_cost_us": plan.call_cost_us, "source": plan.cost_source, "islands": dict(plan.islands)}
+    # Integer nanoseconds (``weigh`` rounds to them): JSON floats may not read back to the bit.
+    return {
+        "call_cost_ns": round(plan.call_cost_us * 1000),
+        "source": plan.cost_source,
+        "islands_ns": {k: round(v * 1000) for k, v in plan.islands.items()},
+    }
 
 
 def parse_cost_record(rec: Any) -> Optional[dict]:
@@ -814,9 +841,9 @@ def parse_cost_record(rec: Any) -> Optional[dict]:
     if source not in ("measured", "partition_cost"):
         raise ValueError(f"cost source {source!r}")
     return {
-        "call_cost_us": float(rec["call_cost_us"]),
+        "call_cost_us": int(rec["call_cost_ns"]) / 1000,
         "source": source,
-        "islands": {str(k): float(v) for k, v in rec["islands"].items()},
+        "islands": {str(k): int(v) / 1000 for k, v in rec["islands_ns"].items()},
     }
 
 

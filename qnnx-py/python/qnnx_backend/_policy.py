@@ -862,6 +862,7 @@ def call_cost_us(device: str, s: QnnSettings) -> float:
     key = (device, soc_model, htp_arch)
     if key in _CALL_COSTS:
         return _CALL_COSTS[key]
+    t = time.perf_counter()
     native = _native.compile(
         _callcost.probe_onnx(), device=device, soc_model=soc_model, htp_arch=htp_arch, cache_dir=_cache_dir(s)
     )
@@ -875,7 +876,10 @@ def call_cost_us(device: str, s: QnnSettings) -> float:
         raise QnnxError(f"the call-cost probe graph on {device} returned {got.tolist()}, not x + 1")
     cost = _callcost.median_us(lambda: part(x), _callcost.PROBE_RUNS, _callcost.PROBE_WARMUP)
     STATS["call_cost_probes"] += 1
-    logger.info("qnn: one QNN graph call on %s costs %.0f us (median of %d)", device, cost, _callcost.PROBE_RUNS)
+    logger.info(
+        "qnn: one QNN graph call on %s costs %.0f us (median of %d; probe compiled and timed in %.0f ms)",
+        device, cost, _callcost.PROBE_RUNS, (time.perf_counter() - t) * 1e3,
+    )
     _CALL_COSTS[key] = cost
     return cost
 

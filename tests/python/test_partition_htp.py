@@ -542,3 +542,15 @@ def test_a_graph_with_fix_inputs_is_partitioned_with_the_value_bound_where_it_is
     # The value is still checked at each call of the partition.
     with torch.inference_mode(), pytest.raises(qnnx_backend.exceptions.InputError, match="assumes 0.1"):
         compiled(x, torch.tensor(0.5))
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("soc", [60, "QCS6490"])
+def test_the_call_cost_is_measured_once_per_target_also_without_a_float_path(soc, fresh_call_cost):
+    from qnnx_backend import _policy
+
+    # QCS6490 (v68) runs quantized graphs only: the probe is an int32 graph, which it runs.
+    s = qnnx_backend.parse_options({"device": "npu", "soc_model": soc})
+    cost = _policy.call_cost_us("npu", s)
+    assert cost > 0 and qnnx_backend.STATS["call_cost_probes"] == 1
+    assert _policy.call_cost_us("npu", s) == cost and qnnx_backend.STATS["call_cost_probes"] == 1

@@ -868,7 +868,8 @@ def call_cost_us(device: str, s: QnnSettings) -> float:
     )
     x = _callcost.probe_input()
     gm = torch.fx.symbolic_trace(_callcost.ProbeAddOne())
-    probe_settings = dataclasses.replace(s, device=device)
+    # The caller's other options (quantize, fix_inputs, ...) are the model's, not the probe's.
+    probe_settings = QnnSettings(device=device, soc_model=soc_model, htp_arch=htp_arch, check_nan=s.check_nan)
     part = _PartitionModule(gm, probe_settings)
     part.bind(QnnCallable(gm, [x], probe_settings, may_partition=False), native, [x], device)
     got = part(x)

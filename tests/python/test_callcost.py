@@ -58,6 +58,8 @@ def test_island_times_of_a_split_graph():
     p = _partition.plan(gm, {det: []}, 1)
     stitched = _partition.split(gm, p)
     times = _callcost.island_times(stitched, len(p.partitions), inputs, call_cost_us=1e9)
+    # Far above a tiny cost, the recording run alone decides (and is the time reported).
+    assert all(t is not None and t > 0 for t in _callcost.island_times(stitched, len(p.partitions), inputs, 1e-6))
     assert len(times) == len(p.partitions) >= 2 and all(t is not None and t > 0 for t in times), times
     # The submodules are put back as they were.
     assert all(isinstance(stitched.get_submodule(f"qnn_partition_{i}"), torch.fx.GraphModule) for i in range(len(times)))

@@ -37,6 +37,10 @@ ISLAND_RUNS = 5
 #: cost, and a large candidate's runs are the expensive ones.
 ISLAND_CLEAR = 10.0
 ISLAND_CLEAR_RUNS = 3
+#: A candidate whose first run (the one that records its inputs, which also warms it up) takes
+#: this many times the call cost is kept on that run alone: for a large model a candidate can
+#: take seconds eagerly, and a first run only overstates the steady-state time.
+ISLAND_FAR = 100.0
 
 PROBE_SHAPE = (4, 4)
 
@@ -96,8 +100,10 @@ def island_times(
 ) -> list[Optional[float]]:
     """The eager time in us of each partition submodule ``qnn_partition_<i>`` (i < ``count``) of
     ``stitched`` (a ``_partition.split``), on the inputs one eager run of ``stitched`` on
-    ``args`` gives it; None for a partition that run does not reach."""
+    ``args`` gives it; None for a partition that run does not reach. That run is each
+    partition's warm-up (and, ``ISLAND_FAR`` times above ``call_cost_us``, its only run)."""
     recorded: list[Optional[tuple]] = [None] * count
+    first_us: list[float] = [0.0] * count
     originals = [stitched.get_submodule(f"qnn_partition_{i}") for i in range(count)]
 
     class _Record(torch.nn.Module):
@@ -106,9 +112,13 @@ def island_times(
             self.i, self.inner = i, inner
 
         def forward(self, *a):
-            if recorded[self.i] is None:
-                recorded[self.i] = a
-            return self.inner(*a)
+            if recorded[self.i] is not None:
+                return self.inner(*a)
+            recorded[self.i] = a
+            t = time.perf_counter()
+            out = self.inner(*a)
+            first_us[self.i] = (time.perf_counter() - t) * 1e6
+            return out
 
     for i, inner in enumerate(originals):
         setattr(stitched, f"qnn_partition_{i}", _Record(i, inner))
@@ -119,9 +129,11 @@ def island_times(
         for i, inner in enumerate(originals):
             setattr(stitched, f"qnn_partition_{i}", inner)
     out: list[Optional[float]] = []
-    for inner, a in zip(originals, recorded):
+    for inner, a, first in zip(originals, recorded, first_us):
         if a is None:
             out.append(None)
-            continue
-        out.append(median_us(lambda: inner(*a), ISLAND_RUNS, 1, clear_above=ISLAND_CLEAR * call_cost_us))
+        elif first > ISLAND_FAR * call_cost_us:
+            out.append(first)
+        else:
+            out.append(median_us(lambda: inner(*a), ISLAND_RUNS, 0, clear_above=ISLAND_CLEAR * call_cost_us))
     return out

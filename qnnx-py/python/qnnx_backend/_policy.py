@@ -35,9 +35,9 @@ from .settings import QnnSettings, fixed_values
 
 logger = logging.getLogger("qnnx_backend")
 
-#: Counters of the work done in this process (exports, compiles, cache hits, fallbacks, and for
-#: quantized graphs calibrations and quantizations); tests use them to prove that a warm start
-#: skipped export, lowering and finalize.
+#: Counters of the work done in this process (exports, compiles, cache hits, fallbacks,
+#: partitions, call-cost probes, and for quantized graphs calibrations and quantizations);
+#: tests use them to prove that a warm start skipped export, lowering and finalize.
 STATS: collections.Counter = collections.Counter()
 
 _FALLBACK_ERRORS = (UnsupportedOpError, LoweringError, QnnApiError, LibraryLoadError)

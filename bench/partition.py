@@ -4,8 +4,11 @@ For small CNNs with 1 to 3 nodes the lowering refuses (`qnnx check` lists them: 
 TopK over a non-last axis from an argsort over channels, Asin/Acos/Erf), steady-state latency
 (median of --calls calls after --warmup calls, one process, SoC 60 on the emulated HTP) of
 
-- **qnnx partitioned**: `torch.compile(m, backend="qnn", options={"soc_model": 60})`, the
-  default: the supported parts as QNN partitions of one context, the refused nodes eager;
+- **qnnx default**: `torch.compile(m, backend="qnn", options={"soc_model": 60})`: runs of
+  supported nodes whose eager time beats the measured QNN call cost (`partition_cost="measure"`)
+  as QNN partitions of one context, the rest eager (the chosen partition count is reported);
+- **qnnx partitioned**: the same with `partition_cost=0` (no cost rule): every run of at least
+  `min_partition_size` supported nodes is a QNN partition, the refused nodes eager;
 - **whole fallback**: the same with `min_partition_size` larger than the graph, so the whole
   graph runs eagerly as before partitioning (dynamo's per-call cost included);
 - **ORT QNN EP**: ONNX Runtime with the QNN EP plugin (same libQnnHtp.so, SoC 60, HTP v73, fp16
@@ -116,8 +119,12 @@ def median_ms(fn, x, warmup: int, calls: int) -> float:
 def run_qnnx(model: nn.Module, x: torch.Tensor, want: torch.Tensor, options: dict, warmup: int, calls: int) -> dict:
     import qnnx_backend
 
+    from qnnx_backend import _policy
+
     torch._dynamo.reset()
     qnnx_backend.STATS.clear()
+    # Measured again for each variant (a few ms), so a row reports the cost only when it used it.
+    _policy._CALL_COSTS.clear()
     compiled = torch.compile(model, backend="qnn", options=options)
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
@@ -127,7 +134,9 @@ def run_qnnx(model: nn.Module, x: torch.Tensor, want: torch.Tensor, options: dic
         ms = median_ms(compiled, x, warmup, calls)
     del compiled
     torch._dynamo.reset()  # drop the QNN context before the next measurement
+    costs = list(_policy._CALL_COSTS.values())
     return {
+        "call_cost_us": costs[0] if costs else None,
         "median_ms": ms,
         "first_call_ms": first,
         "max_abs": float((got - want).abs().max()),
@@ -211,7 +220,8 @@ def main() -> None:
             eager_ms = median_ms(model, x, args.warmup, args.calls)
         base = {"model": name, "refused": MODELS[name].refused}
         variants = {
-            "qnnx partitioned": {"soc_model": 60},
+            "qnnx default (measured partition_cost)": {"soc_model": 60},
+            "qnnx partitioned (partition_cost=0)": {"soc_model": 60, "partition_cost": 0},
             # Larger than any partition: every graph falls back whole, as before partitioning.
             "qnnx whole fallback": {"soc_model": 60, "min_partition_size": 10**6},
         }
@@ -261,6 +271,8 @@ def main() -> None:
             parts = "0 (eager)"
         else:
             parts = str(r["qnn_partitions"])
+        if r.get("call_cost_us") is not None:
+            parts += f" (call cost {r['call_cost_us']:.0f} us)"
         lines.append(
             f"| {label} | {r['engine']} | {r['median_ms']:.2f} | {r['max_abs']:.1e} | {parts} | {r['eager_ms']:.2f} / {r['eager_after_ms']:.2f} |"
         )

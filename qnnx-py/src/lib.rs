@@ -436,8 +436,10 @@ fn compare(
 /// in the context. The x86_64 HTP library cannot load such binaries, so there a weight-shared
 /// compile is never cached (`cache_key` is None, with a warning in the log). Without weight
 /// sharing, `cache_dir` works as for `compile`, with one entry for all the models and settings.
+/// `fix_inputs`, one map per model (empty: none), fixes inputs of that model as `compile`'s
+/// `fix_inputs` does; they enter the cache key.
 #[pyfunction]
-#[pyo3(signature = (onnx_list, names, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, weight_sharing = true, cache_dir = None))]
+#[pyo3(signature = (onnx_list, names, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, weight_sharing = true, cache_dir = None, fix_inputs = None))]
 #[allow(clippy::too_many_arguments)]
 fn compile_many(
     py: Python<'_>,
@@ -450,6 +452,7 @@ fn compile_many(
     opt_level: Option<u8>,
     weight_sharing: bool,
     cache_dir: Option<&str>,
+    fix_inputs: Option<Vec<BTreeMap<String, String>>>,
 ) -> PyResult<Vec<Compiled>> {
     let t = target(device, soc_model, htp_arch)?;
     if onnx_list.len() != names.len() {
@@ -459,13 +462,23 @@ fn compile_many(
             names.len()
         )));
     }
+    let mut fix_inputs = fix_inputs.unwrap_or_else(|| vec![BTreeMap::new(); onnx_list.len()]);
+    if fix_inputs.len() != onnx_list.len() {
+        return Err(PyValueError::new_err(format!(
+            "{} models but {} fix_inputs maps",
+            onnx_list.len(),
+            fix_inputs.len()
+        )));
+    }
     let cache = open_cache(py, cache_dir)?;
     let specs: Vec<GraphSpec> = onnx_list
         .iter()
         .zip(&names)
-        .map(|(onnx, name)| GraphSpec {
+        .zip(fix_inputs.iter_mut())
+        .map(|((onnx, name), fixed)| GraphSpec {
             name: name.clone(),
             onnx: &onnx[..],
+            fix_inputs: std::mem::take(fixed),
             ..Default::default()
         })
         .collect();

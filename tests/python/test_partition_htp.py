@@ -1,6 +1,7 @@
 """Partitioning on the emulated HTP (SoC 60): a graph with nodes the lowering refuses runs its
 supported parts as QNN partitions and the rest eagerly, in one stitched GraphModule; strict
-still raises; islands below min_partition_size stay eager."""
+still raises; islands below min_partition_size, or whose eager time is below the measured
+cost of a QNN call (partition_cost), stay eager."""
 
 import warnings
 
@@ -12,7 +13,11 @@ import qnnx_backend
 from conftest import assert_close_to_eager, compile_strict
 from qnnx_backend import _partition
 
-OPTIONS = {"device": "npu", "soc_model": 60}
+# The tests of the split itself use tiny inputs (fast on the emulator), whose islands take
+# about as long eagerly as one QNN call: the cost rule is off for them (partition_cost=0) and
+# tested on its own below, with models whose islands are far from the call cost either way.
+OPTIONS = {"device": "npu", "soc_model": 60, "partition_cost": 0}
+MEASURED = {"device": "npu", "soc_model": 60}
 
 
 class DetCNN(nn.Module):
@@ -339,3 +344,213 @@ def test_a_quantized_graph_is_split_into_calibrated_partitions_on_v68(tmp_path):
     stats = dict(qnnx_backend.STATS)
     assert (stats.get("exports", 0), stats.get("quantizations", 0), stats.get("compiles", 0)) == (0, 0, 0), stats
     torch.testing.assert_close(again, first)
+
+
+class WideDetCNN(DetCNN):
+    """DetCNN with 32 channels throughout: on [1, 3, 48, 48] each conv island takes hundreds of
+    us eagerly, several times a QNN call (tens of us on the emulator here)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 32, 3, padding=1)
+        self.c2 = nn.Conv2d(32, 32, 3, padding=1)
+        self.c3 = nn.Conv2d(32, 32, 3, padding=1)
+
+
+class PooledAlternating(nn.Module):
+    """A wide conv block pooled to [1, 32], then asin (refused) alternating with islands of two
+    elementwise ops on 32 numbers: each island takes a few us eagerly, well under one QNN call."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 32, 3, padding=1)
+        self.c2 = nn.Conv2d(32, 32, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x)))).mean((2, 3))
+        for _ in range(3):
+            y = torch.asin(torch.tanh(y) * 0.5)
+        return y
+
+
+def split_of(model, x, **options):
+    """(output, the Partitioned of ``model``'s one FX graph) after a call with ``options``."""
+    made = []
+
+    def backend(gm, inputs):
+        made.append(qnnx_backend.qnn_backend(gm, inputs, options={**MEASURED, **options}))
+        return made[-1]
+
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        out = torch.compile(model, backend=backend)(x)
+    [callable_] = made
+    [graph] = callable_.graphs.values()
+    return out, graph
+
+
+@pytest.fixture
+def fresh_call_cost(monkeypatch):
+    """No call cost measured yet in this process (it is measured once per process and target)."""
+    from qnnx_backend import _policy
+
+    monkeypatch.setattr(_policy, "_CALL_COSTS", {})
+
+
+@pytest.mark.htp
+def test_measured_cost_keeps_islands_far_above_a_qnn_call_on_qnn(fresh_call_cost):
+    torch.manual_seed(0)
+    m, x = WideDetCNN().eval(), torch.randn(1, 3, 48, 48)
+    [report] = qnnx_backend.explain(m, (x,), MEASURED)
+    cost = report["call_cost_us"]
+    assert cost is not None and cost > 0, report
+    assert [len(p) for p in report["partitions"]] == [5, 6], report
+    assert all(t > cost for t in report["partition_eager_us"]), report
+    assert list(report["eager"]) == ["d"], report
+    # The compile in the same process weighs the islands against the same measurement.
+    got, split = split_of(m, x)
+    with torch.inference_mode():
+        assert_close_to_eager(got, m(x), rel=2e-2)
+    assert split.plan.call_cost_us == cost and split.plan.cost_source == "measured"
+    stats = qnnx_backend.STATS
+    assert (stats["call_cost_probes"], stats["partitions"], stats["compiles"]) == (1, 2, 1), stats
+    assert "QNN call cost" in split.plan.text() and "eager " in split.plan.text()
+
+
+@pytest.mark.htp
+def test_islands_cheaper_than_a_qnn_call_stay_eager(fresh_call_cost):
+    torch.manual_seed(0)
+    m, x = PooledAlternating().eval(), torch.randn(1, 3, 48, 48)
+    # min_partition_size=1: the node count lets every island through, so what keeps the small
+    # ones eager is the measured cost alone.
+    [off] = qnnx_backend.explain(m, (x,), {**MEASURED, "min_partition_size": 1, "partition_cost": 0})
+    assert [len(p) for p in off["partitions"]] == [7, 2, 2] and off["call_cost_us"] is None, off
+    [report] = qnnx_backend.explain(m, (x,), {**MEASURED, "min_partition_size": 1})
+    cost = report["call_cost_us"]
+    assert [len(p) for p in report["partitions"]] == [7], report
+    assert report["partition_eager_us"][0] > cost, report
+    small = [n for p in off["partitions"][1:] for n in p]
+    for name in small:
+        why = report["eager"][name]
+        assert "island eager time " in why and f"< measured QNN call cost {cost:.1f} us" in why, why
+        assert float(why.split("island eager time ")[1].split(" us")[0]) < cost, why
+    got, split = split_of(m, x, min_partition_size=1)
+    with torch.inference_mode():
+        assert_close_to_eager(got, m(x), rel=2e-2)
+    assert len(split.plan.partitions) == 1 and qnnx_backend.STATS["partitions"] == 1
+
+
+@pytest.mark.htp
+def test_a_fixed_partition_cost_is_the_threshold():
+    torch.manual_seed(0)
+    m, x = WideDetCNN().eval(), torch.randn(1, 3, 48, 48)
+    [report] = qnnx_backend.explain(m, (x,), {**MEASURED, "partition_cost": 1e9})
+    assert report["partitions"] == [] and report["call_cost_us"] == 1e9, report
+    assert "< partition_cost 1000000000.0 us" in report["eager"]["conv2d"], report
+    assert "stays eager" in report["reasons"][0] or "worth a QNN call" in report["reasons"][0], report
+    assert qnnx_backend.STATS["call_cost_probes"] == 0
+
+
+@pytest.mark.htp
+def test_a_warm_start_reuses_the_cost_decision_without_measuring(tmp_path, fresh_call_cost):
+    import json
+
+    from qnnx_backend import _policy
+
+    torch.manual_seed(0)
+    m, x = WideDetCNN().eval(), torch.randn(1, 3, 48, 48)
+    options = {"cache": True, "cache_dir": str(tmp_path)}
+    first, cold = split_of(m, x, **options)
+    assert qnnx_backend.STATS["call_cost_probes"] == 1 and len(cold.plan.partitions) == 2
+    [alias] = list((tmp_path / "fx").glob("*.split.json"))
+    record = json.loads(alias.read_text())["plan"]
+    assert record["rule"] == {"min_partition_size": 3, "partition_cost": "measure"}, record
+    assert record["cost"]["call_cost_ns"] == round(cold.plan.call_cost_us * 1000), record
+    # A new process: no measured cost, no dynamo cache.
+    _policy._CALL_COSTS.clear()
+    torch._dynamo.reset()
+    qnnx_backend.STATS.clear()
+    again, warm = split_of(m, x, **options)
+    stats = dict(qnnx_backend.STATS)
+    assert (stats.get("call_cost_probes", 0), stats.get("exports", 0), stats.get("compiles", 0)) == (0, 0, 0), stats
+    # The same numbers (a new measurement would differ), so the same decision and report.
+    assert warm.plan.report() == cold.plan.report()
+    torch.testing.assert_close(again, first)
+    # Another partition_cost may choose other partitions than the cached context holds: the
+    # split alias is not used (the graph is exported and weighed again).
+    torch._dynamo.reset()
+    qnnx_backend.STATS.clear()
+    _, other = split_of(m, x, partition_cost=0, **options)
+    assert qnnx_backend.STATS["exports"] >= 1 and other.plan.call_cost_us is None
+
+
+@pytest.mark.parametrize("bad", ["fast", -1, float("nan"), float("inf"), True, None, [1]])
+def test_partition_cost_is_checked(bad):
+    with pytest.raises(ValueError, match="partition_cost"):
+        qnnx_backend.parse_options({"partition_cost": bad})
+
+
+@pytest.mark.parametrize("good", ["measure", 0, 50, 12.5])
+def test_partition_cost_values(good):
+    assert qnnx_backend.parse_options({"partition_cost": good}).partition_cost == good
+
+
+class ClampDet(nn.Module):
+    """A conv clamped below by a tensor input (ONNX Clip whose `min` is a graph input: the HTP
+    needs it as a constant, so only fix_inputs makes it run), a det, then a conv block."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x, lo):
+        y = torch.relu(torch.clamp(self.c1(x), min=lo) * 2)
+        d = torch.linalg.det(y[..., :3, :3])
+        y = torch.tanh(y) * torch.sigmoid(d)[..., None, None]
+        return torch.relu(self.c2(y)).mean((2, 3))
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("key", ["lo", "l_lo_", "input_1"])
+def test_a_graph_with_fix_inputs_is_partitioned_with_the_value_bound_where_it_is_read(key):
+    torch.manual_seed(0)
+    m = ClampDet().eval()
+    x, lo = torch.randn(1, 3, 8, 8), torch.tensor(0.1)
+    # Without the fixed value the clamp is refused too and stays eager.
+    [free] = qnnx_backend.explain(m, (x, lo), OPTIONS)
+    assert "clamp" in free["eager"] and "must be a constant" in free["eager"]["clamp"], free
+    made = []
+
+    def backend(gm, inputs):
+        made.append(qnnx_backend.qnn_backend(gm, inputs, options={**OPTIONS, "fix_inputs": {key: 0.1}}))
+        return made[-1]
+
+    compiled = torch.compile(m, backend=backend)
+    got, ours = run_with_warnings(compiled, x, lo)
+    with torch.inference_mode():
+        assert_close_to_eager(got, m(x, lo), rel=2e-2)
+    [msg] = ours
+    assert "2 QNN partition(s)" in msg and "1 FX node(s) on the CPU" in msg and "Det" in msg, msg
+    stats = qnnx_backend.STATS
+    assert (stats["partitions"], stats["compiles"], stats["fallbacks"]) == (2, 1, 0), stats
+    [graph] = made[0].graphs.values()
+    parts = [p for name, p in graph.module.named_children() if name.startswith("qnn_partition_")]
+    # The partition that reads lo has it fixed under its placeholder's name (a whole-graph
+    # name such as input_1 would name another input of a partition); the other has none.
+    assert [p.settings.fix_inputs for p in parts] == [{"l_lo_": 0.1}, None], [p.settings.fix_inputs for p in parts]
+    # The value is still checked at each call of the partition.
+    with torch.inference_mode(), pytest.raises(qnnx_backend.exceptions.InputError, match="assumes 0.1"):
+        compiled(x, torch.tensor(0.5))
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("soc", [60, "QCS6490"])
+def test_the_call_cost_is_measured_once_per_target_also_without_a_float_path(soc, fresh_call_cost):
+    from qnnx_backend import _policy
+
+    # QCS6490 (v68) runs quantized graphs only: the probe is an int32 graph, which it runs.
+    s = qnnx_backend.parse_options({"device": "npu", "soc_model": soc})
+    cost = _policy.call_cost_us("npu", s)
+    assert cost > 0 and qnnx_backend.STATS["call_cost_probes"] == 1
+    assert _policy.call_cost_us("npu", s) == cost and qnnx_backend.STATS["call_cost_probes"] == 1

@@ -162,7 +162,9 @@ def explain(model: Any, example_inputs: Any, options: Optional[dict] = None) -> 
     the lowering. One dict per graph: ``device`` (the one checked, None when none could be),
     ``whole`` (every node runs on it), ``partitions`` (the FX node names of each QNN partition
     of a partly supported graph), ``param_shares`` (each partition's share of the graph's
-    parameter elements), ``eager`` (FX node -> why it stays on the CPU) and
+    parameter elements), ``partition_eager_us`` (each partition's median eager time on the
+    host), ``call_cost_us`` (the QNN call cost the islands were weighed against, None when the
+    ``partition_cost`` rule is off), ``eager`` (FX node -> why it stays on the CPU) and
     ``reasons`` (why a graph falls back whole). The model runs eagerly once."""
     import warnings
 
@@ -196,6 +198,8 @@ def explain(model: Any, example_inputs: Any, options: Optional[dict] = None) -> 
                 "whole": bool(o.get("whole")),
                 "partitions": [p["nodes"] for p in report["partitions"]],
                 "param_shares": [p["param_share"] for p in report["partitions"]],
+                "partition_eager_us": [p["eager_us"] for p in report["partitions"]],
+                "call_cost_us": report.get("call_cost_us"),
                 "eager": report["eager"],
                 "reasons": list(o.get("reasons", [])),
             }

@@ -163,6 +163,7 @@ def compile_many(
     opt_level: Optional[int] = None,
     weight_sharing: bool = True,
     cache_dir: Optional[str] = None,
+    fix_inputs: Optional[list[dict[str, str]]] = None,
 ) -> list[Compiled]: ...
 def load_cached(
     key: str,

@@ -4,16 +4,17 @@ The support queries the backend asks the native module, as structured records: t
 own per-node decision for a model (``unsupported_nodes``, the ``qnnx check`` answer) and the
 backend's op table (``op_support``, ``op-tables/<backend>.toml``). Neither opens QNN.
 
-The partitioner (``scoped``, ``map_unsupported``, ``plan``, ``split``) maps the ONNX nodes the
-lowering refuses back to the FX nodes they come from and splits the FX graph into QNN
-partitions and eager nodes; _policy compiles each partition like a whole graph.
+The partitioner (``scoped``, ``map_unsupported``, ``plan``, ``weigh``, ``split``) maps the ONNX
+nodes the lowering refuses back to the FX nodes they come from and splits the FX graph into QNN
+partitions and eager nodes, leaving eager the islands whose eager time is below a QNN call's
+cost (measured by _callcost); _policy compiles each partition like a whole graph.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Iterable, Mapping, NamedTuple, Optional
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -219,19 +220,36 @@ class Plan:
     param_shares: list[Optional[float]] = dataclasses.field(default_factory=list)
     """Per partition, the share of the graph's parameter and buffer elements its nodes use
     (None where unknown)."""
+    call_cost_us: Optional[float] = None
+    """The per-call cost of a QNN graph the islands were weighed against (``weigh``); None when
+    the cost rule is off (``partition_cost=0``) or was not reached."""
+    cost_source: Optional[str] = None
+    """Where ``call_cost_us`` comes from: "measured" (the probe graph on the backend, in this
+    process or in the one that cached the split) or "partition_cost" (the option's number)."""
+    eager_us: list[Optional[float]] = dataclasses.field(default_factory=list)
+    """Per partition, its median eager time on the host in us (None where not measured)."""
+    islands: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Every island weighed, kept or not: its first FX node -> its eager time in us (what a
+    split alias stores, so that a warm start takes the same decision without measuring)."""
 
     def report(self) -> dict:
         """The plan as a dict for programs."""
         return {
             "partitions": [
-                {"nodes": list(p), "size": len(p), "param_share": self.share(i)} for i, p in enumerate(self.partitions)
+                {"nodes": list(p), "size": len(p), "param_share": self.share(i), "eager_us": self.time(i)}
+                for i, p in enumerate(self.partitions)
             ],
             "eager": dict(self.eager),
             "total_nodes": self.total,
+            "call_cost_us": self.call_cost_us,
+            "cost_source": self.cost_source,
         }
 
     def share(self, i: int) -> Optional[float]:
         return self.param_shares[i] if i < len(self.param_shares) else None
+
+    def time(self, i: int) -> Optional[float]:
+        return self.eager_us[i] if i < len(self.eager_us) else None
 
     def text(self) -> str:
         """The plan as the warning and the dry run print it."""
@@ -240,7 +258,16 @@ class Plan:
         for i, p in enumerate(self.partitions):
             share = self.share(i)
             params = f", {share:.0%} of the parameters" if share is not None else ""
-            lines.append(f"  partition {i}: {len(p)} nodes{params} ({', '.join(p[:6])}{', ...' if len(p) > 6 else ''})")
+            t = self.time(i)
+            timed = f", eager {t:.0f} us" if t is not None else ""
+            lines.append(
+                f"  partition {i}: {len(p)} nodes{params}{timed} ({', '.join(p[:6])}{', ...' if len(p) > 6 else ''})"
+            )
+        if self.call_cost_us is not None:
+            lines.append(
+                f"QNN call cost {self.call_cost_us:.0f} us ({self.cost_source}): an island whose eager time "
+                "is below it stays eager (partition_cost)"
+            )
         lines.append(f"{len(self.eager)} FX node(s) on the CPU (eager PyTorch):")
         lines.extend(f"  {name}: {why}" for name, why in self.eager.items())
         return "\n".join(lines)
@@ -299,6 +326,38 @@ def plan(
         used = {i.name for name in names for i in by_name[name].all_input_nodes if i.name in param_sizes}
         shares.append(sum(param_sizes[u] for u in used) / total_params)
     return Plan(partitions, eager, len(calls), shares)
+
+
+def weigh(
+    gm: torch.fx.GraphModule, p: Plan, times: Sequence[Optional[float]], cost_us: float, source: str
+) -> Plan:
+    """``p`` with each partition whose eager time (``times``, per partition, in us) is not
+    above ``cost_us`` moved to the eager nodes, with the two numbers as the reason (see
+    _callcost for why the criterion is this one). A partition with no time (one the eager run
+    does not reach) is kept: nothing says it is cheap."""
+    label = "measured QNN call cost" if source == "measured" else "partition_cost"
+    # Whole nanoseconds: what a split alias stores (as integers, which JSON carries exactly),
+    # so that a warm start's plan equals this one to the last bit.
+    cost_us = round(cost_us * 1000) / 1000
+    times = [None if t is None else round(t * 1000) / 1000 for t in times]
+    kept, shares, kept_times = [], [], []
+    eager = dict(p.eager)
+    islands = {}
+    for i, (names, t) in enumerate(zip(p.partitions, times)):
+        if t is not None:
+            islands[names[0]] = float(t)
+        if t is None or t > cost_us:
+            kept.append(names)
+            shares.append(p.share(i))
+            kept_times.append(t)
+            continue
+        for name in names:
+            eager[name] = (
+                f"in an island of {len(names)} node(s): island eager time {t:.1f} us < {label} {cost_us:.1f} us"
+            )
+    in_graph = {n.name: i for i, n in enumerate(n for n in gm.graph.nodes if n.op in _CALLS)}
+    eager = dict(sorted(eager.items(), key=lambda kv: in_graph.get(kv[0], len(in_graph))))
+    return Plan(kept, eager, p.total, shares, float(cost_us), source, kept_times, islands)
 
 
 def split(gm: torch.fx.GraphModule, p: Plan) -> torch.fx.GraphModule:

@@ -9,7 +9,8 @@ the returned callable checks each call's inputs against the compiled signature, 
 memory to QNN without copies, and returns torch tensors (_runtime).
 
 Without ``strict``, a graph the lowering refuses some nodes of is split (``partitioned``): the
-FX nodes behind the refused ONNX nodes and runs shorter than ``min_partition_size`` stay eager,
+FX nodes behind the refused ONNX nodes, runs shorter than ``min_partition_size`` and runs whose
+eager time is below the measured cost of a QNN call (``partition_cost``, _callcost) stay eager,
 the rest become QNN partitions, all compiled as graphs of one context (``compile_together``).
 """
 
@@ -26,7 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from . import _calibrate, _export, _fingerprint, _kvcache, _mixed, _native, _partition, _quantize, _runtime, _strict
+from . import _calibrate, _callcost, _export, _fingerprint, _kvcache, _mixed, _native, _partition, _quantize, _runtime, _strict
 from ._decompose import decompose
 from ._runtime import CompiledGraph
 from .exceptions import CacheError, LibraryLoadError, LoweringError, QnnApiError, QnnxError, UnsupportedOpError
@@ -34,9 +35,9 @@ from .settings import QnnSettings, fixed_values
 
 logger = logging.getLogger("qnnx_backend")
 
-#: Counters of the work done in this process (exports, compiles, cache hits, fallbacks, and for
-#: quantized graphs calibrations and quantizations); tests use them to prove that a warm start
-#: skipped export, lowering and finalize.
+#: Counters of the work done in this process (exports, compiles, cache hits, fallbacks,
+#: partitions, call-cost probes, and for quantized graphs calibrations and quantizations);
+#: tests use them to prove that a warm start skipped export, lowering and finalize.
 STATS: collections.Counter = collections.Counter()
 
 _FALLBACK_ERRORS = (UnsupportedOpError, LoweringError, QnnApiError, LibraryLoadError)
@@ -271,18 +272,13 @@ class QnnCallable(_Serializable):
 
     def can_partition(self) -> bool:
         """Whether a graph with unsupported nodes may be split (else it falls back whole).
-        Not (yet) for KV cache graphs (the replayed writes), fix_inputs (names of the whole
-        graph's inputs) and the mixed-precision search (``target_sqnr_db``: one search per
-        graph). A quantized graph's partitions are each calibrated on the inputs the
-        calibration samples give them, their float boundaries quantized inside each QNN graph."""
+        Not (yet) for KV cache graphs (the replayed writes) and the mixed-precision search
+        (``target_sqnr_db``: one search per graph). A quantized graph's partitions are each
+        calibrated on the inputs the calibration samples give them, their float boundaries
+        quantized inside each QNN graph. With ``fix_inputs``, each partition that reads a fixed
+        input has it fixed (``partition_fix_inputs``)."""
         s = self.settings
-        return (
-            self.may_partition
-            and s.target_sqnr_db is None
-            and self.kv_plan is None
-            and self.refusal is None
-            and not fixed_values(s.fix_inputs)
-        )
+        return self.may_partition and s.target_sqnr_db is None and self.kv_plan is None and self.refusal is None
 
     def partitioned(
         self, args: Sequence[Any], device: str, tensor_idx: Sequence[int], runtime_tensors: Sequence[torch.Tensor]
@@ -296,7 +292,10 @@ class QnnCallable(_Serializable):
         except _export.EXPORT_ERRORS as e:
             return None, f"the per-node export failed: {e}"
         STATS["exports"] += 1
-        unsupported = _partition.unsupported_nodes(onnx_bytes, device)
+        # The scoped export's inputs are the whole export's (input_<j> for the same arguments):
+        # the same fixed values fold the same nodes.
+        fixed = onnx_fix_inputs(self.gm, tensor_idx, self.settings.fix_inputs)
+        unsupported = _partition.unsupported_nodes(onnx_bytes, device, fix_inputs=fixed)
         by_fx, orphans = _partition.map_unsupported(unsupported, names)
         if orphans:
             return None, "ONNX node(s) of no FX node refused: " + ", ".join(n.node for n in orphans)
@@ -304,36 +303,76 @@ class QnnCallable(_Serializable):
             return None, "the per-node export has no unsupported node"
         return self.split_and_compile(args, device, by_fx)
 
-    def plan_for(self, args: Sequence[Any], by_fx: dict) -> "_partition.Plan":
+    def plan_for(
+        self, args: Sequence[Any], by_fx: dict, device: str, stored: Optional[dict] = None
+    ) -> "_partition.Plan":
+        """The split for refused FX nodes ``by_fx``: runs of at least ``min_partition_size``
+        supported nodes, each then weighed by its eager time against the QNN call cost
+        (``partition_cost``; see _callcost). ``stored`` is the decision a split alias recorded
+        (``cost_record``): its times and cost are reused, so a warm start splits the graph as
+        the process that cached it did, without measuring (timings vary from run to run; the
+        cached context holds exactly the partitions that process chose)."""
+        s = self.settings
         placeholders = [n for n in self.export_gm.graph.nodes if n.op == "placeholder"]
         param_sizes = {
             p.name: a.numel()
             for p, a in zip(placeholders, args)
             if isinstance(a, torch.Tensor) and _export.is_static(a)
         }
-        return _partition.plan(self.export_gm, by_fx, self.settings.min_partition_size, param_sizes)
+        plan = _partition.plan(self.export_gm, by_fx, s.min_partition_size, param_sizes)
+        if s.partition_cost == 0 or not plan.partitions:
+            return plan
+        if stored is not None:
+            times = [stored["islands"].get(p[0]) for p in plan.partitions]
+            return _partition.weigh(self.export_gm, plan, times, stored["call_cost_us"], stored["source"])
+        if s.partition_cost == "measure":
+            try:
+                cost, source = call_cost_us(device, s), "measured"
+            except _FALLBACK_ERRORS as e:
+                # The partitions themselves may still compile: without a cost, only
+                # min_partition_size decides.
+                logger.warning("qnn: could not measure the QNN call cost on %s (%s); islands are not weighed", device, e)
+                return plan
+        else:
+            cost, source = float(s.partition_cost), "partition_cost"
+        t = time.perf_counter()
+        times = _callcost.island_times(_partition.split(self.export_gm, plan), len(plan.partitions), args, cost)
+        logger.info(
+            "qnn: weighed %d island(s) against a QNN call cost of %.0f us (%s) in %.0f ms: eager %s us",
+            len(times), cost, source, (time.perf_counter() - t) * 1e3,
+            [None if x is None else round(x) for x in times],
+        )
+        return _partition.weigh(self.export_gm, plan, times, cost, source)
 
     def split_and_compile(
-        self, args: Sequence[Any], device: str, by_fx: dict, cached: Optional[tuple[str, str]] = None
+        self,
+        args: Sequence[Any],
+        device: str,
+        by_fx: dict,
+        cached: Optional[tuple[str, str]] = None,
+        stored: Optional[dict] = None,
     ) -> tuple[Optional["Partitioned"], Optional[str]]:
         """The graph split by the refused FX nodes ``by_fx`` and its partitions compiled as one
-        context, or loaded: ``cached`` is (cache key, cache dir) of that context, from a split
-        alias (a warm start: no export at all)."""
+        context, or loaded: ``cached`` is (cache key, cache dir) of that context and ``stored``
+        the cost decision, from a split alias (a warm start: no export, no measuring)."""
         s = self.settings
-        plan = self.plan_for(args, by_fx)
+        plan = self.plan_for(args, by_fx, device, stored)
         self.outcome = {"device": device, "whole": False, "plan": plan, "reasons": []}
         if not plan.partitions:
-            return None, "no run of supported nodes is min_partition_size long:\n" + plan.text()
+            why = "is min_partition_size long" if plan.call_cost_us is None else "is min_partition_size long and worth a QNN call"
+            return None, f"no run of supported nodes {why}:\n" + plan.text()
         if s.dry_run:
             logger.info("qnn dry run on %s:\n%s", device, plan.text())
             warnings.warn(f"qnn backend dry run on {device}: this graph would be split\n{plan.text()}", RuntimeWarning, stacklevel=4)
             return None, None
         stitched = _partition.split(self.export_gm, plan)
-        sub_settings = dataclasses.replace(s, device=device)
+        tensor_idx = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
         parts = []
         for i in range(len(plan.partitions)):
             name = f"qnn_partition_{i}"
-            parts.append(_PartitionModule(stitched.get_submodule(name), sub_settings))
+            graph = stitched.get_submodule(name)
+            fixed = partition_fix_inputs(self.gm, tensor_idx, s.fix_inputs, graph)
+            parts.append(_PartitionModule(graph, dataclasses.replace(s, device=device, fix_inputs=fixed)))
             setattr(stitched, name, parts[-1])
         if cached is not None:
             if not self.load_together(stitched, parts, args, device, *cached):
@@ -354,7 +393,14 @@ class QnnCallable(_Serializable):
                         self.fx_fingerprint(args, device, self.calibration_digest),
                         key,
                         # The lowering of another qnnx may refuse other nodes: its plan is not reused.
-                        json.dumps({"qnnx": _native.versions()["qnnx"], "refused": refused}),
+                        json.dumps(
+                            {
+                                "qnnx": _native.versions()["qnnx"],
+                                "refused": refused,
+                                "rule": partition_rule(s),
+                                "cost": cost_record(plan),
+                            }
+                        ),
                     )
                 except (CacheError, ValueError) as e:
                     logger.warning("qnn: could not record the split alias: %s", e)
@@ -388,13 +434,19 @@ class QnnCallable(_Serializable):
                 str(fx): [_partition.UnsupportedNode(str(a), str(b), str(c)) for a, b, c in nodes]
                 for fx, nodes in refused.items()
             }
+            if record.get("rule") != partition_rule(self.settings):
+                # Another min_partition_size or partition_cost chooses other partitions than
+                # the cached context holds.
+                logger.info("qnn: split alias not used: recorded for %s", record.get("rule"))
+                return None
+            stored = parse_cost_record(record["cost"])
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             logger.warning("qnn: ignoring a split alias that does not parse: %s", e)
             return None
         if not by_fx or not set(by_fx) <= calls:
             logger.warning("qnn: ignoring a split alias whose nodes are not this graph's")
             return None
-        split, why = self.split_and_compile(args, device, by_fx, cached=(key, cache_dir))
+        split, why = self.split_and_compile(args, device, by_fx, cached=(key, cache_dir), stored=stored)
         if split is None:
             logger.info("qnn: split alias not used: %s", why)
             return None
@@ -415,11 +467,12 @@ class QnnCallable(_Serializable):
             logger.warning("qnn: a partition was not reached by the recording run; compiling each on its own")
             return None
         calibration = self.partition_samples(stitched, parts, args) if s.quantize is not None else None
-        callables, onnx_list = [], []
+        callables, onnx_list, fix_list = [], [], []
         try:
             for k, (p, sub_args) in enumerate(zip(parts, recorded)):
                 c = QnnCallable(p.graph, sub_args, p.settings, may_partition=False)
                 idx = [i for i in c.runtime if isinstance(sub_args[i], torch.Tensor)]
+                fix_list.append(onnx_fix_inputs(c.gm, idx, p.settings.fix_inputs))
                 if calibration is None:
                     frozen = _export.Frozen(c.export_gm, sub_args, idx)
                     onnx_list.append(_export.export(frozen, [sub_args[i] for i in idx], s))
@@ -445,6 +498,7 @@ class QnnCallable(_Serializable):
                 opt_level=s.opt_level,
                 weight_sharing=False,
                 cache_dir=_cache_dir(s),
+                fix_inputs=fix_list,
             )
         except _FALLBACK_ERRORS as e:
             logger.warning("qnn: the partitions do not compile as one context (%s); compiling each on its own", e)
@@ -684,30 +738,50 @@ def _argument_name(placeholder: str) -> str:
     return name[:-1] if name.endswith("_") else name
 
 
-def onnx_fix_inputs(gm: torch.fx.GraphModule, tensor_idx: Sequence[int], fix_inputs: Any) -> dict[str, str]:
-    """The ``fix_inputs`` setting for the ONNX export of ``gm``, whose input ``input_<j>`` is
-    argument ``tensor_idx[j]``: keys are matched against the exported name, dynamo's placeholder
-    name and target, and the ``forward`` argument they stand for. Keys that match no input of
-    this graph are left out (with graph breaks they may be another graph's)."""
-    values = fixed_values(fix_inputs)
-    if not values:
-        return {}
+def _fixed_matches(gm: torch.fx.GraphModule, tensor_idx: Sequence[int], fix_inputs: Any) -> list[tuple[int, str, str]]:
+    """(j, placeholder name, fix_inputs key) for each runtime tensor input ``input_<j>`` of
+    ``gm`` (argument ``tensor_idx[j]``) a key of ``fix_inputs`` names: keys are matched against
+    the exported name, dynamo's placeholder name and target, and the ``forward`` argument they
+    stand for. Keys that match no input of this graph are left out (with graph breaks they may
+    be another graph's)."""
+    if not fix_inputs:
+        return []
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    out = {}
+    out = []
     matched = set()
     for j, i in enumerate(tensor_idx):
         names = {f"input_{j}"}
-        if i < len(placeholders):
-            p = placeholders[i]
+        p = placeholders[i] if i < len(placeholders) else None
+        if p is not None:
             for n in (p.name, str(p.target)):
                 names.update((n, _argument_name(n)))
-        for key, text in values.items():
+        for key in fix_inputs:
             if key in names:
-                out[f"input_{j}"] = text
+                out.append((j, p.name if p is not None else f"input_{j}", key))
                 matched.add(key)
-    if set(values) - matched:
-        logger.info("qnn: fix_inputs %s name no input of this graph", sorted(set(values) - matched))
+    if set(fix_inputs) - matched:
+        logger.info("qnn: fix_inputs %s name no input of this graph", sorted(set(fix_inputs) - matched))
     return out
+
+
+def onnx_fix_inputs(gm: torch.fx.GraphModule, tensor_idx: Sequence[int], fix_inputs: Any) -> dict[str, str]:
+    """The ``fix_inputs`` setting for the ONNX export of ``gm``, whose input ``input_<j>`` is
+    argument ``tensor_idx[j]`` (see ``_fixed_matches`` for how keys name inputs)."""
+    values = fixed_values(fix_inputs)
+    return {f"input_{j}": values[key] for j, _, key in _fixed_matches(gm, tensor_idx, values)}
+
+
+def partition_fix_inputs(
+    gm: torch.fx.GraphModule, tensor_idx: Sequence[int], fix_inputs: Any, partition: torch.fx.GraphModule
+) -> Optional[dict[str, Any]]:
+    """The ``fix_inputs`` of one QNN partition of ``gm``: the fixed inputs of ``gm`` that the
+    partition reads, keyed by their placeholder name (a partition's placeholders are named after
+    the nodes of ``gm`` they receive, so a whole-graph name such as ``input_1``, which would
+    name another input of the partition, never reaches it). None when it reads none."""
+    matches = _fixed_matches(gm, tensor_idx, fix_inputs)
+    reads = {n.name for n in partition.graph.nodes if n.op == "placeholder"}
+    out = {name: fix_inputs[key] for _, name, key in matches if name in reads}
+    return out or None
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], settings: QnnSettings) -> Callable:
@@ -740,6 +814,75 @@ def _record(
         for p in parts:
             p.recording = None
     return None if any(r is None for r in recorded) else recorded
+
+
+def partition_rule(s: QnnSettings) -> dict:
+    """The options that choose a split's partitions, as a split alias records them."""
+    return {"min_partition_size": s.min_partition_size, "partition_cost": s.partition_cost}
+
+
+def cost_record(plan: "_partition.Plan") -> Optional[dict]:
+    """The cost decision of ``plan`` as a split alias stores it (None: the rule was off)."""
+    if plan.call_cost_us is None:
+        return None
+    # Integer nanoseconds (``weigh`` rounds to them): JSON floats may not read back to the bit.
+    return {
+        "call_cost_ns": round(plan.call_cost_us * 1000),
+        "source": plan.cost_source,
+        "islands_ns": {k: round(v * 1000) for k, v in plan.islands.items()},
+    }
+
+
+def parse_cost_record(rec: Any) -> Optional[dict]:
+    """``cost_record``'s dict read back (ValueError, KeyError or TypeError when it is not one)."""
+    if rec is None:
+        return None
+    source = str(rec["source"])
+    if source not in ("measured", "partition_cost"):
+        raise ValueError(f"cost source {source!r}")
+    return {
+        "call_cost_us": int(rec["call_cost_ns"]) / 1000,
+        "source": source,
+        "islands": {str(k): int(v) / 1000 for k, v in rec["islands_ns"].items()},
+    }
+
+
+#: The measured call cost per (device, soc_model, htp_arch), once per process.
+_CALL_COSTS: dict[tuple, float] = {}
+
+
+def call_cost_us(device: str, s: QnnSettings) -> float:
+    """The fixed cost of one QNN graph call on ``device`` (with ``s``'s SoC and arch) in us:
+    the median time of a call of a one-node graph (_callcost.probe_onnx) through the same
+    path a partition's call takes (``_PartitionModule`` -> ``QnnCallable`` -> the graph
+    execute), measured once per process and target. The probe compiles with the cache when
+    ``s.cache`` is on (a later process loads it); a probe that does not compile raises what
+    compiling raised."""
+    soc_model, htp_arch = (s.soc_model, s.htp_arch) if device == "npu" else (None, None)
+    key = (device, soc_model, htp_arch)
+    if key in _CALL_COSTS:
+        return _CALL_COSTS[key]
+    t = time.perf_counter()
+    native = _native.compile(
+        _callcost.probe_onnx(), device=device, soc_model=soc_model, htp_arch=htp_arch, cache_dir=_cache_dir(s)
+    )
+    x = _callcost.probe_input()
+    gm = torch.fx.symbolic_trace(_callcost.ProbeAddOne())
+    # The caller's other options (quantize, fix_inputs, ...) are the model's, not the probe's.
+    probe_settings = QnnSettings(device=device, soc_model=soc_model, htp_arch=htp_arch, check_nan=s.check_nan)
+    part = _PartitionModule(gm, probe_settings)
+    part.bind(QnnCallable(gm, [x], probe_settings, may_partition=False), native, [x], device)
+    got = part(x)
+    if not torch.equal(got, x + 1):
+        raise QnnxError(f"the call-cost probe graph on {device} returned {got.tolist()}, not x + 1")
+    cost = _callcost.median_us(lambda: part(x), _callcost.PROBE_RUNS, _callcost.PROBE_WARMUP)
+    STATS["call_cost_probes"] += 1
+    logger.info(
+        "qnn: one QNN graph call on %s costs %.0f us (median of %d; probe compiled and timed in %.0f ms)",
+        device, cost, _callcost.PROBE_RUNS, (time.perf_counter() - t) * 1e3,
+    )
+    _CALL_COSTS[key] = cost
+    return cost
 
 
 def _cache_dir(s: QnnSettings) -> Optional[str]:

@@ -25,6 +25,7 @@ class QNNRouterCompileOptions(QNNCompileOptions, total=False):
     exporter: str
     dry_run: bool
     min_partition_size: int
+    partition_cost: Union[Literal["measure"], float]
     check_nan: bool
     fix_inputs: Mapping[str, Any]
     quantize: Optional[str]

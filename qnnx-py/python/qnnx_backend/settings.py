@@ -6,7 +6,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Sized
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from . import _defaults
 
@@ -59,7 +59,16 @@ class QnnSettings:
     """Without ``strict``, a graph with nodes QNN cannot run is split: runs of supported FX
     nodes become QNN graphs, the rest runs eagerly. A run of fewer FX nodes than this stays
     eager: each QNN partition costs a graph execution and a copy of its inputs and outputs per
-    call, more than one or two eager elementwise ops (see the README's "What runs where")."""
+    call, more than one or two eager elementwise ops (see the README's "What runs where").
+    A floor: ``partition_cost`` then weighs the runs that are long enough."""
+    partition_cost: Union[str, float] = _defaults.PARTITION_COST
+    """The per-call cost (microseconds) a run of supported FX nodes must beat to become a QNN
+    partition: its median eager time on the host, on the inputs it gets at the first call,
+    must be above it, else it stays eager (its QNN call would cost at least that much, so it
+    cannot be faster there; see _callcost). "measure" (the default) measures one QNN graph
+    call on the backend once per process; a number fixes it (0 turns the rule off: every run
+    of ``min_partition_size`` nodes is a partition). With ``cache``, the decision is stored
+    with the split, and a warm start reuses it without measuring."""
     check_nan: bool = _defaults.CHECK_NAN
     """Refuse float inputs that contain NaN (QnnxError): the HTP computes in saturating fp16 and
     returns a finite number where eager PyTorch returns NaN. Costs one scan of each float input
@@ -182,6 +191,7 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
             raise ValueError(f"{name}={getattr(s, name)!r}: must be True or False")
     if isinstance(s.min_partition_size, bool) or not isinstance(s.min_partition_size, int) or s.min_partition_size < 1:
         raise ValueError(f"min_partition_size={s.min_partition_size!r}: must be an int of at least 1")
+    check_partition_cost(s.partition_cost)
     if s.opt_level is not None and s.opt_level not in (1, 2, 3):
         raise ValueError(f"opt_level={s.opt_level!r}: must be 1, 2 or 3")
     if s.log_level is not None and str(s.log_level).lower() not in LOG_LEVELS:
@@ -211,6 +221,17 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
     # After the target is checked: the quantizer's configuration reads its arch.
     _check_quantize(s, options)
     return s
+
+
+def check_partition_cost(c: Any) -> None:
+    """ValueError unless ``c`` is "measure" or a finite number of microseconds >= 0."""
+    if isinstance(c, str) and c == "measure":
+        return
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0:
+        raise ValueError(
+            f"partition_cost={c!r}: use \"measure\" (measure one QNN call on the backend) or a "
+            "number of microseconds >= 0 (0: no cost rule, only min_partition_size)"
+        )
 
 
 _QUANTIZE_OPTIONS = ("calibration", "observer", "per_channel", "quantize_modules", "quantize_ops", "target_sqnr_db")

@@ -6,7 +6,7 @@ use crate::frontend::load::Model;
 use crate::ir::Graph;
 use crate::plan::AssumedInput;
 use crate::table::OpTable;
-use crate::LowerOptions;
+use crate::{Backend, LowerOptions};
 
 pub mod const_fold;
 pub mod dce;
@@ -211,7 +211,7 @@ fn prepare_inferred(
     rank6::run(&mut g);
     fold_batchnorm::run(&mut g);
     fuse_rmsnorm::run(&mut g);
-    fuse_gelu::run(&mut g);
+    fuse_gelu::run(&mut g, opts.backend == Backend::Htp);
     fuse_linear_bias::run(&mut g, table);
     dce::run(&mut g);
     layout::run(&mut g, table);

@@ -21,6 +21,7 @@ pub mod fuse_gelu;
 pub mod fuse_l2norm;
 pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
+pub mod fuse_softmax_scale;
 pub mod layout;
 pub mod narrow_int64;
 pub mod qdq;
@@ -212,6 +213,7 @@ fn prepare_inferred(
     fold_batchnorm::run(&mut g);
     fuse_rmsnorm::run(&mut g);
     fuse_gelu::run(&mut g, opts.backend == Backend::Htp);
+    fuse_softmax_scale::run(&mut g);
     fuse_linear_bias::run(&mut g, table);
     dce::run(&mut g);
     layout::run(&mut g, table);

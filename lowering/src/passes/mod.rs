@@ -8,6 +8,7 @@ use crate::plan::AssumedInput;
 use crate::table::OpTable;
 use crate::{Backend, LowerOptions};
 
+pub mod collapse_moves;
 pub mod const_fold;
 pub mod dce;
 pub mod declared_shapes;
@@ -217,6 +218,7 @@ fn prepare_inferred(
     fuse_linear_bias::run(&mut g, table);
     dce::run(&mut g);
     layout::run(&mut g, table);
+    collapse_moves::run(&mut g, table);
     let mut errs = const_fold::run(&mut g);
     declared_shapes::annotate(&g, &mut errs);
     simplify::run(&mut g);

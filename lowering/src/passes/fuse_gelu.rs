@@ -125,7 +125,7 @@ fn try_fuse(g: &mut Graph, head: NodeId, x: ValueId) -> bool {
     let producers = g.producers();
     let cons = g.consumers();
     let uses = g.use_counts();
-    if g.nodes[head].input(0).is_none_or(|v| uses[v] != 1) {
+    if !g.nodes[head].input(0).is_some_and(|v| uses[v] == 1) {
         return false;
     }
     let Some(ev) = g.nodes[head].output(0) else {

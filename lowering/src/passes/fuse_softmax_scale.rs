@@ -41,11 +41,8 @@ pub fn run(g: &mut Graph) {
         };
         // The scalar must not broadcast x to a bigger shape or another dtype; beta is float32.
         let (vx, vs) = (&g.values[x], &g.values[s]);
-        if !(vx.known && vs.known && vx.shape == vs.shape && vx.dtype == vs.dtype)
-            || !vs.dtype.is_float()
-            || !beta.is_finite()
-            || beta == 0.0
-        {
+        let fits = vx.known && vs.known && vx.shape == vs.shape && vx.dtype == vs.dtype;
+        if !fits || !vs.dtype.is_float() || !beta.is_finite() || beta == 0.0 {
             continue;
         }
         let n = &mut g.nodes[i];

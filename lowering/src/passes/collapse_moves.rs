@@ -22,6 +22,8 @@ use crate::table::{Layout, OpTable};
 const MAX_ELEMENTS: usize = 1 << 24;
 
 pub fn run(g: &mut Graph, table: &OpTable) {
+    // Nodes left without readers (a folded Shape of a chain's value) would count as its uses.
+    crate::passes::dce::run(g);
     let mut changed = false;
     // Each collapse removes at least one Transpose; the bound guards against a bug.
     for _ in 0..g.nodes.len() {
@@ -30,9 +32,44 @@ pub fn run(g: &mut Graph, table: &OpTable) {
         }
         changed = true;
     }
+    changed |= merge_reshapes(g);
     if changed {
         crate::passes::dce::run(g);
     }
+}
+
+/// Reshape(Reshape(x)) → Reshape(x) when the inner one has no other reader (the collapse
+/// leaves such pairs beside the FullyConnected rule's row reshapes).
+fn merge_reshapes(g: &mut Graph) -> bool {
+    let producers = g.producers();
+    let uses = g.use_counts();
+    let mut changed = false;
+    for i in 0..g.nodes.len() {
+        if g.nodes[i].op_type != "Reshape" {
+            continue;
+        }
+        let Some(mid) = g.nodes[i].input(0) else {
+            continue;
+        };
+        let Some(p) = producers[mid] else { continue };
+        let inner = &g.nodes[p];
+        if inner.op_type != "Reshape" || uses[mid] != 1 || g.is_output(mid) {
+            continue;
+        }
+        let Some(src) = inner.input(0) else { continue };
+        let q = |v: ValueId| {
+            g.values[v]
+                .quant
+                .as_ref()
+                .map(|q| (q.scales.clone(), q.axis))
+        };
+        if q(src) != q(mid) || !g.values[src].known {
+            continue;
+        }
+        g.nodes[i].inputs[0] = Some(src);
+        changed = true;
+    }
+    changed
 }
 
 fn perm(n: &Node) -> Option<Vec<usize>> {
@@ -329,5 +366,36 @@ mod tests {
             )
             .output("y");
         assert!(lower(&b).contains("Transpose("));
+    }
+
+    #[test]
+    fn flatten_with_a_computed_shape_is_one_reshape() {
+        // SegFormer's DWConv: reshape(conv_out, shape(conv_out)[:2] + [-1]).transpose(1, 2);
+        // the Shape node reads the conv output too until it is folded.
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 8, 8])
+            .init(
+                "w",
+                crate::ir::tensor::Tensor::from_f32(vec![16, 3, 1, 1], &[0.1; 48]),
+            )
+            .init("z", crate::ir::tensor::Tensor::from_i64(vec![1], &[0]))
+            .init("two", crate::ir::tensor::Tensor::from_i64(vec![1], &[2]))
+            .init("m1", crate::ir::tensor::Tensor::from_i64(vec![1], &[-1]))
+            .node("Conv", &["x", "w"], &["c"], &[])
+            .node("Shape", &["c"], &["s"], &[])
+            .node("Slice", &["s", "z", "two"], &["s2"], &[])
+            .node("Concat", &["s2", "m1"], &["shape"], &[("axis", A::I(0))])
+            .node("Reshape", &["c", "shape"], &["f"], &[])
+            .node(
+                "Transpose",
+                &["f"],
+                &["t"],
+                &[("perm", A::Is(vec![0, 2, 1]))],
+            )
+            .node("Relu", &["t"], &["y"], &[])
+            .output("y");
+        let d = lower(&b);
+        assert_eq!(d.matches("Transpose(").count(), 1, "{d}");
+        assert_eq!(d.matches("Reshape(").count(), 1, "{d}");
     }
 }

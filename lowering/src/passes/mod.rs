@@ -218,10 +218,11 @@ fn prepare_inferred(
     fuse_linear_bias::run(&mut g, table);
     dce::run(&mut g);
     layout::run(&mut g, table);
-    collapse_moves::run(&mut g, table);
     let mut errs = const_fold::run(&mut g);
     declared_shapes::annotate(&g, &mut errs);
     simplify::run(&mut g);
+    // After the folds: a Reshape's shape computed from its input's Shape reads the input too.
+    collapse_moves::run(&mut g, table);
     tile_batch_broadcast::run(&mut g);
     dce::run(&mut g);
     let settle_errors = qdq::settle(&mut g, opts.quantized_io);

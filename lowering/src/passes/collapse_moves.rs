@@ -32,44 +32,9 @@ pub fn run(g: &mut Graph, table: &OpTable) {
         }
         changed = true;
     }
-    changed |= merge_reshapes(g);
     if changed {
         crate::passes::dce::run(g);
     }
-}
-
-/// Reshape(Reshape(x)) → Reshape(x) when the inner one has no other reader (the collapse
-/// leaves such pairs beside the FullyConnected rule's row reshapes).
-fn merge_reshapes(g: &mut Graph) -> bool {
-    let producers = g.producers();
-    let uses = g.use_counts();
-    let mut changed = false;
-    for i in 0..g.nodes.len() {
-        if g.nodes[i].op_type != "Reshape" {
-            continue;
-        }
-        let Some(mid) = g.nodes[i].input(0) else {
-            continue;
-        };
-        let Some(p) = producers[mid] else { continue };
-        let inner = &g.nodes[p];
-        if inner.op_type != "Reshape" || uses[mid] != 1 || g.is_output(mid) {
-            continue;
-        }
-        let Some(src) = inner.input(0) else { continue };
-        let q = |v: ValueId| {
-            g.values[v]
-                .quant
-                .as_ref()
-                .map(|q| (q.scales.clone(), q.axis))
-        };
-        if q(src) != q(mid) || !g.values[src].known {
-            continue;
-        }
-        g.nodes[i].inputs[0] = Some(src);
-        changed = true;
-    }
-    changed
 }
 
 fn perm(n: &Node) -> Option<Vec<usize>> {

@@ -1,7 +1,19 @@
-//! Fuses the erf form of GELU, as torch exports `nn.GELU()`, into one `Gelu` node:
-//! `Div(x, √2) | Mul(x, 1/√2)` → `Erf` → `Add(1)` → `Mul(x, ·)` → `Mul(·, 0.5)`, or with the
-//! 0.5 applied to `x` first, or to `1 + erf` first (`Mul(x, Mul(0.5, ·))`, as the dynamo exporter
-//! writes it). HTP has no Erf, so without this the pattern would not lower.
+//! Fuses GELU written out in elementwise ops into one `Gelu` node.
+//!
+//! The erf form, as torch exports `nn.GELU()`: `Div(x, √2) | Mul(x, 1/√2)` → `Erf` → `Add(1)` →
+//! `Mul(x, ·)` → `Mul(·, 0.5)`, or with the 0.5 applied to `x` first, or to `1 + erf` first
+//! (`Mul(x, Mul(0.5, ·))`, as the dynamo exporter writes it). HTP has no Erf, so without this
+//! the pattern would not lower.
+//!
+//! The tanh form (HTP only), as Hugging Face's `gelu_new` (GPT-2) and `nn.GELU("tanh")` export it
+//! and as the Gelu op's `approximate = "tanh"` expands: `Pow(x, 3) | Mul(Mul(x, x), x)` →
+//! `Mul(·, 0.044715)` → `Add(x, ·)` → `Mul(·, √(2/π))` → `Tanh`, then the same tail as the erf
+//! form. On the QNN 2.51 HTP the preparer fuses this chain itself only in float32 graphs; with
+//! fp16 tensors it runs op by op, and Tanh and Pow are the slowest elementwise ops there (GPT-2's
+//! two GELUs took 80% of its graphExecute, docs/graph-quality.md). QNN `Gelu` is the erf form:
+//! it differs from the tanh approximation by at most 4.8e-4 (at |x| ≈ 2.7, where the value is
+//! ≈ 2.7 and an fp16 ulp is 2e-3), below the HTP's fp16 arithmetic; the GPU backend computes
+//! float32 and keeps the tanh form.
 
 use crate::ir::{Graph, Node, NodeId, ValueId};
 
@@ -22,14 +34,79 @@ fn near(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-3 * b.abs().max(1.0)
 }
 
-pub fn run(g: &mut Graph) {
+/// `tanh`: also fuse the tanh form (HTP).
+pub fn run(g: &mut Graph, tanh: bool) {
     let mut i = 0;
     while i < g.nodes.len() {
-        if g.nodes[i].op_type == "Erf" && try_fuse(g, i) {
+        let head = match g.nodes[i].op_type.as_str() {
+            "Erf" => erf_head(g, i),
+            "Tanh" if tanh => tanh_head(g, i),
+            _ => None,
+        };
+        if head.is_some_and(|x| try_fuse(g, i, x)) {
             continue;
         }
         i += 1;
     }
+}
+
+/// The operand of a binary `op` node other than the scalar constant near `c`.
+fn by_scalar(g: &Graph, n: NodeId, op: &str, c: f64) -> Option<ValueId> {
+    let n = &g.nodes[n];
+    if n.op_type != op {
+        return None;
+    }
+    let (a, b) = (n.input(0)?, n.input(1)?);
+    if scalar(g, Some(b)).is_some_and(|s| near(s, c)) {
+        Some(a)
+    } else if scalar(g, Some(a)).is_some_and(|s| near(s, c)) {
+        Some(b)
+    } else {
+        None
+    }
+}
+
+/// x of `Erf(x / √2)`.
+fn erf_head(g: &Graph, erf: NodeId) -> Option<ValueId> {
+    let producers = g.producers();
+    let scale_node = producers[g.nodes[erf].input(0)?]?;
+    by_scalar(g, scale_node, "Div", std::f64::consts::SQRT_2)
+        .or_else(|| by_scalar(g, scale_node, "Mul", std::f64::consts::FRAC_1_SQRT_2))
+}
+
+/// x of `Tanh(√(2/π) · (x + 0.044715 · x³))`.
+fn tanh_head(g: &Graph, tanh: NodeId) -> Option<ValueId> {
+    let producers = g.producers();
+    let inner = by_scalar(
+        g,
+        producers[g.nodes[tanh].input(0)?]?,
+        "Mul",
+        (2.0 / std::f64::consts::PI).sqrt(),
+    )?;
+    let add = &g.nodes[producers[inner]?];
+    if add.op_type != "Add" {
+        return None;
+    }
+    let (a, b) = (add.input(0)?, add.input(1)?);
+    // x3 is the cube of x: Pow(x, 3), Mul(Mul(x, x), x) or Mul(x, Mul(x, x)).
+    let cube_of = |x3: ValueId, x: ValueId| -> bool {
+        let Some(p) = producers[x3] else { return false };
+        let n = &g.nodes[p];
+        match n.op_type.as_str() {
+            "Pow" => n.input(0) == Some(x) && scalar(g, n.input(1)) == Some(3.0),
+            "Mul" => other(n, x).is_some_and(|x2| {
+                producers[x2].is_some_and(|q| {
+                    let m = &g.nodes[q];
+                    m.op_type == "Mul" && m.input(0) == Some(x) && m.input(1) == Some(x)
+                })
+            }),
+            _ => false,
+        }
+    };
+    [(a, b), (b, a)].into_iter().find_map(|(x, cx3)| {
+        let x3 = by_scalar(g, producers[cx3]?, "Mul", 0.044715)?;
+        cube_of(x3, x).then_some(x)
+    })
 }
 
 fn single(g: &Graph, uses: &[usize], cons: &[Vec<NodeId>], v: ValueId, op: &str) -> Option<NodeId> {
@@ -42,37 +119,16 @@ fn single(g: &Graph, uses: &[usize], cons: &[Vec<NodeId>], v: ValueId, op: &str)
         .filter(|&k| g.nodes[k].op_type == op)
 }
 
-fn try_fuse(g: &mut Graph, erf: NodeId) -> bool {
+/// `head` is the Erf or Tanh node of a GELU of `x`; fuses it with the tail
+/// `Add(·, 1)` → the products with `x` and 0.5.
+fn try_fuse(g: &mut Graph, head: NodeId, x: ValueId) -> bool {
     let producers = g.producers();
     let cons = g.consumers();
     let uses = g.use_counts();
-    let Some(e_in) = g.nodes[erf].input(0) else {
-        return false;
-    };
-    let Some(scale_node) = producers[e_in] else {
-        return false;
-    };
-    let sn = &g.nodes[scale_node];
-    let x = match sn.op_type.as_str() {
-        "Div" if scalar(g, sn.input(1)).is_some_and(|s| near(s, std::f64::consts::SQRT_2)) => {
-            sn.input(0)
-        }
-        "Mul" => sn.input(0).zip(sn.input(1)).and_then(|(a, b)| {
-            if scalar(g, Some(b)).is_some_and(|s| near(s, std::f64::consts::FRAC_1_SQRT_2)) {
-                Some(a)
-            } else if scalar(g, Some(a)).is_some_and(|s| near(s, std::f64::consts::FRAC_1_SQRT_2)) {
-                Some(b)
-            } else {
-                None
-            }
-        }),
-        _ => None,
-    };
-    let Some(x) = x else { return false };
-    if uses[e_in] != 1 {
+    if !g.nodes[head].input(0).is_some_and(|v| uses[v] == 1) {
         return false;
     }
-    let Some(ev) = g.nodes[erf].output(0) else {
+    let Some(ev) = g.nodes[head].output(0) else {
         return false;
     };
     let Some(add) = single(g, &uses, &cons, ev, "Add") else {
@@ -125,7 +181,7 @@ fn try_fuse(g: &mut Graph, erf: NodeId) -> bool {
             *o = dead;
         }
     }
-    let mut n = Node::new(format!("{}_gelu", g.nodes[erf].name), "Gelu");
+    let mut n = Node::new(format!("{}_gelu", g.nodes[head].name), "Gelu");
     n.name = g.unique_node_name(&n.name);
     n.inputs = vec![Some(x)];
     n.outputs = vec![Some(out)];
@@ -156,7 +212,7 @@ mod tests {
             .load()
             .graph;
         let _ = crate::passes::const_fold::run(&mut g);
-        super::run(&mut g);
+        super::run(&mut g, true);
         assert_eq!(g.dump(), "Gelu(x) -> y:f32[2, 8]\noutputs: y\n");
     }
 
@@ -176,7 +232,7 @@ mod tests {
             .load()
             .graph;
         let _ = crate::passes::const_fold::run(&mut g);
-        super::run(&mut g);
+        super::run(&mut g, true);
         assert_eq!(g.dump(), "Gelu(x) -> y:f32[2, 8]\noutputs: y\n");
     }
 
@@ -197,7 +253,60 @@ mod tests {
             .load()
             .graph;
         let _ = crate::passes::const_fold::run(&mut g);
-        super::run(&mut g);
+        super::run(&mut g, true);
         assert!(g.dump().contains("Erf("), "{}", g.dump());
+    }
+
+    /// GPT-2's `gelu_new` as the TorchScript exporter writes it.
+    fn gpt2_gelu(x3: &str) -> ModelBuilder {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 8])
+            .init("half", Tensor::scalar_f32(0.5))
+            .init("three", Tensor::scalar_f32(3.0))
+            .init("c", Tensor::scalar_f32(0.044715))
+            .init("k", Tensor::scalar_f32((2.0 / std::f32::consts::PI).sqrt()))
+            .init("one", Tensor::scalar_f32(1.0))
+            .node("Mul", &["x", "half"], &["m"], &[]);
+        let b = match x3 {
+            "pow" => b.node("Pow", &["x", "three"], &["p"], &[]),
+            "mul" => {
+                b.node("Mul", &["x", "x"], &["x2"], &[])
+                    .node("Mul", &["x2", "x"], &["p"], &[])
+            }
+            _ => b.node("Mul", &["x", "x"], &["p"], &[]),
+        };
+        b.node("Mul", &["p", "c"], &["pc"], &[])
+            .node("Add", &["x", "pc"], &["a"], &[])
+            .node("Mul", &["a", "k"], &["ak"], &[])
+            .node("Tanh", &["ak"], &["t"], &[])
+            .node("Add", &["t", "one"], &["t1"], &[])
+            .node("Mul", &["m", "t1"], &["y"], &[])
+            .output("y")
+    }
+
+    #[test]
+    fn gpt2_tanh_gelu_is_fused() {
+        for x3 in ["pow", "mul"] {
+            let mut g = gpt2_gelu(x3).load().graph;
+            let _ = crate::passes::const_fold::run(&mut g);
+            super::run(&mut g, true);
+            assert_eq!(g.dump(), "Gelu(x) -> y:f32[2, 8]\noutputs: y\n", "{x3}");
+        }
+    }
+
+    #[test]
+    fn tanh_gelu_is_kept_when_not_asked_for() {
+        let mut g = gpt2_gelu("pow").load().graph;
+        let _ = crate::passes::const_fold::run(&mut g);
+        super::run(&mut g, false);
+        assert!(g.dump().contains("Tanh("), "{}", g.dump());
+    }
+
+    #[test]
+    fn tanh_of_a_square_is_not_fused() {
+        let mut g = gpt2_gelu("square").load().graph;
+        let _ = crate::passes::const_fold::run(&mut g);
+        super::run(&mut g, true);
+        assert!(g.dump().contains("Tanh("), "{}", g.dump());
     }
 }

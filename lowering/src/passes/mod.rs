@@ -6,8 +6,9 @@ use crate::frontend::load::Model;
 use crate::ir::Graph;
 use crate::plan::AssumedInput;
 use crate::table::OpTable;
-use crate::LowerOptions;
+use crate::{Backend, LowerOptions};
 
+pub mod collapse_moves;
 pub mod const_fold;
 pub mod dce;
 pub mod declared_shapes;
@@ -21,6 +22,7 @@ pub mod fuse_gelu;
 pub mod fuse_l2norm;
 pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
+pub mod fuse_softmax_scale;
 pub mod layout;
 pub mod narrow_int64;
 pub mod qdq;
@@ -211,13 +213,16 @@ fn prepare_inferred(
     rank6::run(&mut g);
     fold_batchnorm::run(&mut g);
     fuse_rmsnorm::run(&mut g);
-    fuse_gelu::run(&mut g);
+    fuse_gelu::run(&mut g, opts.backend == Backend::Htp);
+    fuse_softmax_scale::run(&mut g);
     fuse_linear_bias::run(&mut g, table);
     dce::run(&mut g);
     layout::run(&mut g, table);
     let mut errs = const_fold::run(&mut g);
     declared_shapes::annotate(&g, &mut errs);
     simplify::run(&mut g);
+    // After the folds: a Reshape's shape computed from its input's Shape reads the input too.
+    collapse_moves::run(&mut g, table);
     tile_batch_broadcast::run(&mut g);
     dce::run(&mut g);
     let settle_errors = qdq::settle(&mut g, opts.quantized_io);

@@ -1,23 +1,52 @@
 //! Clip — <https://onnx.ai/onnx/operators/onnx__Clip.html>, opsets 6 (attributes) and 11+
 //! (inputs). QNN `ReluMinMax` with `min_value`/`max_value` (FLOAT_32 scalars); `[0, inf)`
-//! becomes `Relu`. Constraints: min and max must be constant.
+//! becomes `Relu`. Constraints: min and max must be constant. Folded on the host for a constant
+//! input (Swin V2 clamps its learned logit scale).
 
 use crate::error::Result;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::same;
+use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const CLIP: OpDef = OpDef {
     op_type: "Clip",
     infer: same,
-    fold: None,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(clip),
     quant: Quant::Direct,
 };
+
+fn fold(x: &In, outs: &[Out], _: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let konst = |i: usize| node.input(i).and_then(|v| x.g.konst(v));
+    let Some(t) = konst(0) else { return Ok(None) };
+    let bound = |i: usize, attr: &str, default: f64| -> Result<f64> {
+        if x.g.opset() < 11 {
+            return Ok(node.attr_f(attr, default as f32)? as f64);
+        }
+        Ok(konst(i)
+            .filter(|b| b.numel() == 1)
+            .map_or(default, |b| b.get_f64(0)))
+    };
+    let (dt, shape) = outs[0].clone();
+    let v: Vec<f64> = if dt.is_float() {
+        let (lo, hi) = (
+            bound(1, "min", f64::NEG_INFINITY)?,
+            bound(2, "max", f64::INFINITY)?,
+        );
+        t.to_f64().into_iter().map(|e| e.max(lo).min(hi)).collect()
+    } else {
+        let (lo, hi) = (bound(1, "min", f64::MIN)?, bound(2, "max", f64::MAX)?);
+        t.to_f64().into_iter().map(|e| e.max(lo).min(hi)).collect()
+    };
+    Ok(Some(vec![Tensor::from_f64_as(dt, shape, &v)]))
+}
 
 pub fn clip(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let bound = |cx: &LowerCx, i: usize, attr: &str, default: f32| -> Result<f32> {
@@ -94,5 +123,25 @@ mod tests {
             lower_err(&b),
             "Node \"Clip_0\" (Clip), attribute 'max': must be a constant scalar"
         );
+    }
+
+    #[test]
+    fn constant_clip_is_folded() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[3])
+            .init("c", Tensor::from_f32(vec![3], &[-1.0, 2.0, 9.0]))
+            .init("hi", Tensor::scalar_f32(4.6))
+            .node("Clip", &["c", "", "hi"], &["k"], &[])
+            .node("Add", &["x", "k"], &["y"], &[])
+            .output("y");
+        assert!(!lower(&b).dump().contains("ReluMinMax"));
+        let mut g = b.load().graph;
+        let _ = crate::passes::const_fold::run(&mut g);
+        let v = (0..g.values.len())
+            .find(|&v| g.values[v].name == "k")
+            .unwrap();
+        let got = g.konst(v).unwrap().to_f64();
+        assert_eq!(got[..2], [-1.0, 2.0]);
+        assert!((got[2] - 4.6).abs() < 1e-6, "{got:?}");
     }
 }

@@ -1,7 +1,8 @@
 //! Gelu — <https://onnx.ai/onnx/operators/onnx__Gelu.html>, opset 20 (also produced by the
 //! `fuse_gelu` pass from torch's erf pattern). QNN `Gelu` (erf form, no params) for
 //! `approximate = "none"`. The tanh form is expanded before lowering into the ops of its
-//! definition, `0.5 · x · (1 + Tanh(√(2/π) · (x + 0.044715 · x³)))`.
+//! definition, `0.5 · x · (1 + Tanh(√(2/π) · (x + 0.044715 · x³)))`, which on the HTP the
+//! `fuse_gelu` pass then fuses back into QNN `Gelu` (why: passes/fuse_gelu.rs).
 
 use crate::error::Result;
 use crate::ir::builder::Builder;
@@ -64,8 +65,9 @@ pub fn gelu(cx: &mut LowerCx, node: &Node) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use crate::dtype::DType;
-    use crate::ops::test_util::{lower, lower_err};
+    use crate::ops::test_util::{lower, lower_err, lower_with};
     use crate::testing::{ModelBuilder, A};
+    use crate::{Backend, LowerOptions};
 
     #[test]
     fn gelu_maps_to_gelu() {
@@ -77,14 +79,27 @@ mod tests {
     }
 
     #[test]
-    fn tanh_gelu_is_expanded() {
+    fn tanh_gelu_is_expanded_on_gpu() {
         let b = ModelBuilder::new(24)
             .input("x", DType::F32, &[2, 3])
             .node("Gelu", &["x"], &["y"], &[("approximate", A::S("tanh"))])
             .output("y");
-        let t = lower(&b).op_types();
+        let o = LowerOptions {
+            backend: Backend::Gpu,
+            ..Default::default()
+        };
+        let t = lower_with(&b, &o).op_types();
         assert_eq!(t.last(), Some(&"ElementWiseMultiply"), "{t:?}");
         assert!(t.contains(&"Tanh"), "{t:?}");
+    }
+
+    #[test]
+    fn tanh_gelu_is_one_gelu_on_htp() {
+        let b = ModelBuilder::new(24)
+            .input("x", DType::F32, &[2, 3])
+            .node("Gelu", &["x"], &["y"], &[("approximate", A::S("tanh"))])
+            .output("y");
+        assert_eq!(lower(&b).op_types(), vec!["Gelu"]);
     }
 
     #[test]

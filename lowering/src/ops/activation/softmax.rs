@@ -1,7 +1,8 @@
 //! Softmax / LogSoftmax — <https://onnx.ai/onnx/operators/onnx__Softmax.html>.
 //! Opset 13+: normalises along `axis` (default -1). Opsets 1–12: the input is coerced to 2-D
 //! at `axis` (default 1) and normalised along the flattened tail, done here with Reshapes.
-//! QNN `Softmax` / `LogSoftmax` with `beta` = 1.0 (FLOAT_32 scalar), which normalise the last
+//! QNN `Softmax` / `LogSoftmax` with `beta` (FLOAT_32 scalar: 1.0, or the scale of the input
+//! that the `fuse_softmax_scale` pass folded into the attribute `BETA`), which normalise the last
 //! dimension; HTP's `LogSoftmax` also requires its `axis` param (UINT_32 scalar, the last axis)
 //! and fails validation without it. QNN normalises the last axis only, so a softmax over another
 //! axis (opset 13+) is wrapped in two `Transpose`s that move that axis last and back.
@@ -14,6 +15,9 @@ use crate::ops::Quant;
 use crate::ops::{LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
+
+/// Internal (non-ONNX) attribute: QNN's `beta`, the input's scale, set by a fusion pass.
+pub const BETA: &str = "qnnx_beta";
 
 pub const SOFTMAX: OpDef = OpDef {
     op_type: "Softmax",
@@ -50,12 +54,13 @@ pub fn softmax(cx: &mut LowerCx, node: &Node) -> Result<()> {
     )?;
     let x = cx.input(node, 0)?;
     let y = cx.output(node, 0)?;
+    let beta = node.attr_f(BETA, 1.0)?;
     let params = |rank: usize| {
         let mut p = Vec::new();
         if q == op::LOG_SOFTMAX {
             p.push((param::AXIS, Param::u32(rank as u32 - 1)));
         }
-        p.push((param::BETA, Param::f32(1.0)));
+        p.push((param::BETA, Param::f32(beta)));
         p
     };
     if axis == r - 1 {

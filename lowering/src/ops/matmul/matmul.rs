@@ -4,13 +4,15 @@
 //! Constant 2-D B: QNN `FullyConnected` with weights `[N, K]` (B transposed statically) on A
 //! reshaped to `[rows, K]`, reshaped back. Otherwise QNN `MatMul` (`transpose_in0`,
 //! `transpose_in1` BOOL_8 scalars, false) with operands brought to equal rank; 1-D operands
-//! are promoted and the output reshaped.
+//! are promoted and the output reshaped. Folded on the host when both operands are constant
+//! (Swin V2's continuous position-bias MLP over its constant coordinate table).
 
 use crate::error::Result;
 use crate::ir::shape::broadcast;
+use crate::ir::tensor::{broadcast_map, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Fold, LowerCx, OpDef};
 use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -18,7 +20,7 @@ use crate::qnn_names::{op, param};
 pub const MATMUL: OpDef = OpDef {
     op_type: "MatMul",
     infer,
-    fold: None,
+    fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(matmul),
     quant: Quant::Weighted(Weighted {
@@ -68,6 +70,52 @@ fn infer(x: &In) -> Result<Vec<Out>> {
         x.dtype(0)?,
         matmul_shape(n, x.shape(0)?, x.shape(1)?)?,
     )])
+}
+
+/// Products folded on the host at most: a bigger constant matmul is left to the device.
+const MAX_FOLD_MACS: usize = 1 << 26;
+
+fn fold(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let (a, b) = (ins[0], ins[1]);
+    let (dt, out_shape) = outs[0].clone();
+    if !dt.is_float() || a.shape.is_empty() || b.shape.is_empty() {
+        return Ok(None);
+    }
+    let a2 = if a.shape.len() == 1 {
+        vec![1, a.shape[0]]
+    } else {
+        a.shape.clone()
+    };
+    let b2 = if b.shape.len() == 1 {
+        vec![b.shape[0], 1]
+    } else {
+        b.shape.clone()
+    };
+    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let n = b2[b2.len() - 1];
+    let batch = broadcast(x.n, &[&a2[..a2.len() - 2], &b2[..b2.len() - 2]])?;
+    let nb: usize = batch.iter().product();
+    if nb.saturating_mul(m).saturating_mul(n).saturating_mul(k) > MAX_FOLD_MACS {
+        return Ok(None);
+    }
+    // Each operand's batch index for each output batch (numpy broadcasting).
+    let amap = broadcast_map(&batch, &a2[..a2.len() - 2]);
+    let bmap = broadcast_map(&batch, &b2[..b2.len() - 2]);
+    let (av, bv) = (a.to_f64(), b.to_f64());
+    let mut out = Vec::with_capacity(nb * m * n);
+    for q in 0..nb {
+        let (ao, bo) = (amap[q] * m * k, bmap[q] * k * n);
+        for i in 0..m {
+            for j in 0..n {
+                out.push(
+                    (0..k)
+                        .map(|l| av[ao + i * k + l] * bv[bo + l * n + j])
+                        .sum(),
+                );
+            }
+        }
+    }
+    Ok(Some(vec![Tensor::from_f64_as(dt, out_shape, &out)]))
 }
 
 pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
@@ -219,5 +267,28 @@ mod tests {
             .node("MatMul", &["x", "w"], &["y"], &[])
             .output("y");
         assert_eq!(lower(&b).op_types(), vec!["Reshape", "MatMul", "Reshape"]);
+    }
+
+    #[test]
+    fn constant_matmul_is_folded() {
+        let b = crate::testing::ModelBuilder::new(17)
+            .input("x", crate::dtype::DType::F32, &[2, 2, 2])
+            .init(
+                "a",
+                crate::ir::tensor::Tensor::from_f32(vec![2, 1, 3], &[1., 2., 3., 4., 5., 6.]),
+            )
+            .init(
+                "b",
+                crate::ir::tensor::Tensor::from_f32(vec![3, 2], &[1., 0., 0., 1., 1., 1.]),
+            )
+            .node("MatMul", &["a", "b"], &["m"], &[])
+            .node("Add", &["x", "m"], &["y"], &[])
+            .output("y");
+        let mut g = b.load().graph;
+        let _ = crate::passes::const_fold::run(&mut g);
+        let v = (0..g.values.len())
+            .find(|&v| g.values[v].name == "m")
+            .unwrap();
+        assert_eq!(g.konst(v).unwrap().to_f64(), vec![4., 5., 10., 11.]);
     }
 }

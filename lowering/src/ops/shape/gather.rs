@@ -34,7 +34,7 @@ pub const GATHER: OpDef = OpDef {
 pub const GATHER_ELEMENTS: OpDef = OpDef {
     op_type: "GatherElements",
     infer: infer_gather_elements,
-    fold: None,
+    fold: Some(Fold::Values(fold_gather_elements)),
     expand: None,
     lower: Some(gather_elements),
     quant: Quant::Same,
@@ -87,6 +87,47 @@ fn fold_gather(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tenso
         for k in axis + 1..t0.shape.len() {
             f += o[k - 1 + ir] * st[k];
         }
+        f
+    });
+    Ok(Some(vec![t0.gather_flat(shape0, &map)]))
+}
+
+/// `out[o] = data[o with o[axis] replaced by idx[o]]`. A model that stores a buffer and its
+/// indices (transformers' `token_type_ids` buffer, expanded and gathered per position) folds to a
+/// constant here, and so does the embedding lookup it feeds.
+fn fold_gather_elements(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let (t0, idx_t) = (ins[0], ins[1]);
+    let r = t0.shape.len();
+    let axis = norm_axis(node, "axis", node.attr_i("axis", 0)?, r)?;
+    if idx_t.shape.len() != r {
+        return Err(node.err_invalid("indices must have the rank of the data"));
+    }
+    let d = t0.shape[axis] as i64;
+    let mut idxs = Vec::with_capacity(idx_t.numel());
+    for i in idx_t.to_i64() {
+        let j = if i < 0 { i + d } else { i };
+        if j < 0 || j >= d {
+            return Err(node.err_invalid(format!("index {i} is out of range for dim {d}")));
+        }
+        idxs.push(j as usize);
+    }
+    let shape0 = outs[0].1.clone();
+    if shape0
+        .iter()
+        .zip(&t0.shape)
+        .enumerate()
+        .any(|(k, (o, s))| k != axis && o > s)
+    {
+        return Err(node.err_invalid("indices are larger than the data off the gathered axis"));
+    }
+    let st = strides(&t0.shape);
+    let mut flat = 0;
+    let map = map_indices(&shape0, |o| {
+        let f = (0..r)
+            .map(|k| if k == axis { idxs[flat] } else { o[k] } * st[k])
+            .sum();
+        flat += 1;
         f
     });
     Ok(Some(vec![t0.gather_flat(shape0, &map)]))
@@ -379,5 +420,51 @@ mod tests {
             )
             .output("y");
         assert!(lower_err(&b).contains("index 7 is out of range"));
+    }
+
+    #[test]
+    fn constant_gather_elements_is_folded() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[2, 2])
+            .init(
+                "d",
+                Tensor::from_f32(vec![2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            )
+            .init("i", Tensor::from_i64(vec![2, 2], &[2, -3, 1, 1]))
+            .node(
+                "GatherElements",
+                &["d", "i"],
+                &["g"],
+                &[("axis", crate::testing::A::I(1))],
+            )
+            .node("Add", &["x", "g"], &["y"], &[])
+            .output("y");
+        let d = lower(&b).dump();
+        assert!(!d.contains("GatherElements"), "{d}");
+        let mut g = b.load().graph;
+        let _ = crate::passes::const_fold::run(&mut g);
+        let v = (0..g.values.len())
+            .find(|&v| g.values[v].name == "g")
+            .unwrap();
+        assert_eq!(g.konst(v).unwrap().to_f64(), vec![3.0, 1.0, 5.0, 5.0]);
+    }
+
+    #[test]
+    fn constant_gather_elements_out_of_range_is_refused() {
+        let b = ModelBuilder::new(17)
+            .init("d", Tensor::from_f32(vec![2, 3], &[1.0; 6]))
+            .init("i", Tensor::from_i64(vec![1, 1], &[3]))
+            .node(
+                "GatherElements",
+                &["d", "i"],
+                &["y"],
+                &[("axis", crate::testing::A::I(1))],
+            )
+            .output("y");
+        assert!(
+            lower_err(&b).contains("index 3 is out of range for dim 3"),
+            "{}",
+            lower_err(&b)
+        );
     }
 }

@@ -13,7 +13,9 @@
 //!
 //! QNN `ScatterNd`: in[0] data, in[1] indices int32 `[..., k]`, in[2] updates; param
 //! `reduction` UINT_32 (none, add, mul): ScatterND's `max` and `min` are refused. Negative
-//! indices are wrapped as for Gather (`gather.rs`).
+//! indices are wrapped as for Gather (`gather.rs`). A ScatterND of constants (reduction none,
+//! add or mul) is folded on the host: the TorchScript exporter writes an in-place slice update
+//! of a parameter (Swin V2's `qkv_bias` with its zeroed key part) that way.
 
 use super::gather::wrapped_indices;
 use crate::dtype::DType;
@@ -48,7 +50,7 @@ pub const SCATTER: OpDef = OpDef {
 pub const SCATTER_ND: OpDef = OpDef {
     op_type: "ScatterND",
     infer: infer_nd,
-    fold: None,
+    fold: Some(crate::ops::Fold::Values(fold_nd)),
     expand: None,
     lower: Some(scatter_nd),
     quant: Quant::Float,
@@ -82,6 +84,61 @@ fn nd_depth(n: &Node, data: &[usize], idx: &[usize], upd: &[usize]) -> Result<us
         return Err(n.err_invalid(format!("updates have shape {upd:?}, not {want:?}")));
     }
     Ok(k)
+}
+
+fn fold_nd(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    let node = x.n;
+    let (data, idx, upd) = (ins[0], ins[1], ins[2]);
+    let k = nd_depth(node, &data.shape, &idx.shape, &upd.shape)?;
+    let red = node.attr_s("reduction", "none")?;
+    if !matches!(red, "none" | "add" | "mul") || !(data.dtype.is_float() || red == "none") {
+        return Ok(None);
+    }
+    let st = strides(&data.shape);
+    let slice = numel(&data.shape[k..]);
+    let (iv, uv) = (idx.to_i64(), upd.to_f64());
+    let mut out = data.to_f64();
+    for (t, tuple) in iv.chunks(k).enumerate() {
+        let mut base = 0;
+        for (a, &i) in tuple.iter().enumerate() {
+            let d = data.shape[a] as i64;
+            let j = if i < 0 { i + d } else { i };
+            if j < 0 || j >= d {
+                return Err(node.err_invalid(format!("index {i} is out of range for dim {d}")));
+            }
+            base += j as usize * st[a];
+        }
+        for e in 0..slice {
+            let (o, u) = (base + e, uv[t * slice + e]);
+            out[o] = match red {
+                "add" => out[o] + u,
+                "mul" => out[o] * u,
+                _ => u,
+            };
+        }
+    }
+    let t = if data.dtype.is_float() {
+        Tensor::from_f64_as(outs[0].0, outs[0].1.clone(), &out)
+    } else {
+        // Integer data with reduction none: the updates' integers, exactly.
+        let mut o = data.to_i64();
+        let ui = upd.to_i64();
+        for (t, tuple) in iv.chunks(k).enumerate() {
+            let base: usize = tuple
+                .iter()
+                .enumerate()
+                .map(|(a, &i)| {
+                    let d = data.shape[a] as i64;
+                    (if i < 0 { i + d } else { i }) as usize * st[a]
+                })
+                .sum();
+            for e in 0..slice {
+                o[base + e] = ui[t * slice + e];
+            }
+        }
+        Tensor::from_i64_as(outs[0].0, outs[0].1.clone(), &o)
+    };
+    Ok(Some(vec![t]))
 }
 
 fn infer_elements(x: &In) -> Result<Vec<Out>> {
@@ -310,5 +367,24 @@ mod tests {
             &[("axis", Attr::Int(0))],
         );
         assert!(infer(&g, &n).unwrap_err().to_string().contains("one shape"));
+    }
+
+    #[test]
+    fn constant_scatter_nd_is_folded() {
+        let b = ModelBuilder::new(16)
+            .input("x", DType::F32, &[6])
+            .init("d", Tensor::from_f32(vec![6], &[1., 2., 3., 4., 5., 6.]))
+            .init("i", Tensor::from_i64(vec![2, 1], &[2, -1]))
+            .init("u", Tensor::from_f32(vec![2], &[0., 10.]))
+            .node("ScatterND", &["d", "i", "u"], &["s"], &[])
+            .node("Add", &["x", "s"], &["y"], &[])
+            .output("y");
+        assert!(!lower(&b).dump().contains("ScatterNd"));
+        let mut g = b.load().graph;
+        let _ = crate::passes::const_fold::run(&mut g);
+        let v = (0..g.values.len())
+            .find(|&v| g.values[v].name == "s")
+            .unwrap();
+        assert_eq!(g.konst(v).unwrap().to_f64(), vec![1., 2., 0., 4., 5., 10.]);
     }
 }

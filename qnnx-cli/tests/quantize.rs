@@ -46,6 +46,55 @@ fn models(dir: &Path) -> Option<()> {
     Some(())
 }
 
+/// Calibration data of the kind make_models.py's CNN sees (its input is standard normal): 16
+/// samples in one .npz.
+fn cnn_calibration(calib: &Path) {
+    let code = format!(
+        r#"
+import numpy as np
+r = np.random.default_rng(1)
+np.savez({calib:?}, img=r.standard_normal((16, 1, 3, 8, 8)).astype(np.float32))
+"#,
+        calib = s(calib)
+    );
+    python(&code).unwrap();
+}
+
+/// Runs the CNN's quantized model `qdq` on the QCS6490 with make_models.py's input and returns
+/// the cosine and the largest error (as a share of the output range) against its float
+/// reference.
+fn run_on_v68(dir: &Path, qdq: &Path) -> (f64, f64) {
+    let outd = dir.join("out");
+    let run = qnnx(&[
+        "run",
+        s(qdq),
+        "--soc",
+        "QCS6490",
+        "--input",
+        &format!("img={}", s(&dir.join("cnn.in.img.npy"))),
+        "--runs",
+        "1",
+        "-o",
+        s(&outd),
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let code = format!(
+        r#"
+import numpy as np
+a = np.load({got:?}).ravel(); b = np.load({want:?}).ravel()
+print(float((a * b).sum() / np.linalg.norm(a) / np.linalg.norm(b)), float(np.abs(a - b).max() / (b.max() - b.min())))
+"#,
+        got = s(&outd.join("scores.npy")),
+        want = s(&dir.join("cnn.ref.scores.npy"))
+    );
+    let r: Vec<f64> = python(&code)
+        .unwrap()
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (r[0], r[1])
+}
+
 #[test]
 fn a_quantized_cnn_runs_on_v68_close_to_the_float_reference() {
     if !htp_available() {
@@ -60,16 +109,7 @@ fn a_quantized_cnn_runs_on_v68_close_to_the_float_reference() {
         dir.join("calib.npz"),
         dir.join("cnn.qdq.onnx"),
     );
-    // Calibration data of the kind the model sees: make_models.py's input is standard normal.
-    let code = format!(
-        r#"
-import numpy as np
-r = np.random.default_rng(1)
-np.savez({calib:?}, img=r.standard_normal((16, 1, 3, 8, 8)).astype(np.float32))
-"#,
-        calib = s(&calib)
-    );
-    python(&code).unwrap();
+    cnn_calibration(&calib);
     let out = qnnx(&[
         "--json",
         "quantize",
@@ -138,34 +178,9 @@ print(ops["QuantizeLinear"], ops["DequantizeLinear"], len(ints))
     );
     // It compiles for QCS6490, where the float model is refused, and runs close to the float
     // reference (one 8-bit step of the output range is about 0.4% of it).
-    let outd = dir.join("out");
-    let input = dir.join("cnn.in.img.npy");
-    let run = qnnx(&[
-        "run",
-        s(&qdq),
-        "--soc",
-        "QCS6490",
-        "--input",
-        &format!("img={}", s(&input)),
-        "--runs",
-        "1",
-        "-o",
-        s(&outd),
-    ]);
-    assert!(run.status.success(), "{}", stderr(&run));
-    let code = format!(
-        r#"
-import numpy as np
-a = np.load({got:?}).ravel(); b = np.load({want:?}).ravel()
-print(float((a * b).sum() / np.linalg.norm(a) / np.linalg.norm(b)), float(np.abs(a - b).max() / (b.max() - b.min())))
-"#,
-        got = s(&outd.join("scores.npy")),
-        want = s(&dir.join("cnn.ref.scores.npy"))
-    );
-    let r = python(&code).unwrap();
-    let r: Vec<f64> = r.split_whitespace().map(|x| x.parse().unwrap()).collect();
-    assert!(r[0] >= 0.99, "cosine {}", r[0]);
-    assert!(r[1] <= 0.05, "max error {} of the output range", r[1]);
+    let (cos, max_err) = run_on_v68(&dir, &qdq);
+    assert!(cos >= 0.99, "cosine {cos}");
+    assert!(max_err <= 0.05, "max error {max_err} of the output range");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -183,15 +198,7 @@ fn a_16a4w_model_stores_int4_weights_and_runs_on_v68() {
         dir.join("calib.npz"),
         dir.join("cnn.16a4w.onnx"),
     );
-    let code = format!(
-        r#"
-import numpy as np
-r = np.random.default_rng(1)
-np.savez({calib:?}, img=r.standard_normal((16, 1, 3, 8, 8)).astype(np.float32))
-"#,
-        calib = s(&calib)
-    );
-    python(&code).unwrap();
+    cnn_calibration(&calib);
     let out = qnnx(&[
         "quantize",
         s(&onnx),
@@ -230,30 +237,7 @@ print(len(w), min(int(a.min()) for a in w), max(int(a.max()) for a in w))
             .any(|t| t["dtype"] == "qi4"),
         "{v}"
     );
-    let outd = dir.join("out");
-    let run = qnnx(&[
-        "run",
-        s(&qdq),
-        "--soc",
-        "QCS6490",
-        "--input",
-        &format!("img={}", s(&dir.join("cnn.in.img.npy"))),
-        "--runs",
-        "1",
-        "-o",
-        s(&outd),
-    ]);
-    assert!(run.status.success(), "{}", stderr(&run));
-    let code = format!(
-        r#"
-import numpy as np
-a = np.load({got:?}).ravel(); b = np.load({want:?}).ravel()
-print(float((a * b).sum() / np.linalg.norm(a) / np.linalg.norm(b)))
-"#,
-        got = s(&outd.join("scores.npy")),
-        want = s(&dir.join("cnn.ref.scores.npy"))
-    );
-    let cos: f64 = python(&code).unwrap().trim().parse().unwrap();
+    let (cos, _) = run_on_v68(&dir, &qdq);
     // Measured 0.99972 on the QNN 2.51 emulator (4-bit weights of a small random-weight CNN).
     assert!(cos >= 0.995, "cosine {cos}");
     std::fs::remove_dir_all(&dir).ok();

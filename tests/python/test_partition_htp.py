@@ -169,12 +169,12 @@ def test_min_partition_size_is_checked(bad):
         qnnx_backend.parse_options({"min_partition_size": bad})
 
 
-def compiled_partitions(model, x, **options):
-    """The native graphs of the QNN partitions of ``model``'s one FX graph after a call."""
+def compiled_graph(model, x, options):
+    """(output, the compiled entry of ``model``'s one FX graph) after a call with ``options``."""
     made = []
 
     def backend(gm, inputs):
-        made.append(qnnx_backend.qnn_backend(gm, inputs, options={**OPTIONS, **options}))
+        made.append(qnnx_backend.qnn_backend(gm, inputs, options=options))
         return made[-1]
 
     with warnings.catch_warnings(), torch.inference_mode():
@@ -182,6 +182,12 @@ def compiled_partitions(model, x, **options):
         out = torch.compile(model, backend=backend)(x)
     [callable_] = made
     [graph] = callable_.graphs.values()
+    return out, graph
+
+
+def compiled_partitions(model, x, **options):
+    """The native graphs of the QNN partitions of ``model``'s one FX graph after a call."""
+    out, graph = compiled_graph(model, x, {**OPTIONS, **options})
     parts = [m for name, m in graph.module.named_children() if name.startswith("qnn_partition_")]
     return out, [next(iter(p.callable.graphs.values())).native for p in parts]
 
@@ -375,18 +381,7 @@ class PooledAlternating(nn.Module):
 
 def split_of(model, x, **options):
     """(output, the Partitioned of ``model``'s one FX graph) after a call with ``options``."""
-    made = []
-
-    def backend(gm, inputs):
-        made.append(qnnx_backend.qnn_backend(gm, inputs, options={**MEASURED, **options}))
-        return made[-1]
-
-    with warnings.catch_warnings(), torch.inference_mode():
-        warnings.simplefilter("ignore")
-        out = torch.compile(model, backend=backend)(x)
-    [callable_] = made
-    [graph] = callable_.graphs.values()
-    return out, graph
+    return compiled_graph(model, x, {**MEASURED, **options})
 
 
 @pytest.fixture

@@ -6,6 +6,18 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
 
 impl Node {
+    /// Input 0 and output 0 of a one-in one-out node (what an expansion of it rewires), or an
+    /// error naming the node when either is missing.
+    pub fn unary_io(&self) -> Result<(crate::ir::ValueId, crate::ir::ValueId)> {
+        let x = self
+            .input(0)
+            .ok_or_else(|| self.err_invalid("input 0 is missing"))?;
+        let y = self
+            .output(0)
+            .ok_or_else(|| self.err_invalid("output 0 is missing"))?;
+        Ok((x, y))
+    }
+
     pub fn err_op(&self, reason: impl Into<String>) -> LowerError {
         LowerError::UnsupportedOp {
             node: self.name.clone(),

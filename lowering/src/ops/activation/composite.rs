@@ -73,18 +73,8 @@ pub const IS_NAN: OpDef = OpDef {
     quant: Quant::Float,
 };
 
-fn io(node: &Node) -> Result<(ValueId, ValueId)> {
-    let x = node
-        .input(0)
-        .ok_or_else(|| node.err_invalid("input 0 is missing"))?;
-    let y = node
-        .output(0)
-        .ok_or_else(|| node.err_invalid("output 0 is missing"))?;
-    Ok((x, y))
-}
-
 pub fn selu(b: &mut Builder, node: &Node) -> Result<bool> {
-    let (x, y) = io(node)?;
+    let (x, y) = node.unary_io()?;
     let alpha = node.attr_f("alpha", 1.673_263_2)?;
     let gamma = node.attr_f("gamma", 1.050_701)?;
     let dt = b.g.dtype(x);
@@ -95,7 +85,7 @@ pub fn selu(b: &mut Builder, node: &Node) -> Result<bool> {
 }
 
 pub fn thresholded_relu(b: &mut Builder, node: &Node) -> Result<bool> {
-    let (x, y) = io(node)?;
+    let (x, y) = node.unary_io()?;
     let alpha = node.attr_f("alpha", 1.0)?;
     let dt = b.g.dtype(x);
     let a = b.scalar(dt, alpha as f64);
@@ -106,7 +96,7 @@ pub fn thresholded_relu(b: &mut Builder, node: &Node) -> Result<bool> {
 }
 
 pub fn swish(b: &mut Builder, node: &Node) -> Result<bool> {
-    let (x, y) = io(node)?;
+    let (x, y) = node.unary_io()?;
     let alpha = node.attr_f("alpha", 1.0)?;
     let dt = b.g.dtype(x);
     let ax = if alpha == 1.0 {
@@ -121,7 +111,7 @@ pub fn swish(b: &mut Builder, node: &Node) -> Result<bool> {
 }
 
 pub fn tan(b: &mut Builder, node: &Node) -> Result<bool> {
-    let (x, y) = io(node)?;
+    let (x, y) = node.unary_io()?;
     let s = b.op("Sin", &[x], vec![]);
     let c = b.op("Cos", &[x], vec![]);
     b.op_to("Div", &[s, c], vec![], &[y]);
@@ -129,7 +119,7 @@ pub fn tan(b: &mut Builder, node: &Node) -> Result<bool> {
 }
 
 pub fn mean(b: &mut Builder, node: &Node) -> Result<bool> {
-    let (x, y) = io(node)?;
+    let (x, y) = node.unary_io()?;
     let ins: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
     let dt = b.g.dtype(x);
     let s = if ins.len() == 1 {
@@ -143,7 +133,7 @@ pub fn mean(b: &mut Builder, node: &Node) -> Result<bool> {
 }
 
 pub fn is_nan(b: &mut Builder, node: &Node) -> Result<bool> {
-    let (x, y) = io(node)?;
+    let (x, y) = node.unary_io()?;
     let eq = b.op("Equal", &[x, x], vec![]);
     b.op_to("Not", &[eq], vec![], &[y]);
     Ok(true)

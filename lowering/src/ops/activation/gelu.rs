@@ -25,12 +25,7 @@ pub fn gelu_tanh(b: &mut Builder, node: &Node) -> Result<bool> {
     if node.attr_s("approximate", "none")? != "tanh" {
         return Ok(false);
     }
-    let x = node
-        .input(0)
-        .ok_or_else(|| node.err_invalid("input 0 is missing"))?;
-    let y = node
-        .output(0)
-        .ok_or_else(|| node.err_invalid("output 0 is missing"))?;
+    let (x, y) = node.unary_io()?;
     let dt = b.g.dtype(x);
     let x2 = b.op("Mul", &[x, x], vec![]);
     let x3 = b.op("Mul", &[x2, x], vec![]);

@@ -52,12 +52,7 @@ fn last_index(b: &mut Builder, node: &Node) -> Result<bool> {
     if node.attr_i("select_last_index", 0)? == 0 {
         return Ok(false);
     }
-    let x = node
-        .input(0)
-        .ok_or_else(|| node.err_invalid("input 0 is missing"))?;
-    let y = node
-        .output(0)
-        .ok_or_else(|| node.err_invalid("output 0 is missing"))?;
+    let (x, y) = node.unary_io()?;
     let s = b.g.shape(x).to_vec();
     let axis = norm_axis(node, "axis", node.attr_i("axis", 0)?, s.len())?;
     let d = s[axis];

@@ -31,12 +31,7 @@ fn infer(x: &In) -> Result<Vec<Out>> {
 }
 
 fn expand(b: &mut Builder, n: &Node) -> Result<bool> {
-    let x = n
-        .input(0)
-        .ok_or_else(|| n.err_invalid("input 0 is missing"))?;
-    let y = n
-        .output(0)
-        .ok_or_else(|| n.err_invalid("output 0 is missing"))?;
+    let (x, y) = n.unary_io()?;
     let s = b.g.shape(x).to_vec();
     if s.len() < 2 {
         return Err(n.err_invalid(format!(

@@ -263,7 +263,7 @@ impl RawTensor {
 
 /// The bit width of a type narrower than its byte.
 fn sub_byte_bits(dtype: DType) -> Option<u32> {
-    matches!(dtype, DType::I4 | DType::U4).then_some(4)
+    dtype.is_sub_byte().then_some(4)
 }
 
 /// `params` (a `SCALE_OFFSET` or `AXIS_SCALE_OFFSET` encoding, its list in `list`) rewritten as

@@ -86,6 +86,12 @@ impl DType {
         }
     }
 
+    /// The 4-bit types, held a value per byte, which ONNX files pack two to a byte and QNN takes
+    /// as 8-bit fixed point with a 4-bit encoding.
+    pub fn is_sub_byte(self) -> bool {
+        matches!(self, DType::I4 | DType::U4)
+    }
+
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
     }

@@ -133,7 +133,7 @@ impl Encoding {
 
     /// Whether the stored values are narrower than a byte (4-bit weights).
     pub fn is_sub_byte(&self) -> bool {
-        matches!(self.storage, DType::I4 | DType::U4)
+        self.storage.is_sub_byte()
     }
 
     pub fn is_per_axis(&self) -> bool {

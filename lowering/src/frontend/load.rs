@@ -412,7 +412,7 @@ fn tensor_from_proto(
     let shape = dims_of(&t.dims)?;
     let n = checked_numel(&shape, dtype)
         .ok_or_else(|| format!("shape {shape:?} of {dtype} exceeds the 4 GiB tensor limit"))?;
-    if matches!(dtype, DType::I4 | DType::U4) {
+    if dtype.is_sub_byte() {
         return int4_from_proto(t, ext, dtype, shape, n);
     }
     let want = n * dtype.size();
@@ -801,7 +801,7 @@ fn convert_scope(gp: &onnx::GraphProto, ext: &mut ExternalData, sub: bool) -> Re
         if init_names.contains(name.as_str()) {
             continue;
         }
-        if matches!(dtype, DType::I4 | DType::U4) {
+        if dtype.is_sub_byte() {
             return Err(invalid(format!(
                 "graph input '{name}' is {dtype}: QNN holds 4-bit values only as constant \
                  weights behind a DequantizeLinear; pass the input as int8 or uint8"

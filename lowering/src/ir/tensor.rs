@@ -285,7 +285,7 @@ impl Tensor {
     /// The data as ONNX's `raw_data` holds it: as in memory, but 4-bit values packed two to a
     /// byte, the first in the low nibble.
     pub fn onnx_raw_data(&self) -> Vec<u8> {
-        if matches!(self.dtype, DType::I4 | DType::U4) {
+        if self.dtype.is_sub_byte() {
             self.data
                 .chunks(2)
                 .map(|p| (p[0] & 0x0F) | (p.get(1).map_or(0, |b| b & 0x0F) << 4))

@@ -34,7 +34,7 @@ fn infer_cast(x: &In) -> Result<Vec<Out>> {
     let to = n.attr_i("to", 0)?;
     let dt = DType::from_onnx(to as i32)
         .ok_or_else(|| n.err_attr("to", format!("unsupported target type {to}")))?;
-    if matches!(dt, DType::I4 | DType::U4) {
+    if dt.is_sub_byte() {
         return Err(n.err_attr(
             "to",
             format!(

@@ -438,7 +438,7 @@ pub fn write_qdq(
 /// Whether an encoding's type needs opset 21's QuantizeLinear/DequantizeLinear (or ONNX
 /// Runtime's com.microsoft ones before it): 16-bit activations and 4-bit weights.
 fn needs_contrib(e: &Encoding) -> bool {
-    matches!(e.storage, DType::U16 | DType::I4 | DType::U4)
+    e.storage == DType::U16 || e.is_sub_byte()
 }
 
 /// The IR node of a NodeProto, for the registry's per-node questions (attributes only).

@@ -264,6 +264,7 @@ def mixed_precision(
     max_attempts: int = MAX_ATTEMPTS,
     observer: str = "minmax",
     per_channel: bool = True,
+    weight_rounding: str = "nearest",
     quantize_modules=None,
     quantize_ops=None,
 ) -> MixedPrecision:
@@ -286,5 +287,5 @@ def mixed_precision(
     if not samples:
         raise ValueError("calibration is empty: give at least one sample, ideally a few dozen of the data the model sees")
     arch = _native.target_arch("npu", soc_model, htp_arch)
-    cfg = _quantize.config(quantize, observer, per_channel, quantize_modules, quantize_ops, arch)
+    cfg = _quantize.config(quantize, observer, per_channel, quantize_modules, quantize_ops, arch, weight_rounding)
     return search(model.eval(), example, samples, cfg, soc_model, htp_arch, float(target_sqnr_db), max_attempts)

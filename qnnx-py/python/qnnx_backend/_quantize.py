@@ -132,6 +132,10 @@ class QuantizeConfig:
     activations (QNN's validator: "expected >= 73"), so there a 16-bit scheme runs matmul at
     8a8w unless an override names it."""
 
+    weight_rounding: str = "nearest"
+    """How weights take their grid points: "nearest", or "gptq" (each rounding error moved
+    onto the weights not yet rounded so that the layer's output changes least: _rounding)."""
+
     def has_4bit_weights(self) -> bool:
         """Whether the scheme or an override stores weights in 4 bits."""
         schemes = [self.scheme] + [s for _, s in self.modules + self.ops if s is not None]
@@ -154,6 +158,7 @@ class QuantizeConfig:
                 [(p, name(s)) for p, s in self.modules],
                 [(k, name(s)) for k, s in self.ops],
                 self.matmul_at_8_bits(),
+                self.weight_rounding,
             )
         )
 
@@ -196,12 +201,17 @@ def config(
     modules: Optional[Mapping[str, Any]] = None,
     ops: Optional[Mapping[str, Any]] = None,
     htp_arch: Optional[int] = None,
+    weight_rounding: str = "nearest",
 ) -> QuantizeConfig:
     """A validated QuantizeConfig from option values (ValueError naming the option to change)."""
     if scheme not in SCHEMES:
         raise ValueError(f"quantize={scheme!r}: use one of {', '.join(SCHEMES)}, or None for a float model")
     if observer not in OBSERVERS:
         raise ValueError(f"observer={observer!r}: use one of {', '.join(OBSERVERS)}")
+    from ._rounding import ROUNDINGS
+
+    if weight_rounding not in ROUNDINGS:
+        raise ValueError(f"weight_rounding={weight_rounding!r}: use one of {', '.join(ROUNDINGS)}")
     if not isinstance(per_channel, bool):
         raise ValueError(f"per_channel={per_channel!r}: must be True or False")
     return QuantizeConfig(
@@ -211,6 +221,7 @@ def config(
         parse_overrides("quantize_modules", modules, kinds=False),
         parse_overrides("quantize_ops", ops, kinds=True),
         htp_arch,
+        weight_rounding,
     )
 
 
@@ -391,6 +402,13 @@ def quantize(
             prepared(*sample)
     quantizer.fit_bias(prepared)
     seconds["calibrate"] = time.perf_counter() - t
+    if cfg.weight_rounding == "gptq":
+        from ._rounding import round_weights
+
+        t = time.perf_counter()
+        with torch.no_grad():
+            round_weights(prepared, samples)
+        seconds["rounding"] = time.perf_counter() - t
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -32,6 +32,7 @@ class QNNRouterCompileOptions(QNNCompileOptions, total=False):
     calibration: Any
     observer: str
     per_channel: bool
+    weight_rounding: Literal["nearest", "gptq"]
     quantize_modules: Mapping[str, Optional[str]]
     quantize_ops: Mapping[str, Optional[str]]
     target_sqnr_db: float

@@ -1,0 +1,205 @@
+"""Error-compensating weight rounding (GPTQ) for the PT2E-prepared graph, after calibration.
+
+Rounding each weight to its nearest grid point ("nearest") ignores what the layer computes:
+on inputs with correlated features (neighbouring pixels, a 3x3 filter whose taps nearly cancel
+on smooth images) many small rounding errors add up in the output. GPTQ (Frantar et al., 2022,
+"GPTQ: Accurate Post-Training Quantization for Generative Pre-trained Transformers", the
+one-shot form of Optimal Brain Quantization, which its authors also measured on ResNets)
+rounds a layer's input columns one at a time and moves each rounding error onto the columns
+not yet rounded, weighted by the inverse of the Hessian ``H = 2 X X^T`` of the layer's inputs
+``X`` over the calibration samples, so that ``W X`` changes as little as it can. The grid is
+the one PT2E's weight observer chose (its per-channel or per-tensor scale, after
+``fit_bias``): only which grid point each weight takes changes, so ``convert_pt2e`` writes the
+same encodings with other integers, and every exporter and runtime reads them as usual.
+
+Layers are taken in graph order and their inputs are computed by this pass through the layers
+already rounded, with every activation observer applied as fake quantization at its calibrated
+encoding, so that each layer compensates what the quantized layers before it changed (as GPTQ
+and OBQ do). torchao's GPTQ (``Int4WeightOnlyGPTQQuantizer``) targets the group-wise int4
+Linear weights of its own tensor subclasses, not convolutions nor PT2E's observers, so this
+module implements the algorithm on PT2E's graph: about a hundred lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Optional, Sequence
+
+import torch
+from torch.fx import GraphModule, Node
+
+logger = logging.getLogger("qnnx_backend")
+
+aten = torch.ops.aten
+
+#: The weight roundings ``weight_rounding`` takes.
+ROUNDINGS = ("gptq", "nearest")
+
+#: Damping added to H's diagonal, as a fraction of its mean (GPTQ's default): keeps the
+#: Cholesky factorisation stable when inputs are nearly collinear.
+_DAMP = 0.01
+
+#: Columns rounded between two updates of the rest of the matrix.
+_BLOCK = 128
+
+_CONV = {aten.conv1d.default: 1, aten.conv2d.default: 2}
+_LINEAR = aten.linear.default
+
+
+def _fake_quantize(obs: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``x`` rounded to the activation encoding that ``obs`` calibrated (as the HTP will)."""
+    scale, zp = obs.calculate_qparams()
+    return torch.fake_quantize_per_tensor_affine(
+        x, float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]), int(obs.quant_min), int(obs.quant_max)
+    )
+
+
+def _attr(model: GraphModule, target: str) -> Any:
+    value: Any = model
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _replace_attr(model: GraphModule, target: str, value: torch.Tensor) -> torch.Tensor:
+    """Sets ``model``'s constant ``target`` to a new tensor ``value``. Never in place: the
+    exported graph's constants can be the caller's own parameters (a Linear's weight, a Conv's
+    without BatchNorm), which quantizing must not change."""
+    owner_path, _, leaf = target.rpartition(".")
+    owner = model.get_submodule(owner_path) if owner_path else model
+    old = getattr(owner, leaf)
+    if isinstance(old, torch.nn.Parameter):
+        value = torch.nn.Parameter(value, requires_grad=False)
+    setattr(owner, leaf, value)
+    return value
+
+
+def _columns(node: Node, x: torch.Tensor, weight: torch.Tensor) -> Optional[torch.Tensor]:
+    """The layer's input as the columns its weight rows multiply: [groups, fan_in, samples];
+    None for a form this pass does not take (string padding, unusual arguments)."""
+    if node.target is _LINEAR:
+        return x.reshape(-1, x.shape[-1]).T.unsqueeze(0)
+    dims = _CONV[node.target]
+    args = list(node.args) + [None] * (7 - len(node.args))
+    stride, padding, dilation, groups = (args[3] or 1), (args[4] or 0), (args[5] or 1), (args[6] or 1)
+    if isinstance(padding, str) or not isinstance(groups, int):
+        return None
+    if dims == 1:
+        x = x.unsqueeze(-2)
+        pick = lambda v: (1, v[0] if isinstance(v, (list, tuple)) else v)  # noqa: E731
+        stride, dilation = pick(stride), pick(dilation)
+        padding = (0, padding[0] if isinstance(padding, (list, tuple)) else padding)
+    kernel = tuple(weight.shape[2:]) if dims == 2 else (1, weight.shape[2])
+    cols = torch.nn.functional.unfold(x, kernel, dilation=dilation, padding=padding, stride=stride)
+    n, fan_in, length = cols.shape
+    return cols.permute(1, 0, 2).reshape(groups, fan_in // groups, n * length)
+
+
+def _gptq(w: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
+    """GPTQ over groups at once: ``w`` [groups, rows, cols], ``hessian`` [groups, cols, cols],
+    ``scale`` [groups, rows, 1]; returns the rounded weights (grid values) in ``w``'s shape."""
+    w = w.clone().to(torch.float32)
+    h = hessian.clone()
+    dead = torch.diagonal(h, dim1=1, dim2=2) == 0
+    idx = torch.arange(h.shape[-1])
+    h[:, idx, idx] += torch.where(dead, 1.0, 0.0).to(h.dtype)
+    w[dead.unsqueeze(1).expand_as(w)] = 0.0
+    damp = _DAMP * torch.diagonal(h, dim1=1, dim2=2).mean(-1, keepdim=True)
+    h[:, idx, idx] += damp
+    # The upper Cholesky factor of H^-1: row i holds how the error of column i spreads onto
+    # the columns after it.
+    hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    scale = scale.to(torch.float32)[:, :, 0]
+    q = torch.empty_like(w)
+    cols = w.shape[-1]
+    # In blocks of columns (GPTQ's lazy batch update): errors spread inside a block column by
+    # column, onto the columns after it in one product per block.
+    for start in range(0, cols, _BLOCK):
+        end = min(start + _BLOCK, cols)
+        block = w[:, :, start:end].clone()
+        errs = torch.empty_like(block)
+        for j in range(end - start):
+            col = block[:, :, j]
+            qc = torch.clamp(torch.round(col / scale), qmin, qmax) * scale
+            q[:, :, start + j] = qc
+            err = (col - qc) / hinv[:, start + j, start + j].unsqueeze(-1)
+            block[:, :, j + 1 :] -= err.unsqueeze(-1) * hinv[:, start + j, start + j + 1 : end].unsqueeze(1)
+            errs[:, :, j] = err
+        w[:, :, end:] -= errs @ hinv[:, start:end, end:]
+    return q
+
+
+def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor]]) -> int:
+    """Rewrites, in place, the weights of the convolutions and linear layers of ``prepared``
+    (calibrated, observers in place) to GPTQ's choice of grid points; returns how many."""
+    from ._quantizer import FittedPerChannelObserver, FittedPerTensorObserver
+
+    t = time.perf_counter()
+    graph = prepared.graph
+    last_use: dict[Node, Node] = {}
+    for node in graph.nodes:
+        for a in node.all_input_nodes:
+            last_use[a] = node
+    placeholders = {n: i for i, n in enumerate(n for n in graph.nodes if n.op == "placeholder")}
+    envs: list[dict[Node, Any]] = [{} for _ in samples]
+    rounded = 0
+
+    def fetch(env: dict, a: Any) -> Any:
+        return torch.fx.node.map_arg(a, lambda n: env[n])
+
+    for node in graph.nodes:
+        if node.op == "output":
+            break
+        weight_obs = None
+        if node.op == "call_function" and (node.target in _CONV or node.target is _LINEAR) and len(node.args) > 1:
+            wnode = node.args[1]
+            if isinstance(wnode, Node) and wnode.op == "call_module" and wnode.args:
+                obs = prepared.get_submodule(str(wnode.target))
+                src = wnode.args[0]
+                if isinstance(obs, (FittedPerChannelObserver, FittedPerTensorObserver)) and (
+                    isinstance(src, Node) and src.op == "get_attr"
+                ):
+                    weight_obs = (obs, src)
+        if weight_obs is not None:
+            obs, src = weight_obs
+            param = _attr(prepared, str(src.target))
+            xs = [env[node.args[0]] for env in envs]
+            cols = [_columns(node, x, param) for x in xs]
+            if all(c is not None for c in cols) and (obs.qscheme != torch.per_channel_symmetric or obs.ch_axis == 0):
+                groups = cols[0].shape[0]
+                hessian = torch.zeros(groups, cols[0].shape[1], cols[0].shape[1])
+                for c in cols:
+                    hessian.baddbmm_(c, c.transpose(1, 2))
+                hessian *= 2.0 / sum(c.shape[-1] for c in cols)
+                rows = param.shape[0]
+                w = param.detach().reshape(groups, rows // groups, -1)
+                scale, _ = obs.calculate_qparams()
+                scale = scale.reshape(-1, 1).expand(rows, 1).reshape(groups, rows // groups, 1)
+                q = _gptq(w, hessian, scale, int(obs.quant_min), int(obs.quant_max))
+                new = _replace_attr(prepared, str(src.target), q.reshape(param.shape).to(param.dtype))
+                for env in envs:
+                    env[node.args[1]] = new
+                rounded += 1
+        for env, sample in zip(envs, samples):
+            if node.op == "placeholder":
+                env[node] = sample[placeholders[node]]
+            elif node.op == "get_attr":
+                env[node] = _attr(prepared, str(node.target))
+            elif node.op == "call_module":
+                mod = prepared.get_submodule(str(node.target))
+                (x,) = fetch(env, node.args)
+                if isinstance(mod, (FittedPerChannelObserver, FittedPerTensorObserver)):
+                    env[node] = x
+                elif hasattr(mod, "calculate_qparams") and isinstance(x, torch.Tensor) and x.is_floating_point():
+                    env[node] = _fake_quantize(mod, x)
+                else:
+                    env[node] = mod(x)
+            elif node.op == "call_function":
+                args, kwargs = fetch(env, node.args), fetch(env, node.kwargs)
+                env[node] = node.target(*args, **kwargs)
+            for a in node.all_input_nodes:
+                if last_use.get(a) is node:
+                    env.pop(a, None)
+    logger.info("qnn quantize: GPTQ rounded %d weights in %.1f s", rounded, time.perf_counter() - t)
+    return rounded

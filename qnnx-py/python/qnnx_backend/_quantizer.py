@@ -99,6 +99,15 @@ class FittedPerTensorObserver(MinMaxObserver):
         return scale, zero_point
 
 
+#: The weight observers: constants, observed once, scales raised by ``fit_bias``.
+WEIGHT_OBSERVERS = (FittedPerChannelObserver, FittedPerTensorObserver)
+
+
+def constant(model: torch.nn.Module, target: str) -> Any:
+    """What a get_attr node's (dotted) target names in ``model``."""
+    return operator.attrgetter(target)(model)
+
+
 class Specs:
     """The QuantizationSpecs of one scheme, made once: PT2E shares one observer between a
     producer's output and a consumer's input when their specs are equal, and observer
@@ -446,7 +455,7 @@ class QnnxQuantizer(Quantizer):
                 continue
             act, weight, bias_obs = (_observer(prepared, a) for a in node.args[:3])
             bias = _observed_constant(prepared, node.args[2])
-            if act is None or not isinstance(weight, (FittedPerChannelObserver, FittedPerTensorObserver)):
+            if act is None or not isinstance(weight, WEIGHT_OBSERVERS):
                 continue
             if bias_obs is None or bias is None:
                 continue
@@ -473,9 +482,7 @@ def _observed_constant(model: GraphModule, observed: Any) -> Optional[torch.Tens
     src = observed.args[0]
     if not (isinstance(src, Node) and src.op == "get_attr"):
         return None
-    value: Any = model
-    for part in str(src.target).split("."):
-        value = getattr(value, part)
+    value = constant(model, str(src.target))
     return value if isinstance(value, torch.Tensor) else None
 
 
@@ -586,9 +593,7 @@ def _in_features(gm: GraphModule, w: Any) -> Optional[int]:
     if not isinstance(v, torch.Tensor) and w.op == "call_function" and w.args:
         src = w.args[0]
         if isinstance(src, Node) and src.op == "get_attr":
-            v = gm
-            for part in str(src.target).split("."):
-                v = getattr(v, part)
+            v = constant(gm, str(src.target))
     return int(v.shape[1]) if isinstance(v, torch.Tensor) and v.dim() == 2 else None
 
 

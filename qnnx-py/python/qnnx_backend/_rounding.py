@@ -47,19 +47,10 @@ _CONV = {aten.conv1d.default: 1, aten.conv2d.default: 2}
 _LINEAR = aten.linear.default
 
 
-def _fake_quantize(obs: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``x`` rounded to the activation encoding that ``obs`` calibrated (as the HTP will)."""
+def _encoding(obs: torch.nn.Module) -> tuple[float, int, int, int]:
+    """The activation encoding ``obs`` calibrated: (scale, zero point, quant_min, quant_max)."""
     scale, zp = obs.calculate_qparams()
-    return torch.fake_quantize_per_tensor_affine(
-        x, float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]), int(obs.quant_min), int(obs.quant_max)
-    )
-
-
-def _attr(model: GraphModule, target: str) -> Any:
-    value: Any = model
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
+    return float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]), int(obs.quant_min), int(obs.quant_max)
 
 
 def _replace_attr(model: GraphModule, target: str, value: torch.Tensor) -> torch.Tensor:
@@ -131,9 +122,9 @@ def _gptq(w: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, qmin: int
 
 
 def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor]]) -> int:
-    """Rewrites, in place, the weights of the convolutions and linear layers of ``prepared``
-    (calibrated, observers in place) to GPTQ's choice of grid points; returns how many."""
-    from ._quantizer import FittedPerChannelObserver, FittedPerTensorObserver
+    """Replaces the weights of the convolutions and linear layers of ``prepared`` (calibrated,
+    observers in place) with GPTQ's choice of grid points; returns how many."""
+    from ._quantizer import WEIGHT_OBSERVERS, constant
 
     t = time.perf_counter()
     graph = prepared.graph
@@ -157,13 +148,13 @@ def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor
             if isinstance(wnode, Node) and wnode.op == "call_module" and wnode.args:
                 obs = prepared.get_submodule(str(wnode.target))
                 src = wnode.args[0]
-                if isinstance(obs, (FittedPerChannelObserver, FittedPerTensorObserver)) and (
+                if isinstance(obs, WEIGHT_OBSERVERS) and (
                     isinstance(src, Node) and src.op == "get_attr"
                 ):
                     weight_obs = (obs, src)
         if weight_obs is not None:
             obs, src = weight_obs
-            param = _attr(prepared, str(src.target))
+            param = constant(prepared, str(src.target))
             xs = [env[node.args[0]] for env in envs]
             cols = [_columns(node, x, param) for x in xs]
             if all(c is not None for c in cols) and (obs.qscheme != torch.per_channel_symmetric or obs.ch_axis == 0):
@@ -181,18 +172,24 @@ def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor
                 for env in envs:
                     env[node.args[1]] = new
                 rounded += 1
+        # An activation observer's encoding, once per node (a histogram observer searches its
+        # histogram for it).
+        mod = prepared.get_submodule(str(node.target)) if node.op == "call_module" else None
+        encoding = None
+        if hasattr(mod, "calculate_qparams") and not isinstance(mod, WEIGHT_OBSERVERS):
+            encoding = _encoding(mod)
         for env, sample in zip(envs, samples):
             if node.op == "placeholder":
                 env[node] = sample[placeholders[node]]
             elif node.op == "get_attr":
-                env[node] = _attr(prepared, str(node.target))
+                env[node] = constant(prepared, str(node.target))
             elif node.op == "call_module":
-                mod = prepared.get_submodule(str(node.target))
                 (x,) = fetch(env, node.args)
-                if isinstance(mod, (FittedPerChannelObserver, FittedPerTensorObserver)):
+                if isinstance(mod, WEIGHT_OBSERVERS):
                     env[node] = x
-                elif hasattr(mod, "calculate_qparams") and isinstance(x, torch.Tensor) and x.is_floating_point():
-                    env[node] = _fake_quantize(mod, x)
+                elif encoding is not None and isinstance(x, torch.Tensor) and x.is_floating_point():
+                    # Rounded to the encoding it calibrated, as the HTP will.
+                    env[node] = torch.fake_quantize_per_tensor_affine(x, *encoding)
                 else:
                     env[node] = mod(x)
             elif node.op == "call_function":

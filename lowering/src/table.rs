@@ -21,9 +21,9 @@ pub enum Layout {
     Sensitive,
     /// Element-wise; transposes are moved through it.
     Agnostic,
-    /// Computes along the axes it names (reductions, Concat); transposes are moved through it
-    /// with those axes permuted, so a squeeze-and-excitation mean or a DenseNet concat of conv
-    /// outputs stays channel-last.
+    /// Computes along the axes it names (reductions, Concat, Slice); transposes are moved
+    /// through it with those axes permuted, so a squeeze-and-excitation mean, a DenseNet concat
+    /// of conv outputs or a slice of a conv's channels stays channel-last.
     Axes,
     /// Works on the model's logical layout (axes, reshapes).
     Framework,

@@ -306,9 +306,7 @@ mod tests {
         assert_eq!(d.matches("Transpose(").count(), 1, "{d}");
         assert_eq!(d.matches("Relu(").count(), 2, "{d}");
         assert!(
-            d.contains(
-                "ElementWiseAdd(r1_collapsed:f32[1, 16, 8], static pos_moved:f32[1, 16, 8])"
-            ),
+            d.contains("ElementWiseAdd(r1_pre:f32[1, 16, 8], static pos_t:f32[1, 16, 8])"),
             "{d}"
         );
     }

@@ -9,12 +9,15 @@
 //! permuted: a squeeze-and-excitation `x.mean((2, 3), keepdim=True)` after a conv becomes a
 //! ReduceMean over the NHWC axes 1, 2 (what GlobalAveragePool lowers to) instead of a full
 //! transpose of the activation back to NCHW, and a DenseNet concat of conv outputs joins them
-//! along the NHWC channel axis. Graph I/O keeps the model's layout because only internal values
-//! are rewritten.
+//! along the NHWC channel axis; a Slice of a conv's channels slices the NHWC channel axis.
+//! Reshapes that only insert or remove size-1 dims (a Conv1d's unit H) let transposes through
+//! too, so a Conv1d's output stays channel-last between Conv1ds. Graph I/O keeps the model's
+//! layout because only internal values are rewritten.
 
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Graph, Node, NodeId, ValueId};
 use crate::ops::reduce::reduce::{axes_are_input, reduce_params};
+use crate::ops::shape::slice::slice_params;
 use crate::table::{Layout, OpTable};
 
 pub const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
@@ -113,7 +116,11 @@ fn optimize(g: &mut Graph, table: &OpTable) {
     // Each rewrite moves a transpose strictly downstream or removes one, so this terminates;
     // the bound is a guard against a bug turning into a hang.
     for _ in 0..(g.nodes.len() + 1) * 8 {
-        if !(compose_step(g) || sink_step(g, table) || sink_axes_step(g, table)) {
+        if !(compose_step(g)
+            || sink_step(g, table)
+            || sink_axes_step(g, table)
+            || sink_reshape_step(g))
+        {
             break;
         }
     }
@@ -297,6 +304,8 @@ enum AxesOp {
     Reduce { axes: Vec<usize>, keep: bool },
     /// Concat along `axis`: every input is data of the output's rank.
     Concat { axis: usize },
+    /// Slice: per sliced axis (axis, start, end, step), clamped as ONNX does.
+    Slice { ranges: Vec<(usize, i64, i64, i64)> },
 }
 
 /// The axes of an `axes` node of rank `r`, or None when it cannot be permuted: axes that are
@@ -313,12 +322,16 @@ fn axes_op(g: &Graph, n: &Node, r: usize) -> Option<AxesOp> {
             let axis = crate::ir::attr::norm_axis(n, "axis", axis, r).ok()?;
             Some(AxesOp::Concat { axis })
         }
+        // Opset < 10 names its ranges in attributes; rewriting them is not worth it.
+        "Slice" if g.opset() >= 10 => Some(AxesOp::Slice {
+            ranges: slice_params(g, n).ok()?,
+        }),
         _ => None,
     }
 }
 
 /// Reduce(T_p(x), axes) → T_p'(Reduce(x, p[axes])), Concat(T_p(a), T_p(b) | const, axis) →
-/// T_p(Concat(a, b', p[axis])). A reduction's output is smaller than its input, so the
+/// T_p(Concat(a, b', p[axis])), Slice(T_p(x), axes) → T_p(Slice(x, p[axes])). A reduction's output is smaller than its input, so the
 /// transpose that comes out is never bigger than the one that went in; with keepdims and
 /// reduced H, W it only moves size-1 dims and becomes a reshape. Without keepdims the kept dims
 /// may come out in order already (NHWC mean over H, W → [N, C]), and then no transpose is left.
@@ -350,7 +363,7 @@ fn sink_axes_step(g: &mut Graph, table: &OpTable) -> bool {
         // The data inputs: the reduction's first one; all of Concat's, each from the same T_p
         // or a constant of the same rank (transposed here).
         let data = match kind {
-            AxesOp::Reduce { .. } => 1,
+            AxesOp::Reduce { .. } | AxesOp::Slice { .. } => 1,
             AxesOp::Concat { .. } => n.inputs.len(),
         };
         let ok = n.inputs[..data].iter().all(|slot| {
@@ -381,6 +394,29 @@ fn sink_axes_step(g: &mut Graph, table: &OpTable) -> bool {
             AxesOp::Concat { axis } => {
                 let n = &mut g.nodes[i];
                 n.attrs.insert("axis".into(), Attr::Int(p[axis] as i64));
+                (inv.iter().map(|&k| ys[k]).collect(), p.clone())
+            }
+            AxesOp::Slice { ranges } => {
+                let name = g.nodes[i].name.clone();
+                let mut ints = |part: &str, v: Vec<i64>| {
+                    Some(g.add_const(
+                        &format!("{name}_{part}"),
+                        Tensor::from_i64(vec![v.len()], &v),
+                    ))
+                };
+                // A clamped end of -1 (a negative step down to index 0) written back as -1
+                // would mean the last index: i64::MIN clamps to the same place.
+                let ends = ranges
+                    .iter()
+                    .map(|&(_, _, e, st)| if st < 0 && e < 0 { i64::MIN } else { e })
+                    .collect();
+                inputs = vec![
+                    inputs[0],
+                    ints("starts", ranges.iter().map(|r| r.1).collect()),
+                    ints("ends", ends),
+                    ints("axes", ranges.iter().map(|r| p[r.0] as i64).collect()),
+                    ints("steps", ranges.iter().map(|r| r.3).collect()),
+                ];
                 (inv.iter().map(|&k| ys[k]).collect(), p.clone())
             }
             AxesOp::Reduce { axes, keep } => {
@@ -434,6 +470,86 @@ fn sink_axes_step(g: &mut Graph, table: &OpTable) -> bool {
         let name = g.unique_node_name(&t.name);
         t.name = name;
         g.nodes.insert(i + 1, t);
+        return true;
+    }
+    false
+}
+
+/// Reshape(T_p(x)) → T_q(Reshape'(x)) when the reshape only inserts or removes size-1 dims
+/// (a Conv1d's squeeze of its unit H, the unsqueeze back before the next conv). The transpose
+/// keeps its size and moves on towards the ops it sinks through and the inverse it cancels
+/// with: silero-vad's STFT (a Conv1d whose output is sliced into real and imaginary halves,
+/// squared, added and square-rooted, then fed to the next Conv1d) then runs channel-last as in
+/// ONNX Runtime's graph, instead of over `[1, 129, 3]` tensors whose last dim is 3 (10x to 200x
+/// the cycles per op on the HTP). `Reshape'` keeps `y`'s size-1 dims where `y` has them and
+/// lays the others out in `x`'s order. Only when `T_p` has no other reader, so that no
+/// transpose is added.
+fn sink_reshape_step(g: &mut Graph) -> bool {
+    let producers = g.producers();
+    let uses = g.use_counts();
+    for i in 0..g.nodes.len() {
+        let n = &g.nodes[i];
+        if !matches!(
+            n.op_type.as_str(),
+            "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten"
+        ) || !known(g, n)
+        {
+            continue;
+        }
+        let (Some(t), Some(y)) = (n.input(0), n.output(0)) else {
+            continue;
+        };
+        let Some(pi) = producers[t] else { continue };
+        let (Some(p), Some(x)) = (perm_of(&g.nodes[pi]), g.nodes[pi].input(0)) else {
+            continue;
+        };
+        if uses[t] != 1 || !g.values[x].known || g.shape(x).len() != p.len() {
+            continue;
+        }
+        let (xs, ts, ys) = (g.shape(x), g.shape(t), g.shape(y).to_vec());
+        if xs.contains(&0) || ys.contains(&0) {
+            continue;
+        }
+        // The dims other than 1, in `t`'s (and `y`'s) order: their axis in `x`, and in `y`.
+        let big_x: Vec<usize> = (0..p.len()).filter(|&k| ts[k] != 1).map(|k| p[k]).collect();
+        let big_y: Vec<usize> = (0..ys.len()).filter(|&k| ys[k] != 1).collect();
+        if big_x.len() != big_y.len() || big_x.iter().zip(&big_y).any(|(&a, &b)| xs[a] != ys[b]) {
+            continue;
+        }
+        let mut in_x_order: Vec<usize> = (0..big_x.len()).collect();
+        in_x_order.sort_by_key(|&k| big_x[k]);
+        // z = Reshape'(x), y = T_q(z): y's dim j is z's dim q[j].
+        let mut zs = ys.clone();
+        let mut q: Vec<usize> = (0..ys.len()).collect();
+        for (r, &k) in in_x_order.iter().enumerate() {
+            zs[big_y[r]] = ys[big_y[k]];
+            q[big_y[k]] = big_y[r];
+        }
+        let dims: Vec<i64> = zs.iter().map(|&d| d as i64).collect();
+        let shape = g.add_const(
+            &format!("{}_shape", g.nodes[i].name),
+            Tensor::from_i64(vec![dims.len()], &dims),
+        );
+        let identity = q.iter().enumerate().all(|(k, &d)| k == d);
+        let n = &mut g.nodes[i];
+        n.op_type = "Reshape".into();
+        n.attrs.clear();
+        n.inputs = vec![Some(x), Some(shape)];
+        if identity {
+            return true;
+        }
+        let back = inverse(&q);
+        let ydt = g.dtype(y);
+        let z = g.add_typed(&format!("{}_pre", g.value(y).name), ydt, zs);
+        g.values[z].quant = g.values[y].quant.as_ref().map(|e| e.permuted(&back));
+        g.values[z].origin = g.values[y].origin.as_ref().map(|o| o.permuted(&back));
+        g.nodes[i].outputs = vec![Some(z)];
+        let mut tr = Node::new(format!("{}_post", g.nodes[i].name), "Transpose")
+            .with_attr("perm", Attr::Ints(q.iter().map(|&k| k as i64).collect()));
+        tr.inputs = vec![Some(z)];
+        tr.outputs = vec![Some(y)];
+        tr.name = g.unique_node_name(&tr.name);
+        g.nodes.insert(i + 1, tr);
         return true;
     }
     false
@@ -589,8 +705,9 @@ mod tests {
             .output("y");
         let d = prepared(&b);
         assert_eq!(d.matches("Transpose(").count(), 1, "{d}");
+        // The NCHW transpose moved only size-1 dims and is gone into the Flatten.
         assert!(
-            d.contains("Reshape(g_nhwc, g_shape) -> g:f32[1, 2, 1, 1]"),
+            d.contains("Reshape(g_nhwc, Flatten_2_shape) -> y:f32[1, 2]"),
             "{d}"
         );
     }
@@ -784,6 +901,62 @@ mod tests {
         );
     }
 
+    /// Conv1d → Slice halves of its channels → Pow → Add → Sqrt → Conv1d (silero-vad's STFT
+    /// magnitude), as the plan that lowering emits.
+    fn stft_magnitude(second_reader: bool) -> String {
+        let i64s = |v: &[i64]| Tensor::from_i64(vec![v.len()], v);
+        let mut b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 1, 64])
+            .init("w1", Tensor::from_f32(vec![8, 1, 16], &rand_f32(1, 128)))
+            .init("w2", Tensor::from_f32(vec![3, 4, 3], &rand_f32(2, 36)))
+            .init("s0", i64s(&[0]))
+            .init("s4", i64s(&[4]))
+            .init("s8", i64s(&[8]))
+            .init("ax", i64s(&[1]))
+            .init("two", Tensor::scalar_f32(2.0))
+            .node("Conv", &["x", "w1"], &["c"], &[("strides", A::Is(vec![8]))])
+            .node("Slice", &["c", "s0", "s4", "ax"], &["re"], &[])
+            .node("Slice", &["c", "s4", "s8", "ax"], &["im"], &[])
+            .node("Pow", &["re", "two"], &["re2"], &[])
+            .node("Pow", &["im", "two"], &["im2"], &[])
+            .node("Add", &["re2", "im2"], &["p"], &[])
+            .node("Sqrt", &["p"], &["m"], &[])
+            .node("Conv", &["m", "w2"], &["y"], &[("pads", A::Is(vec![1, 1]))])
+            .output("y");
+        if second_reader {
+            // The NCW conv output is also a graph output: its transpose stays.
+            b = b.output("c");
+        }
+        crate::ops::test_util::lower_with(&b, &LowerOptions::default()).dump()
+    }
+
+    #[test]
+    fn conv1d_output_stays_channel_last_through_slices_and_elementwise() {
+        let d = stft_magnitude(false);
+        // Only the graph output's transpose back to NCW is left.
+        assert_eq!(d.matches("Transpose(").count(), 1, "{d}");
+        assert!(
+            d.contains("ElementWiseAdd(re2_pre:f32[1, 7, 4], im2_pre:f32[1, 7, 4])"),
+            "{d}"
+        );
+        assert!(
+            d.contains("StridedSlice(c_pre:f32[1, 7, 8]) ranges=i32[3, 3]{0,1,1,0,7,1,4,8,1}"),
+            "{d}"
+        );
+        assert!(
+            d.contains("Transpose(y_pre:f32[1, 7, 3]) perm=u32[3]{0,2,1} -> y:f32[1, 3, 7]"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn reshape_keeps_a_transpose_that_has_another_reader() {
+        // Sinking past the squeeze would leave the original transpose for `c` and add one.
+        let d = stft_magnitude(true);
+        assert!(d.contains("-> c:f32[1, 8, 7]"), "{d}");
+        assert_eq!(d.matches("Transpose(").count(), 2, "{d}");
+    }
+
     #[test]
     fn every_axes_op_is_known_to_the_pass() {
         // An op the tables mark `axes` that axes_op cannot read would silently keep its
@@ -796,7 +969,12 @@ mod tests {
                     assert!(
                         matches!(
                             op.as_str(),
-                            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "Concat"
+                            "ReduceMean"
+                                | "ReduceSum"
+                                | "ReduceMax"
+                                | "ReduceMin"
+                                | "Concat"
+                                | "Slice"
                         ),
                         "{op} is marked axes in the {backend:?} table"
                     );

@@ -1,10 +1,12 @@
-//! Removes pass-through nodes: Identity, inference-mode Dropout, and no-op Casts/Reshapes.
+//! Removes pass-through nodes: Identity, inference-mode Dropout, no-op Casts, Reshapes and
+//! Slices.
 //!
 //! Runs after shape inference so that no-op Casts and Reshapes can be recognised. A pass-through
 //! whose output is a graph output fed directly by a graph input is kept (lowered as a copy).
 
 use crate::ir::Graph;
 use crate::ops::shape::dropout::dropout_may_train;
+use crate::ops::shape::slice::slice_params;
 
 pub fn run(g: &mut Graph) {
     let mut i = 0;
@@ -25,6 +27,10 @@ pub fn run(g: &mut Graph) {
             "Dropout" => !dropout_may_train(g, n) && n.output(1).none_or_unused(g),
             "Cast" | "CastLike" | "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten" | "Expand" => {
                 same
+            }
+            // The whole of every axis, forwards (a reversal keeps the shape too).
+            "Slice" => {
+                same && slice_params(g, n).is_ok_and(|r| r.iter().all(|&(_, _, _, st)| st > 0))
             }
             _ => false,
         };

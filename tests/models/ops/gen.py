@@ -230,6 +230,39 @@ def main(out):
     x = f32(2, 4)
     np.save(os.path.join(d, "input_0.npy"), x)
     np.save(os.path.join(d, "output_0.npy"), ReferenceEvaluator(m).run(None, {"x": x})[0])
+    # A Conv1d's output sliced along its channels (forwards, and backwards with a negative step)
+    # and along time, squared, summed and square-rooted into the next Conv1d: silero-vad's STFT
+    # magnitude, which the layout pass keeps channel-last through Slice, Pow, Add and Sqrt.
+    i64 = lambda *v: np.array(v, np.int64)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], strides=[8]),
+        helper.make_node("Slice", ["c", "s0", "s4", "ax1"], ["re"]),
+        helper.make_node("Slice", ["c", "s7", "sneg", "ax1", "step_neg"], ["im"]),
+        helper.make_node("Pow", ["re", "two"], ["re2"]),
+        helper.make_node("Pow", ["im", "two"], ["im2"]),
+        helper.make_node("Add", ["re2", "im2"], ["p"]),
+        helper.make_node("Sqrt", ["p"], ["m"]),
+        helper.make_node("Conv", ["m", "w2"], ["y0"], pads=[1, 1]),
+        helper.make_node("Slice", ["m", "s0", "s7", "ax2", "step2"], ["y1"]),
+    ]
+    inits = {"w1": f32(8, 1, 16, scale=0.3), "w2": f32(3, 4, 3, scale=0.3), "s0": i64(0), "s4": i64(4),
+             "s7": i64(7), "sneg": i64(3), "ax1": i64(1), "step_neg": i64(-1), "ax2": i64(2),
+             "step2": i64(2), "two": np.array(2.0, np.float32)}
+    g = helper.make_graph(
+        nodes, "conv1d_slices",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 64])],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in ("y0", "y1")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    d = os.path.join(out, "conv1d_slices")
+    os.makedirs(d, exist_ok=True)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    x = f32(1, 1, 64)
+    np.save(os.path.join(d, "input_0.npy"), x)
+    for i, y in enumerate(ReferenceEvaluator(m).run(None, {"x": x})):
+        np.save(os.path.join(d, f"output_{i}.npy"), y)
     print(f"{len(os.listdir(out))} cases in {out}")
 
 

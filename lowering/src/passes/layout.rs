@@ -331,10 +331,11 @@ fn axes_op(g: &Graph, n: &Node, r: usize) -> Option<AxesOp> {
 }
 
 /// Reduce(T_p(x), axes) → T_p'(Reduce(x, p[axes])), Concat(T_p(a), T_p(b) | const, axis) →
-/// T_p(Concat(a, b', p[axis])), Slice(T_p(x), axes) → T_p(Slice(x, p[axes])). A reduction's output is smaller than its input, so the
-/// transpose that comes out is never bigger than the one that went in; with keepdims and
-/// reduced H, W it only moves size-1 dims and becomes a reshape. Without keepdims the kept dims
-/// may come out in order already (NHWC mean over H, W → [N, C]), and then no transpose is left.
+/// T_p(Concat(a, b', p[axis])), Slice(T_p(x), axes) → T_p(Slice(x, p[axes])). A reduction's
+/// output is smaller than its input, so the transpose that comes out is never bigger than the
+/// one that went in; with keepdims and reduced H, W it only moves size-1 dims and becomes a
+/// reshape. Without keepdims the kept dims may come out in order already (NHWC mean over H, W →
+/// [N, C]), and then no transpose is left.
 fn sink_axes_step(g: &mut Graph, table: &OpTable) -> bool {
     let producers = g.producers();
     for i in 0..g.nodes.len() {
@@ -450,29 +451,32 @@ fn sink_axes_step(g: &mut Graph, table: &OpTable) -> bool {
                 }
             }
         };
-        let identity = post.iter().enumerate().all(|(k, &d)| k == d);
-        if identity {
-            g.nodes[i].inputs = inputs;
-            return true;
-        }
-        let back = inverse(&post);
-        let ydt = g.dtype(y);
-        let y2 = g.add_typed(&format!("{}_pre", g.value(y).name), ydt, y2shape);
-        g.values[y2].quant = g.values[y].quant.as_ref().map(|q| q.permuted(&back));
-        g.values[y2].origin = g.values[y].origin.as_ref().map(|o| o.permuted(&back));
-        let mut t = Node::new(format!("{}_post", g.nodes[i].name), "Transpose")
-            .with_attr("perm", Attr::Ints(post.iter().map(|&x| x as i64).collect()));
-        t.inputs = vec![Some(y2)];
-        t.outputs = vec![Some(y)];
-        let n = &mut g.nodes[i];
-        n.inputs = inputs;
-        n.outputs = vec![Some(y2)];
-        let name = g.unique_node_name(&t.name);
-        t.name = name;
-        g.nodes.insert(i + 1, t);
+        g.nodes[i].inputs = inputs;
+        transpose_output(g, i, y, y2shape, &post);
         return true;
     }
     false
+}
+
+/// Node `i`, rewritten to compute `y` transposed by the inverse of `post` (shape `shape`), gets
+/// a new output value and the Transpose `post` from it to `y` right after it, which keeps the
+/// node list topological. Nothing to add when `post` is the identity.
+fn transpose_output(g: &mut Graph, i: NodeId, y: ValueId, shape: Vec<usize>, post: &[usize]) {
+    if post.iter().enumerate().all(|(k, &d)| k == d) {
+        return;
+    }
+    let back = inverse(post);
+    let ydt = g.dtype(y);
+    let y2 = g.add_typed(&format!("{}_pre", g.value(y).name), ydt, shape);
+    g.values[y2].quant = g.values[y].quant.as_ref().map(|q| q.permuted(&back));
+    g.values[y2].origin = g.values[y].origin.as_ref().map(|o| o.permuted(&back));
+    g.nodes[i].outputs = vec![Some(y2)];
+    let mut t = Node::new(format!("{}_post", g.nodes[i].name), "Transpose")
+        .with_attr("perm", Attr::Ints(post.iter().map(|&x| x as i64).collect()));
+    t.inputs = vec![Some(y2)];
+    t.outputs = vec![Some(y)];
+    t.name = g.unique_node_name(&t.name);
+    g.nodes.insert(i + 1, t);
 }
 
 /// Reshape(T_p(x)) → T_q(Reshape'(x)) when the reshape only inserts or removes size-1 dims
@@ -530,26 +534,11 @@ fn sink_reshape_step(g: &mut Graph) -> bool {
             &format!("{}_shape", g.nodes[i].name),
             Tensor::from_i64(vec![dims.len()], &dims),
         );
-        let identity = q.iter().enumerate().all(|(k, &d)| k == d);
         let n = &mut g.nodes[i];
         n.op_type = "Reshape".into();
         n.attrs.clear();
         n.inputs = vec![Some(x), Some(shape)];
-        if identity {
-            return true;
-        }
-        let back = inverse(&q);
-        let ydt = g.dtype(y);
-        let z = g.add_typed(&format!("{}_pre", g.value(y).name), ydt, zs);
-        g.values[z].quant = g.values[y].quant.as_ref().map(|e| e.permuted(&back));
-        g.values[z].origin = g.values[y].origin.as_ref().map(|o| o.permuted(&back));
-        g.nodes[i].outputs = vec![Some(z)];
-        let mut tr = Node::new(format!("{}_post", g.nodes[i].name), "Transpose")
-            .with_attr("perm", Attr::Ints(q.iter().map(|&k| k as i64).collect()));
-        tr.inputs = vec![Some(z)];
-        tr.outputs = vec![Some(y)];
-        tr.name = g.unique_node_name(&tr.name);
-        g.nodes.insert(i + 1, tr);
+        transpose_output(g, i, y, zs, &q);
         return true;
     }
     false

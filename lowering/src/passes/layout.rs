@@ -277,22 +277,9 @@ fn sink_step(g: &mut Graph, table: &OpTable) -> bool {
                 None => new_inputs.push(Some(v)),
             }
         }
-        let ydt = g.dtype(y);
         let yshape: Vec<usize> = inv.iter().map(|&k| g.shape(y)[k]).collect();
-        let y2 = g.add_typed(&format!("{}_pre", g.value(y).name), ydt, yshape);
-        g.values[y2].quant = g.values[y].quant.clone();
-        g.values[y2].origin = g.values[y].origin.as_ref().map(|o| o.permuted(&inv));
-        let mut t = Node::new(format!("{}_post", g.nodes[i].name), "Transpose")
-            .with_attr("perm", Attr::Ints(p.iter().map(|&x| x as i64).collect()));
-        t.inputs = vec![Some(y2)];
-        t.outputs = vec![Some(y)];
-        let n = &mut g.nodes[i];
-        n.inputs = new_inputs;
-        n.outputs = vec![Some(y2)];
-        // Keep the node list topological: the new transpose goes right after its producer.
-        let name = g.unique_node_name(&t.name);
-        t.name = name;
-        g.nodes.insert(i + 1, t);
+        g.nodes[i].inputs = new_inputs;
+        transpose_output(g, i, y, yshape, &p);
         return true;
     }
     false

@@ -2,7 +2,7 @@
 
 use std::ffi::c_char;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use qnn_sys::loader::{
     missing_htp_companions_in, needs_device_files, CompanionEnv, FileList, Os, RealFiles,
@@ -60,6 +60,33 @@ pub struct HtpDeviceInfo {
     pub signed_pd: bool,
 }
 
+/// Backend creation and freeing exclude every graph-building call and context load of *any*
+/// backend in the process (which share this lock), while those still run concurrently with
+/// each other. Measured on the QNN 2.49.40 HTP emulator under load (`tests/graph.rs`,
+/// `threads_open_build_and_free_backends_at_once`): while threads created and freed their own
+/// backends, `backendValidateOpConfig` of valid ops failed with 4005 ("Op package qti.aisw
+/// validator function not found") in every thread building at that moment, and kept failing
+/// for later backends of the run; with this lock it never did (docs/qnn-notes.md §11).
+static LIFECYCLE: RwLock<()> = RwLock::new(());
+
+/// Held around `backendCreate` and `backendFree` ([`LIFECYCLE`]).
+pub(crate) fn lifecycle_exclusive() -> RwLockWriteGuard<'static, ()> {
+    LIFECYCLE.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held around calls that use a backend's op packages ([`LIFECYCLE`]). Never taken twice by
+/// one thread: a writer waiting between the two would deadlock it.
+pub(crate) fn lifecycle_shared() -> RwLockReadGuard<'static, ()> {
+    LIFECYCLE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What [`BackendInner::building`] holds: the backend's build lock and the shared lifecycle
+/// lock.
+pub(crate) struct BuildGuard<'a> {
+    _build: MutexGuard<'a, ()>,
+    _lifecycle: RwLockReadGuard<'static, ()>,
+}
+
 pub(crate) struct BackendInner {
     pub(crate) api: Api,
     pub(crate) kind: BackendKind,
@@ -88,8 +115,19 @@ unsafe impl Send for BackendInner {}
 // SAFETY: see above.
 unsafe impl Sync for BackendInner {}
 
+impl BackendInner {
+    /// Held around every graph-building call (create, tensors, validation, addNode, finalize).
+    pub(crate) fn building(&self) -> BuildGuard<'_> {
+        BuildGuard {
+            _build: self.build_lock.lock().unwrap_or_else(|e| e.into_inner()),
+            _lifecycle: lifecycle_shared(),
+        }
+    }
+}
+
 impl Drop for BackendInner {
     fn drop(&mut self) {
+        let _lifecycle = lifecycle_exclusive();
         // SAFETY: handles created in `Backend::open`; every child holds an Arc to us, so none
         // is alive any more.
         if let Err(e) = unsafe { qnn_call!(self.api, backendFree(self.handle)) } {
@@ -164,8 +202,10 @@ impl Backend {
             )
         }?;
         let mut handle: Handle = std::ptr::null_mut();
+        let lifecycle = lifecycle_exclusive();
         // SAFETY: `log` was just created; NULL config is allowed.
         let created = unsafe { qnn_call!(api, backendCreate(log, std::ptr::null(), &mut handle)) };
+        drop(lifecycle);
         if let Err(e) = created {
             // SAFETY: `log` is ours and unused elsewhere.
             let _ = unsafe { qnn_call!(api, logFree(log)) };

@@ -224,6 +224,7 @@ impl Context {
             .unwrap_or(std::ptr::null_mut());
         let mut handle: Handle = std::ptr::null_mut();
         let p = profile.map_or(std::ptr::null_mut(), Profile::handle);
+        let _lifecycle = crate::backend::lifecycle_shared();
         // SAFETY: `bytes` is valid for `len` bytes during the call; handles are live; the config
         // list is NULL or NULL-terminated and outlives the call; the profile handle is NULL or a
         // live profile of this backend.

@@ -166,7 +166,7 @@ impl GraphBuilder {
         let configs = customs.list();
         let list_ptr = configs.as_ptr();
         let mut handle: Handle = std::ptr::null_mut();
-        let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _lock = b.building();
         // SAFETY: name and config list outlive the call; the context handle is live.
         unsafe {
             qnn_call!(b.api, graphCreate(ctx.handle, cname.as_ptr(), list_ptr, &mut handle);
@@ -304,7 +304,7 @@ impl GraphBuilder {
     fn create_tensor(&mut self, info: &TensorInfo, data: Option<&[u8]>) -> Result<u32> {
         let mut raw = RawTensor::new(info, data)?;
         let b = &self.ctx.backend;
-        let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _lock = b.building();
         // SAFETY: `raw` and the data it points at live across the call; QNN writes the id.
         unsafe {
             qnn_call!(b.api, tensorCreateGraphTensor(self.handle, raw.raw_mut());
@@ -430,7 +430,7 @@ impl GraphBuilder {
             inner: self.ctx.backend.clone(),
         };
         let b = &self.ctx.backend;
-        let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _lock = b.building();
         backend.validate(op, what)?;
         // SAFETY: every pointer in `op` targets memory owned by locals of this function.
         unsafe { qnn_call!(b.api, graphAddNode(self.handle, op); what) }
@@ -451,7 +451,7 @@ impl GraphBuilder {
         let b = &self.ctx.backend;
         let p = profile.map_or(std::ptr::null_mut(), Profile::handle);
         {
-            let _lock = b.build_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _lock = b.building();
             // QNN 2.47 to 2.49 print their finalize stages on stdout, which is a program's
             // output (`qnnx --json`): send it to stderr around the call.
             let _stdout = b

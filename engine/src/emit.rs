@@ -78,6 +78,7 @@ pub fn emit_with(
             TensorKind::Output => (qnn::TensorKind::Output, None),
             TensorKind::Native => (qnn::TensorKind::Native, None),
             TensorKind::Static(bytes) => (qnn::TensorKind::Static, Some(&bytes[..])),
+            TensorKind::Null => (qnn::TensorKind::Null, None),
         };
         let quant = match &t.quant {
             None => qnn::Quantization::None,

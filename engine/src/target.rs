@@ -167,7 +167,11 @@ impl Target {
             })
         };
         let floats: Vec<usize> = (0..plan.tensors.len())
-            .filter(|&t| plan.tensors[t].dtype.is_float() && !boundary(t))
+            // A NULL tensor holds no data; its dtype is not passed to QNN.
+            .filter(|&t| {
+                let pt = &plan.tensors[t];
+                pt.dtype.is_float() && pt.kind != TensorKind::Null && !boundary(t)
+            })
             .collect();
         if floats.is_empty() {
             return Ok(());

@@ -244,6 +244,21 @@ impl GraphBuilder {
         )
     }
 
+    /// A NULL tensor (`QNN_TENSOR_TYPE_NULL`) to pass for an optional op input that is left out
+    /// (QNN Lstm's layer-norm, peephole and projection weights): dims `[0]` and data type
+    /// UNDEFINED, as QNN's converters write it. One NULL tensor may fill several inputs.
+    pub fn null(&mut self, name: &str) -> Result<TensorRef> {
+        // The dtype is not passed to QNN (`RawTensor::new` writes UNDEFINED for NULL).
+        self.tensor(
+            name,
+            TensorKind::Null,
+            DType::F32,
+            &[0],
+            Quantization::None,
+            None,
+        )
+    }
+
     /// Any tensor, with quantization and, for `Static`, its data. The data size must equal the
     /// tensor's size (QNN would over-read a short buffer).
     pub fn tensor(
@@ -261,7 +276,13 @@ impl GraphBuilder {
                 self.name
             )));
         }
-        if dims.contains(&0) {
+        if kind == TensorKind::Null && (dims != [0] || quantization.is_quantized()) {
+            return Err(Error::InvalidArgument(format!(
+                "graph {:?}: NULL tensor {name:?} must have dims [0] and no encoding, has {dims:?}",
+                self.name
+            )));
+        }
+        if dims.contains(&0) && kind != TensorKind::Null {
             // The HTP emulator dies with SIGFPE finalizing a graph with an empty tensor.
             return Err(Error::InvalidArgument(format!(
                 "graph {:?}: tensor {name:?} has shape {dims:?}; QNN tensors cannot be empty",

@@ -76,6 +76,8 @@ pub enum TensorKind {
     Native,
     /// Constant data copied into the graph at creation (`STATIC`).
     Static,
+    /// An optional op input left out (`NULL`): no data, data type UNDEFINED, dims `[0]`.
+    Null,
 }
 
 impl TensorKind {
@@ -85,6 +87,7 @@ impl TensorKind {
             TensorKind::Output => tt::APP_READ,
             TensorKind::Native => tt::NATIVE,
             TensorKind::Static => tt::STATIC,
+            TensorKind::Null => tt::NULL,
         }
     }
 
@@ -94,6 +97,7 @@ impl TensorKind {
             tt::APP_READ => Some(TensorKind::Output),
             tt::NATIVE => Some(TensorKind::Native),
             tt::STATIC => Some(TensorKind::Static),
+            tt::NULL => Some(TensorKind::Null),
             _ => None,
         }
     }
@@ -187,7 +191,10 @@ impl RawTensor {
             Error::InvalidArgument(format!("tensor name {:?} contains NUL", info.name))
         })?;
         let mut dims: Box<[u32]> = info.dims.clone().into_boxed_slice();
-        let data_type = info.qnn_data_type()?;
+        let data_type = match info.kind {
+            TensorKind::Null => qnn_sys::consts::data_type::UNDEFINED,
+            _ => info.qnn_data_type()?,
+        };
         let (mut quantize_params, mut scale_offsets) = quantize_params(&info.quantization)?;
         let mut bw = BwLists::default();
         if let Some(bits) = sub_byte_bits(info.dtype) {
@@ -621,6 +628,20 @@ mod tests {
         assert_eq!(qnn_data_type(DType::F32, true), None);
         assert_eq!(qnn_data_type(DType::BF16, false), None);
         assert_eq!(from_qnn_data_type(0x1234), None);
+    }
+
+    #[test]
+    fn null_tensors_are_type_null_with_undefined_data() {
+        assert_eq!(TensorKind::Null.raw(), qnn_sys::consts::tensor_type::NULL);
+        assert_eq!(TensorKind::from_raw(5), Some(TensorKind::Null));
+        let mut t = info(DType::F32, &[0]);
+        t.kind = TensorKind::Null;
+        let raw = RawTensor::new(&t, None).unwrap();
+        // SAFETY: `RawTensor::new` writes the v2 member.
+        let v2 = unsafe { &raw.raw().v.v2 };
+        assert_eq!(v2.tensor_type, 5);
+        assert_eq!(v2.data_type, qnn_sys::consts::data_type::UNDEFINED);
+        assert_eq!(v2.rank, 1);
     }
 
     #[test]

@@ -148,6 +148,7 @@ fn plan_tensors(
             TensorKind::Output => "output",
             TensorKind::Native => "native",
             TensorKind::Static(_) => "static",
+            TensorKind::Null => "null",
         };
         let enc = t.quant.as_ref().map(|q| q.to_string()).unwrap_or_default();
         if all || matches!(t.kind, TensorKind::Input | TensorKind::Output) {

@@ -280,6 +280,12 @@ impl<'g> LowerCx<'g> {
         Ok(id)
     }
 
+    /// A NULL tensor (an optional op input left out, [`TensorKind::Null`]); one may fill several
+    /// inputs of several ops. `dtype` is the op's compute type, for the plan's dump only.
+    pub fn null(&mut self, hint: &str, dtype: DType) -> TensorId {
+        self.push_tensor(hint, dtype, &[0], TensorKind::Null, None)
+    }
+
     /// A fresh intermediate tensor for decompositions.
     pub fn native(&mut self, hint: &str, dtype: DType, shape: &[usize]) -> TensorId {
         self.push_tensor(hint, dtype, shape, TensorKind::Native, None)

@@ -10,7 +10,8 @@
 //!    `AXIS_SCALE_OFFSET`; the data type is then the fixed-point type of `dtype`), and a tensor type from
 //!    `kind`: `Input` → `APP_WRITE`, `Output` → `APP_READ`, `Native` → `NATIVE`,
 //!    `Static(bytes)` → `STATIC` with `clientBuf = bytes` (the backend copies them; docs/qnn-notes.md
-//!    §8.10). Keep the returned id per `TensorId` (ids bind I/O at execute, §8.7).
+//!    §8.10), `Null` → `NULL` with data type UNDEFINED and dims `[0]` (an optional input left
+//!    out). Keep the returned id per `TensorId` (ids bind I/O at execute, §8.7).
 //! 2. For every `Param::Tensor` of every op, create one more `STATIC` tensor (§8.6: tensor params
 //!    must be registered before `graphAddNode`). Its name must be unique in the graph; use
 //!    [`PlanOp::param_tensor_name`].
@@ -75,6 +76,10 @@ pub enum TensorKind {
     /// Weights and other constants (`QNN_TENSOR_TYPE_STATIC`), little-endian, exactly
     /// `nbytes()` long.
     Static(Arc<[u8]>),
+    /// An optional op input left out (`QNN_TENSOR_TYPE_NULL`): no data, shape `[0]`, only read
+    /// by ops (QNN Lstm's layer-norm, peephole and projection inputs); made by
+    /// [`crate::ops::LowerCx::null`].
+    Null,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -256,8 +261,8 @@ impl Plan {
                     }
                     produced[i] = true;
                 }
-                TensorKind::Input => produced[i] = true,
-                _ => {}
+                TensorKind::Input | TensorKind::Null => produced[i] = true,
+                TensorKind::Output | TensorKind::Native => {}
             }
         }
         let mut op_names = std::collections::HashSet::new();
@@ -328,7 +333,8 @@ impl Plan {
             let t = &self.tensors[*i];
             let k = match t.kind {
                 TensorKind::Static(_) => "static ",
-                _ => "",
+                TensorKind::Null => "null ",
+                TensorKind::Input | TensorKind::Output | TensorKind::Native => "",
             };
             let ty = qnnx_types::tensor_type_name(t.dtype, t.quant.is_some());
             format!("{}{}:{}{:?}", k, t.name, ty, t.shape)
@@ -385,5 +391,71 @@ fn fmt_param(p: &Param) -> String {
             };
             format!("{}{:?}{{{}}}", dtype.name(), shape, vals.join(","))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(name: &str, shape: &[u32], kind: TensorKind) -> PlanTensor {
+        PlanTensor {
+            name: name.into(),
+            dtype: DType::F32,
+            shape: shape.to_vec(),
+            kind,
+            quant: None,
+            origin: None,
+        }
+    }
+
+    fn plan(write_null: bool) -> Plan {
+        let (ins, outs) = if write_null {
+            (vec![0], vec![1])
+        } else {
+            (vec![0, 1], vec![2])
+        };
+        Plan {
+            tensors: vec![
+                tensor("x", &[2], TensorKind::Input),
+                tensor("null", &[0], TensorKind::Null),
+                tensor("y", &[2], TensorKind::Output),
+            ],
+            ops: vec![PlanOp {
+                name: "op".into(),
+                onnx_node: "n".into(),
+                type_name: "Op",
+                inputs: ins,
+                outputs: outs,
+                params: vec![],
+            }],
+            inputs: vec![PlanIo {
+                tensor: 0,
+                onnx_name: "x".into(),
+                host_dtype: DType::F32,
+                shape: vec![2],
+            }],
+            outputs: vec![PlanIo {
+                tensor: 2,
+                onnx_name: "y".into(),
+                host_dtype: DType::F32,
+                shape: vec![2],
+            }],
+            assumed_inputs: vec![],
+        }
+    }
+
+    #[test]
+    fn null_tensors_are_read_and_never_written() {
+        let p = plan(false);
+        assert_eq!(p.validate(), Ok(()));
+        assert!(
+            p.dump()
+                .contains("Op(x:f32[2], null null:f32[0]) -> y:f32[2]"),
+            "{}",
+            p.dump()
+        );
+        let e = plan(true).validate().unwrap_err();
+        assert!(e.contains("not a fresh native/output"), "{e}");
     }
 }

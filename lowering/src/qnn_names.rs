@@ -69,6 +69,7 @@ pub mod op {
     pub const LAYER_NORM: &str = "LayerNorm";
     pub const LOG_SOFTMAX: &str = "LogSoftmax";
     pub const LRN: &str = "Lrn";
+    pub const LSTM: &str = "Lstm";
     pub const MAT_MUL: &str = "MatMul";
     pub const PAD: &str = "Pad";
     pub const POOL_AVG_2D: &str = "PoolAvg2d";
@@ -114,15 +115,22 @@ pub mod param {
     pub const BIAS: &str = "bias";
     pub const BLOCK_SIZE: &str = "block_size";
     pub const COUNT_PAD_FOR_EDGES: &str = "count_pad_for_edges";
+    pub const CELL_CLIP_THRESHOLD: &str = "cell_clip_threshold";
+    pub const CELL_GATE_QSCALE: &str = "cell_gate_qscale";
     pub const CUBIC_COEFF: &str = "cubic_coeff";
     pub const DILATION: &str = "dilation";
+    pub const DIRECTION: &str = "direction";
     pub const END_MASK: &str = "end_mask";
     pub const EPSILON: &str = "epsilon";
     pub const EXCLUDE_OUTSIDE: &str = "exclude_outside";
     pub const EXCLUSIVE: &str = "exclusive";
     pub const FILTER_SIZE: &str = "filter_size";
+    pub const FORGET_GATE_QSCALE: &str = "forget_gate_qscale";
     pub const GROUP: &str = "group";
+    pub const HIDDEN_STATE_OFFSET: &str = "hidden_state_offset";
+    pub const HIDDEN_STATE_QSCALE: &str = "hidden_state_qscale";
     pub const IMG_SIZE_RATIO: &str = "img_size_ratio";
+    pub const INPUT_GATE_QSCALE: &str = "input_gate_qscale";
     pub const INTERPOLATION_MODE: &str = "interpolation_mode";
     pub const K: &str = "k";
     pub const KEEP_DIMS: &str = "keep_dims";
@@ -136,6 +144,8 @@ pub mod param {
     pub const NUM_SAMPLES_X: &str = "num_samples_x";
     pub const NUM_SAMPLES_Y: &str = "num_samples_y";
     pub const OPERATION: &str = "operation";
+    pub const OUTPUT_CLIP_THRESHOLD: &str = "output_clip_threshold";
+    pub const OUTPUT_GATE_QSCALE: &str = "output_gate_qscale";
     pub const OUTPUT_PADDING: &str = "output_padding";
     pub const PADDING_MODE: &str = "padding_mode";
     pub const PAD_AMOUNT: &str = "pad_amount";
@@ -151,6 +161,7 @@ pub mod param {
     pub const SHRINK_AXES: &str = "shrink_axes";
     pub const SPLIT_INDEX: &str = "split_index";
     pub const STRIDE: &str = "stride";
+    pub const TIME_MAJOR: &str = "time_major";
     pub const TRANSFORMATION_MODE: &str = "transformation_mode";
     pub const TRANSPOSE_IN0: &str = "transpose_in0";
     pub const TRANSPOSE_IN1: &str = "transpose_in1";

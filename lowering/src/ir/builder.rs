@@ -11,6 +11,10 @@ pub struct Builder<'g> {
     /// Name of the node being expanded, the prefix of every new node and value.
     base: String,
     pub nodes: Vec<Node>,
+    /// The QNN ops the backend's op table lists for the expanded node's op type (set by the
+    /// `expand` pass, empty elsewhere): an expansion that leaves some variants to the op's rule
+    /// asks here whether the backend has the QNN op that rule emits (LSTM: `Lstm`).
+    pub table_qnn: &'g [String],
 }
 
 impl<'g> Builder<'g> {
@@ -19,6 +23,7 @@ impl<'g> Builder<'g> {
             g,
             base: base.to_string(),
             nodes: Vec::new(),
+            table_qnn: &[],
         }
     }
 

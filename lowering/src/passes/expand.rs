@@ -31,6 +31,10 @@ pub fn run(g: &mut Graph, backend: Backend, table: &OpTable) -> (usize, Vec<Lowe
             continue;
         }
         let mut b = Builder::new(g, &node.name);
+        b.table_qnn = table
+            .entry(&node.op_type)
+            .map(|e| e.qnn.as_slice())
+            .unwrap_or(&[]);
         match expand(&mut b, &node) {
             Ok(false) => i += 1,
             Ok(true) => {

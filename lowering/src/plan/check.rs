@@ -5,7 +5,7 @@
 //! issue 13). Every rule below is QNN's documented relation between inputs, params and outputs
 //! (`QnnOpDef.h`); ops without a rule here are left to QNN's validator.
 
-use crate::plan::{DType, Param, PlanOp, PlanTensor, Scalar};
+use crate::plan::{DType, Param, PlanOp, PlanTensor, Scalar, TensorKind};
 use crate::qnn_names::{op, param};
 
 /// Why `o` disagrees with its tensors, or `Ok`.
@@ -206,7 +206,56 @@ pub fn check_op(o: &PlanOp, tensors: &[PlanTensor]) -> Result<(), String> {
                 same_dtype(&ins, &outs)?;
             }
         }
+        op::LSTM => lstm(&ins, &outs)?,
         _ => {}
+    }
+    Ok(())
+}
+
+/// QNN Lstm on one time step (`x_t` 2-D), without projection: 24 inputs in the op definition's
+/// order, outputs `[B, H]` (all hidden states, cell state, hidden state).
+fn lstm(ins: &[&PlanTensor], outs: &[&PlanTensor]) -> Result<(), String> {
+    if ins.len() != 24 || outs.len() != 3 {
+        return Err(format!(
+            "takes 24 inputs and 3 outputs, has {} and {}",
+            ins.len(),
+            outs.len()
+        ));
+    }
+    let [b, i] = ins[0].shape[..] else {
+        return Err(format!("takes a 2-D x_t [B, I], has {}", desc(ins[0])));
+    };
+    let h = ins[1].shape.first().copied().unwrap_or(0);
+    let null = |k: usize| ins[k].kind == TensorKind::Null;
+    let want = |k: usize| -> Option<Vec<u32>> {
+        match k {
+            1..=3 | 16 => Some(vec![h, i]),
+            4..=6 | 17 => Some(vec![h, h]),
+            7..=9 | 21 => Some(vec![h]),
+            10 | 11 => Some(vec![b, h]),
+            // The peepholes, NULL or [H].
+            18..=20 if !null(k) => Some(vec![h]),
+            _ => None,
+        }
+    };
+    for (k, t) in ins.iter().enumerate().skip(1) {
+        match want(k) {
+            Some(s) if t.shape != s || null(k) => {
+                return Err(format!("input {k} is {}, want {s:?}", desc(t)))
+            }
+            None if !null(k) => {
+                return Err(format!(
+                    "input {k} is {}, want NULL (layer norm, projection)",
+                    desc(t)
+                ))
+            }
+            _ => {}
+        }
+    }
+    for (k, t) in outs.iter().enumerate() {
+        if t.shape != [b, h] {
+            return Err(format!("output {k} is {}, want [{b}, {h}]", desc(t)));
+        }
     }
     Ok(())
 }
@@ -428,6 +477,50 @@ mod tests {
             outputs: vec![1],
             params,
         }
+    }
+
+    #[test]
+    fn lstm_takes_its_inputs_in_the_op_definitions_order() {
+        let (b, i, h) = (2, 3, 4);
+        let mut ts = vec![t("x", DType::F16, &[b, i])];
+        let shape = |k: usize| -> Vec<u32> {
+            match k {
+                1..=3 | 16 => vec![h, i],
+                4..=6 | 17 => vec![h, h],
+                7..=9 | 21 => vec![h],
+                10 | 11 => vec![b, h],
+                _ => vec![0],
+            }
+        };
+        for k in 1..24 {
+            let mut x = t(&format!("in{k}"), DType::F16, &shape(k));
+            if shape(k) == [0] {
+                x.kind = TensorKind::Null;
+            }
+            ts.push(x);
+        }
+        for k in 0..3 {
+            ts.push(t(&format!("out{k}"), DType::F16, &[b, h]));
+        }
+        let o = PlanOp {
+            name: "op".into(),
+            onnx_node: "node".into(),
+            type_name: op::LSTM,
+            inputs: (0..24).collect(),
+            outputs: (24..27).collect(),
+            params: vec![],
+        };
+        assert_eq!(check_op(&o, &ts), Ok(()));
+        // The input gate's weights where the forget gate's go.
+        let mut swapped = o.clone();
+        swapped.inputs.swap(1, 4);
+        let e = check_op(&swapped, &ts).unwrap_err();
+        assert!(e.contains("input 1 is 'in4' f16[4, 4], want [4, 3]"), "{e}");
+        // A layer-norm weight given.
+        let mut ln = o.clone();
+        ln.inputs[12] = 7;
+        let e = check_op(&ln, &ts).unwrap_err();
+        assert!(e.contains("input 12") && e.contains("want NULL"), "{e}");
     }
 
     #[test]

@@ -24,18 +24,22 @@ def f32(*shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=(), want=None):
+def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=(), want=None,
+         inputs=()):
     """One `op` node reading graph input `x` then the initializers, in order (an empty name
-    skips an optional input). `want`: the expected outputs, where the reference evaluator does
-    not implement the case."""
+    skips an optional input). `inputs`: names of `inits` that are graph inputs instead
+    (input_1.npy, ... in that order). `want`: the expected outputs, where the reference
+    evaluator does not implement the case."""
     names = ["x"] + [k for k, _ in inits]
-    inits = [(k, v) for k, v in inits if k]
+    feeds = [("x", x)] + [(k, v) for k, v in inits if k in inputs]
+    inits = [(k, v) for k, v in inits if k and k not in inputs]
     outs = [f"y{i}" for i in range(outputs)]
     nodes = [helper.make_node(op, names, outs, **(attrs or {}))] + list(extra_nodes)
     g = helper.make_graph(
         nodes,
         name,
-        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for k, v in feeds],
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
         [numpy_helper.from_array(v, k) for k, v in inits],
     )
@@ -44,9 +48,10 @@ def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=(
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     onnx.save(m, os.path.join(d, "model.onnx"))
-    np.save(os.path.join(d, "input_0.npy"), x)
+    for i, (_, v) in enumerate(feeds):
+        np.save(os.path.join(d, f"input_{i}.npy"), v)
     if want is None:
-        want = ReferenceEvaluator(m).run(None, {"x": x})
+        want = ReferenceEvaluator(m).run(None, dict(feeds))
     for i, y in enumerate(want):
         np.save(os.path.join(d, f"output_{i}.npy"), y)
 
@@ -263,6 +268,35 @@ def main(out):
     np.save(os.path.join(d, "input_0.npy"), x)
     for i, y in enumerate(ReferenceEvaluator(m).run(None, {"x": x})):
         np.save(os.path.join(d, f"output_{i}.npy"), y)
+    # LSTM in the variants that run as one QNN Lstm per step and direction (default activations,
+    # no clip or peepholes): initial states as graph inputs (reshaped or sliced per direction) and
+    # as constants (sliced on the host), no B (zero biases), layout 1, one step (silero's
+    # decoder). Drawn last, so that the cases above keep their data.
+    t_len, batch, i_size, h_size = 5, 2, 3, 4
+    w4, r4, b4 = f32(2, 16, 3, scale=0.5), f32(2, 16, 4, scale=0.5), f32(2, 32, scale=0.5)
+    x, xb = f32(t_len, batch, i_size), f32(batch, t_len, i_size, scale=2.0)
+    h0, c0 = f32(1, batch, h_size), f32(1, batch, h_size)
+    case(out, "lstm_qnn_forward_states", "LSTM", x,
+         [("w", w4[:1]), ("r", r4[:1]), ("b", b4[:1]), ("", None), ("h0", h0), ("c0", c0)],
+         {"hidden_size": h_size}, opset=14, outputs=3, inputs=("h0", "c0"),
+         want=recurrent("LSTM", x, w4[:1], r4[:1], b4[:1], h0=h0, c0=c0))
+    case(out, "lstm_qnn_bidirectional", "LSTM", x, [("w", w4), ("r", r4), ("b", b4)],
+         {"hidden_size": h_size, "direction": "bidirectional"}, opset=14, outputs=3,
+         want=recurrent("LSTM", x, w4, r4, b4, direction="bidirectional"))
+    hb, cb = f32(batch, 2, h_size), f32(batch, 2, h_size)
+    case(out, "lstm_qnn_bidirectional_layout1_states", "LSTM", xb,
+         [("w", w4), ("r", r4), ("b", b4), ("", None), ("h0", hb), ("c0", cb)],
+         {"hidden_size": h_size, "direction": "bidirectional", "layout": 1}, opset=14, outputs=3,
+         inputs=("c0",),
+         want=recurrent("LSTM", xb, w4, r4, b4, h0=hb, c0=cb, direction="bidirectional", layout=1))
+    case(out, "lstm_qnn_reverse_no_bias", "LSTM", x, [("w", w4[:1]), ("r", r4[:1])],
+         {"hidden_size": h_size, "direction": "reverse"}, opset=14, outputs=3,
+         want=recurrent("LSTM", x, w4[:1], r4[:1], direction="reverse"))
+    x1 = f32(1, batch, i_size)
+    case(out, "lstm_qnn_one_step", "LSTM", x1,
+         [("w", w4[:1]), ("r", r4[:1]), ("b", b4[:1]), ("", None), ("h0", h0), ("c0", c0)],
+         {"hidden_size": h_size}, opset=14, outputs=3, inputs=("h0", "c0"),
+         want=recurrent("LSTM", x1, w4[:1], r4[:1], b4[:1], h0=h0, c0=c0))
     print(f"{len(os.listdir(out))} cases in {out}")
 
 

@@ -1,7 +1,8 @@
 //! Recurrent networks: RNN, GRU and LSTM, unrolled over their static sequence length into
 //! MatMul, Add, Slice and activation ops (`lstm.rs`, `gru.rs`, `rnn.rs`), which every backend
-//! lowers. What the three share is here: the attributes and shapes, the per-direction weights
-//! and the input projection of all time steps at once, the activations, and the outputs.
+//! lowers; LSTM is one QNN Lstm per step where the backend has it (`lstm.rs`). What the three
+//! share is here: the attributes and shapes, the per-direction weights and the input
+//! projection of all time steps at once, the activations, and the outputs.
 
 use crate::error::Result;
 use crate::ir::builder::Builder;

@@ -9,7 +9,7 @@ use crate::ir::quant::{derive_per_tensor, quantize_tensor};
 use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node, ValueId};
 use crate::plan::{storable, Param, Plan, PlanIo, PlanOp, PlanTensor, TensorId, TensorKind};
-use crate::qnn_names::op;
+use crate::qnn_names::{op, param};
 use crate::Backend;
 use qnnx_types::Encoding;
 
@@ -311,9 +311,44 @@ impl<'g> LowerCx<'g> {
             op::TRANSPOSE,
             vec![src],
             vec![out],
-            vec![(crate::qnn_names::param::PERM, Param::u32_vec(&perm))],
+            vec![(param::PERM, Param::u32_vec(&perm))],
         );
         out
+    }
+
+    /// Emits a StridedSlice of `src` into `out`: `ranges` holds (begin, end, step) per dim of
+    /// `src`; `end_mask` and `shrink_axes` are QNN's bit masks (an end taken as the dim's limit,
+    /// a dim dropped from the output).
+    pub fn strided_slice(
+        &mut self,
+        node: &Node,
+        src: TensorId,
+        out: TensorId,
+        ranges: &[[i32; 3]],
+        end_mask: u32,
+        shrink_axes: u32,
+    ) {
+        let ranges = Param::Tensor {
+            dtype: DType::I32,
+            shape: vec![ranges.len() as u32, 3],
+            data: ranges
+                .iter()
+                .flatten()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        };
+        self.op(
+            node,
+            op::STRIDED_SLICE,
+            vec![src],
+            vec![out],
+            vec![
+                (param::RANGES, ranges),
+                (param::BEGIN_MASK, Param::u32(0)),
+                (param::END_MASK, Param::u32(end_mask)),
+                (param::SHRINK_AXES, Param::u32(shrink_axes)),
+            ],
+        );
     }
 
     pub fn op(

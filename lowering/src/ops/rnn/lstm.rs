@@ -194,36 +194,22 @@ fn peephole(p: &Tensor, d: usize, k: usize, h: usize, dt: DType) -> Tensor {
 /// `StridedSlice` of `src` at `index` of `axis`, that axis dropped (`shrink_axes`).
 fn take(cx: &mut LowerCx, node: &Node, src: TensorId, axis: usize, index: usize) -> TensorId {
     let shape = cx.tshape(src);
-    let mut ranges = Vec::with_capacity(shape.len() * 3);
-    for (a, &n) in shape.iter().enumerate() {
-        let r = if a == axis {
-            [index as i32, index as i32 + 1, 1]
-        } else {
-            [0, n as i32, 1]
-        };
-        ranges.extend_from_slice(&r);
-    }
-    let mut out_shape = shape.clone();
+    let ranges: Vec<[i32; 3]> = shape
+        .iter()
+        .enumerate()
+        .map(|(a, &n)| {
+            if a == axis {
+                [index as i32, index as i32 + 1, 1]
+            } else {
+                [0, n as i32, 1]
+            }
+        })
+        .collect();
+    let mut out_shape = shape;
     out_shape.remove(axis);
     let hint = format!("{}_take{axis}_{index}", cx.plan.tensors[src].name);
     let out = cx.native_like(&hint, src, &out_shape);
-    let ranges = Param::Tensor {
-        dtype: DType::I32,
-        shape: vec![shape.len() as u32, 3],
-        data: ranges.iter().flat_map(|v| v.to_le_bytes()).collect(),
-    };
-    cx.op(
-        node,
-        op::STRIDED_SLICE,
-        vec![src],
-        vec![out],
-        vec![
-            (param::RANGES, ranges),
-            (param::BEGIN_MASK, Param::u32(0)),
-            (param::END_MASK, Param::u32(0)),
-            (param::SHRINK_AXES, Param::u32(1 << axis)),
-        ],
-    );
+    cx.strided_slice(node, src, out, &ranges, 0, 1 << axis);
     out
 }
 

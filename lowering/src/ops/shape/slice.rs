@@ -11,8 +11,6 @@ use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
 use crate::ops::{Fold, LowerCx, OpDef};
-use crate::plan::{DType, Param};
-use crate::qnn_names::{op, param};
 
 pub const SLICE: OpDef = OpDef {
     op_type: "Slice",
@@ -117,41 +115,22 @@ fn fold(x: &In, outs: &[Out], ins: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
 }
 
 pub fn slice(cx: &mut LowerCx, node: &Node) -> Result<()> {
-    let shape = cx.shape(node, 0);
-    let r = shape.len();
-    let mut ranges: Vec<i32> = Vec::with_capacity(r * 3);
-    for &d in &shape {
-        ranges.extend_from_slice(&[0, d as i32, 1]);
-    }
+    let mut ranges: Vec<[i32; 3]> = cx
+        .shape(node, 0)
+        .iter()
+        .map(|&d| [0, d as i32, 1])
+        .collect();
     let mut end_mask = 0u32;
     for (ax, s, e, step) in slice_params(cx.g, node)? {
-        ranges[ax * 3] = s as i32;
-        ranges[ax * 3 + 1] = e as i32;
-        ranges[ax * 3 + 2] = step as i32;
+        ranges[ax] = [s as i32, e as i32, step as i32];
         if step < 0 && e < 0 {
             end_mask |= 1 << ax;
-            ranges[ax * 3 + 1] = 0;
+            ranges[ax][1] = 0;
         }
     }
     let x = cx.input(node, 0)?;
     let y = cx.output(node, 0)?;
-    let ranges_param = Param::Tensor {
-        dtype: DType::I32,
-        shape: vec![r as u32, 3],
-        data: ranges.iter().flat_map(|v| v.to_le_bytes()).collect(),
-    };
-    cx.op(
-        node,
-        op::STRIDED_SLICE,
-        vec![x],
-        vec![y],
-        vec![
-            (param::RANGES, ranges_param),
-            (param::BEGIN_MASK, Param::u32(0)),
-            (param::END_MASK, Param::u32(end_mask)),
-            (param::SHRINK_AXES, Param::u32(0)),
-        ],
-    );
+    cx.strided_slice(node, x, y, &ranges, end_mask, 0);
     Ok(())
 }
 

@@ -214,18 +214,18 @@ fn take(cx: &mut LowerCx, node: &Node, src: TensorId, axis: usize, index: usize)
 }
 
 /// Entry `index` of `axis` of input `i` as `[B, H]` (an initial state of one direction): sliced
-/// on the host when constant, a Reshape when the axis has one entry, else a StridedSlice; zeros
-/// (`zeros`) when the input is absent.
+/// on the host when constant, a Reshape when the axis has one entry, else a StridedSlice; the
+/// node's zero state when the input is absent.
 fn state(
     cx: &mut LowerCx,
     node: &Node,
     i: usize,
     axis: usize,
     index: usize,
-    zeros: TensorId,
+    zeros: &mut ZeroState,
 ) -> Result<TensorId> {
     if node.input(i).is_none() {
-        return Ok(zeros);
+        return zeros.get(cx, node);
     }
     let shape = cx.shape(node, i);
     let bh: Vec<usize> = shape
@@ -244,8 +244,7 @@ fn state(
             full[2] = h;
             full.iter().zip(&st).map(|(a, s)| a * s).sum()
         });
-        let dt = cx.tensor_dtype(zeros);
-        let t = t.gather_flat(bh, &idx).cast(dt);
+        let t = t.gather_flat(bh, &idx).cast(zeros.dtype);
         let hint = format!("{}_state{i}_{index}", node.name);
         return cx.static_tensor(node, &hint, &t);
     }
@@ -255,6 +254,27 @@ fn state(
     } else {
         take(cx, node, src, axis, index)
     })
+}
+
+/// The `[B, H]` zero tensor of an LSTM node's absent initial states: made on first use and
+/// shared by the node's states, so none is added to the graph when every state is given.
+struct ZeroState {
+    dtype: DType,
+    shape: [usize; 2],
+    tensor: Option<TensorId>,
+}
+
+impl ZeroState {
+    fn get(&mut self, cx: &mut LowerCx, node: &Node) -> Result<TensorId> {
+        if let Some(t) = self.tensor {
+            return Ok(t);
+        }
+        let [b, h] = self.shape;
+        let zero = Tensor::from_f64_as(self.dtype, vec![b, h], &vec![0.0; b * h]);
+        let t = cx.static_tensor(node, &format!("{}_zero_state", node.name), &zero)?;
+        self.tensor = Some(t);
+        Ok(t)
+    }
 }
 
 /// `parts` (each `[B, H]`) concatenated along `axis` and reshaped into output `k` of the node
@@ -330,8 +350,11 @@ fn lower_qnn(cx: &mut LowerCx, node: &Node) -> Result<()> {
         (0..seq).map(|t| take(cx, node, x, t_axis, t)).collect()
     };
     let null = cx.null(&format!("{}_null", node.name), dt);
-    let zero = Tensor::from_f64_as(dt, vec![bt, h], &vec![0.0; bt * h]);
-    let zeros = cx.static_tensor(node, &format!("{}_zero_state", node.name), &zero)?;
+    let mut zeros = ZeroState {
+        dtype: dt,
+        shape: [bt, h],
+        tensor: None,
+    };
     let params = || {
         vec![
             (param::DIRECTION, Param::u32(0)),
@@ -379,8 +402,8 @@ fn lower_qnn(cx: &mut LowerCx, node: &Node) -> Result<()> {
             ],
             None => [null; 3],
         };
-        let mut hp = state(cx, node, 5, d_axis, d, zeros)?;
-        let mut cp = state(cx, node, 6, d_axis, d, zeros)?;
+        let mut hp = state(cx, node, 5, d_axis, d, &mut zeros)?;
+        let mut cp = state(cx, node, 6, d_axis, d, &mut zeros)?;
         for t in order(seq, rev) {
             let ins = vec![
                 steps[t], wf, wc, wo, rf, rc, ro, bf, bc, bo, hp, cp, null, null, null, null, wi,
@@ -633,6 +656,12 @@ mod tests {
         assert!(dump.contains("axis=1u -> LSTM_0_Concat_1:f32[2, 6]\nReshape(LSTM_0_Concat_1:f32[2, 6]) -> yc:f32[2, 2, 3]"), "{dump}");
         // Y_h is not read: no ops for it.
         assert!(!dump.contains("yh"), "{dump}");
+        // Both initial states given: no zero state in the graph.
+        assert!(
+            !p.tensors.iter().any(|t| t.name.contains("zero_state")),
+            "{:?}",
+            p.tensors.iter().map(|t| &t.name).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
 pub mod fuse_softmax_scale;
 pub mod layout;
+pub mod merge_reshapes;
 pub mod narrow_int64;
 pub mod qdq;
 pub mod rank6;
@@ -135,7 +136,7 @@ pub fn value_dtypes(
 
 /// Runs every pass in order: infer+fold (with If folding and declared-shape inputs), QDQ
 /// absorption, the L2Norm fusion, expansions, empty tensors, simplify, rank-6 transposes, dce,
-/// fusions (batchnorm, RMSNorm, GELU, linear bias), layout, settling quantized nodes, int64
+/// fusions (batchnorm, RMSNorm, GELU, linear bias), layout, collapsing and merging moves, settling quantized nodes, int64
 /// narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let Inferred { graph, assumed } = infer(model, opts)?;
@@ -223,6 +224,7 @@ fn prepare_inferred(
     simplify::run(&mut g);
     // After the folds: a Reshape's shape computed from its input's Shape reads the input too.
     collapse_moves::run(&mut g, table);
+    merge_reshapes::run(&mut g, table);
     tile_batch_broadcast::run(&mut g);
     dce::run(&mut g);
     let settle_errors = qdq::settle(&mut g, opts.quantized_io);

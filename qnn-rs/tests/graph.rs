@@ -342,6 +342,102 @@ fn empty_tensors_are_refused() {
 }
 
 /// Two FullyConnected layers (`[rows, k]` by `[k, k]`), weights from `seed`.
+/// One step of QNN's Lstm with its optional inputs (layer-norm, peephole and projection weights)
+/// given as one NULL tensor (`GraphBuilder::null`), against the LSTM equations in f32.
+#[test]
+fn lstm_step_with_null_optional_inputs() {
+    let Some((_b, _d, ctx)) = context() else {
+        return;
+    };
+    let (i, h) = (8usize, 16usize);
+    let (iu, hu) = (i as u32, h as u32);
+    let x = values(31, i, 1.0);
+    let h0 = values(32, h, 0.5);
+    let c0 = values(33, h, 0.5);
+    // Gates in QNN's names: input, forget, cell, output.
+    let w: Vec<Vec<f32>> = (0..4).map(|k| values(40 + k, h * i, 0.3)).collect();
+    let r: Vec<Vec<f32>> = (0..4).map(|k| values(50 + k, h * h, 0.3)).collect();
+    let bias: Vec<Vec<f32>> = (0..4).map(|k| values(60 + k, h, 0.2)).collect();
+    let mut g = ctx.build_graph("lstm").unwrap();
+    let xi = g.input("x", DType::F32, &[1, iu]).unwrap();
+    let hi = g.input("h0", DType::F32, &[1, hu]).unwrap();
+    let ci = g.input("c0", DType::F32, &[1, hu]).unwrap();
+    let names = ["i", "f", "c", "o"];
+    let mut ws = Vec::new();
+    let mut rs = Vec::new();
+    let mut bs = Vec::new();
+    for k in 0..4 {
+        ws.push(
+            g.constant(&format!("w_{}", names[k]), &[hu, iu], &w[k])
+                .unwrap(),
+        );
+        rs.push(
+            g.constant(&format!("r_{}", names[k]), &[hu, hu], &r[k])
+                .unwrap(),
+        );
+        bs.push(
+            g.constant(&format!("b_{}", names[k]), &[hu], &bias[k])
+                .unwrap(),
+        );
+    }
+    let null = g.null("none").unwrap();
+    let all_h = g.output("all_h", DType::F32, &[1, hu]).unwrap();
+    let c_t = g.output("c_t", DType::F32, &[1, hu]).unwrap();
+    let h_t = g.output("h_t", DType::F32, &[1, hu]).unwrap();
+    let (wi, wf, wc, wo) = (ws[0], ws[1], ws[2], ws[3]);
+    let (ri, rf, rc, ro) = (rs[0], rs[1], rs[2], rs[3]);
+    let (bi, bf, bc, bo) = (bs[0], bs[1], bs[2], bs[3]);
+    // QNN's input order: x, forget/cell/output input and recurrent weights and biases, h0, c0,
+    // four layer-norm weights, the input gate's weights, three peepholes, its bias, projection.
+    let inputs = [
+        xi, wf, wc, wo, rf, rc, ro, bf, bc, bo, hi, ci, null, null, null, null, wi, ri, null, null,
+        null, bi, null, null,
+    ];
+    g.add_node(
+        &Node::new("lstm", "Lstm")
+            .inputs(&inputs)
+            .outputs(&[all_h, c_t, h_t])
+            .scalar("direction", Scalar::U32(0))
+            .scalar("cell_clip_threshold", Scalar::F32(0.0))
+            .scalar("output_clip_threshold", Scalar::F32(0.0))
+            .scalar("time_major", Scalar::Bool(false)),
+    )
+    .unwrap();
+    let graph = g.finalize().unwrap();
+    let (mut got_all, mut got_c, mut got_h) = (vec![0f32; h], vec![0f32; h], vec![0f32; h]);
+    graph
+        .execute(
+            &[Input::new(&x), Input::new(&h0), Input::new(&c0)],
+            &mut [
+                Output::new(&mut got_all),
+                Output::new(&mut got_c),
+                Output::new(&mut got_h),
+            ],
+        )
+        .unwrap();
+    let sigmoid = |v: f32| 1.0 / (1.0 + (-v).exp());
+    let gate = |k: usize, u: usize| {
+        let wx: f32 = (0..i).map(|j| w[k][u * i + j] * x[j]).sum();
+        let rh: f32 = (0..h).map(|j| r[k][u * h + j] * h0[j]).sum();
+        wx + rh + bias[k][u]
+    };
+    let mut want_c = vec![0f32; h];
+    let mut want_h = vec![0f32; h];
+    for u in 0..h {
+        let (ig, fg, cg, og) = (
+            sigmoid(gate(0, u)),
+            sigmoid(gate(1, u)),
+            gate(2, u).tanh(),
+            sigmoid(gate(3, u)),
+        );
+        want_c[u] = fg * c0[u] + ig * cg;
+        want_h[u] = og * want_c[u].tanh();
+    }
+    assert_fp16_close(&got_c, &want_c, 1e-2);
+    assert_fp16_close(&got_h, &want_h, 1e-2);
+    assert_eq!(got_all, got_h, "the step's output is its hidden state");
+}
+
 fn fc_pair(ctx: &Context, name: &str, rows: u32, k: u32, seed: u32) -> qnn::Graph {
     let mut g = ctx.build_graph(name).unwrap();
     let mut x = g.input("x", DType::F32, &[rows, k]).unwrap();

@@ -164,6 +164,14 @@ impl Node {
         self.attrs.insert(name.to_string(), a);
         self
     }
+
+    /// Ops that only change the shape, each lowered to one QNN Reshape.
+    pub fn only_reshapes(&self) -> bool {
+        matches!(
+            self.op_type.as_str(),
+            "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten"
+        )
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -236,6 +244,20 @@ impl Graph {
         v.shape = t.shape.clone();
         v.known = true;
         v.konst = Some(t);
+    }
+
+    /// A Reshape of `x` to `out`'s shape, written in full (no 0 or -1 that would read `x`'s
+    /// dims), named `hint` (made unique); the caller inserts it.
+    pub fn reshape_node(&mut self, hint: &str, x: ValueId, out: ValueId) -> Node {
+        let s: Vec<i64> = self.shape(out).iter().map(|&d| d as i64).collect();
+        let c = self.add_const(
+            &format!("{hint}_shape"),
+            Tensor::from_i64(vec![s.len()], &s),
+        );
+        let mut n = Node::new(self.unique_node_name(hint), "Reshape");
+        n.inputs = vec![Some(x), Some(c)];
+        n.outputs = vec![Some(out)];
+        n
     }
 
     pub fn unique_node_name(&mut self, hint: &str) -> String {

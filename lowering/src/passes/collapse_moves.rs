@@ -75,16 +75,29 @@ fn link(g: &Graph, table: &OpTable, n: &Node, v: ValueId) -> Option<Link> {
     if n.op_type == "Reshape" {
         return Some(Link::Reshape);
     }
-    let pointwise = table.layout(&n.op_type) == Some(Layout::Agnostic)
+    elementwise_of(g, table, n, v, true).then_some(Link::Pointwise)
+}
+
+/// `n` is an element-wise op of `v` (its output has `v`'s shape and dtype) whose other inputs
+/// are float constants: scalars, or with `same_shape` also tensors of `v`'s shape (which move
+/// with `v` when the op moves).
+pub(crate) fn elementwise_of(
+    g: &Graph,
+    table: &OpTable,
+    n: &Node,
+    v: ValueId,
+    same_shape: bool,
+) -> bool {
+    let Some(y) = n.output(0) else { return false };
+    table.layout(&n.op_type) == Some(Layout::Agnostic)
         && g.shape(y) == g.shape(v)
         && g.dtype(y) == g.dtype(v)
         && n.inputs[1..].iter().flatten().all(|&c| {
             g.values[c].quant.is_none()
                 && g.konst(c).is_some_and(|t| {
-                    (t.numel() == 1 && t.shape.len() <= 1) || t.shape == g.shape(v)
+                    (t.numel() == 1 && t.shape.len() <= 1) || (same_shape && t.shape == g.shape(v))
                 })
-        });
-    pointwise.then_some(Link::Pointwise)
+        })
 }
 
 fn step(g: &mut Graph, table: &OpTable) -> bool {
@@ -145,11 +158,6 @@ fn collapse(g: &mut Graph, start: NodeId, x: ValueId, chain: &[(NodeId, Link)]) 
     let last = chain.last().expect("a chain ends in a Transpose").0;
     let y = g.nodes[last].output(0).expect("link has an output");
     let shape = g.shape(y).to_vec();
-    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-    let c = g.add_const(
-        &format!("{}_shape", g.value(y).name),
-        Tensor::from_i64(vec![dims.len()], &dims),
-    );
     let dead = g.add_value(&format!("{}_uncollapsed", g.value(y).name));
     g.nodes[last].outputs[0] = Some(dead);
     let pointwise: Vec<usize> = (0..chain.len())
@@ -163,10 +171,8 @@ fn collapse(g: &mut Graph, start: NodeId, x: ValueId, chain: &[(NodeId, Link)]) 
         g.values[r].quant = g.values[x].quant.clone();
         r
     };
-    let name = g.unique_node_name(&format!("{}_collapsed", g.nodes[start].name));
-    let mut reshape = Node::new(name, "Reshape");
-    reshape.inputs = vec![Some(x), Some(c)];
-    reshape.outputs = vec![Some(v)];
+    let hint = format!("{}_collapsed", g.nodes[start].name);
+    let reshape = g.reshape_node(&hint, x, v);
     for (j, &k) in pointwise.iter().enumerate() {
         let u = chain[k].0;
         let out = if j + 1 == pointwise.len() {

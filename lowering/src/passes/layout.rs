@@ -480,11 +480,7 @@ fn sink_reshape_step(g: &mut Graph) -> bool {
     let uses = g.use_counts();
     for i in 0..g.nodes.len() {
         let n = &g.nodes[i];
-        if !matches!(
-            n.op_type.as_str(),
-            "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten"
-        ) || !known(g, n)
-        {
+        if !n.only_reshapes() || !known(g, n) {
             continue;
         }
         let (Some(t), Some(y)) = (n.input(0), n.output(0)) else {

@@ -13,31 +13,9 @@
 //! Every reshape this pass writes names its output shape in full (no 0 or -1 that would read
 //! the input's dims), so moving its input cannot change what it means.
 
-use crate::ir::tensor::Tensor;
-use crate::ir::{Graph, Node, NodeId, ValueId};
-use crate::table::{Layout, OpTable};
-
-fn is_move(n: &Node) -> bool {
-    matches!(
-        n.op_type.as_str(),
-        "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten"
-    )
-}
-
-/// An element-wise op of `v` alone: its other inputs, if any, are scalar constants, so it can
-/// run on any shape of `v`'s elements.
-fn is_unary(g: &Graph, table: &OpTable, n: &Node, v: ValueId) -> bool {
-    let Some(y) = n.output(0) else { return false };
-    table.layout(&n.op_type) == Some(Layout::Agnostic)
-        && n.outputs.len() == 1
-        && g.shape(y) == g.shape(v)
-        && g.dtype(y) == g.dtype(v)
-        && n.inputs[1..].iter().flatten().all(|&c| {
-            g.values[c].quant.is_none()
-                && g.konst(c)
-                    .is_some_and(|t| t.numel() == 1 && t.shape.len() <= 1)
-        })
-}
+use crate::ir::{Graph, NodeId, ValueId};
+use crate::passes::collapse_moves::elementwise_of;
+use crate::table::OpTable;
 
 /// The links of a chain reading `x`: nodes that each read the previous link's output (a value
 /// with no other reader, not a graph output), with at least one reshape among them.
@@ -58,7 +36,8 @@ fn chain_from(
             && g.values[y].known
             && g.values[v].known
             && !g.values[y].quant.as_ref().is_some_and(|q| q.axis.is_some())
-            && (is_move(n) || is_unary(g, table, n, v));
+            // An element-wise op of `v` alone (scalar operands) runs on any shape of it.
+            && (n.only_reshapes() || elementwise_of(g, table, n, v, false));
         if !ok {
             break;
         }
@@ -105,11 +84,14 @@ fn step(g: &mut Graph, table: &OpTable) -> bool {
             }
         }
         let chain = chain_from(g, table, &cons, &uses, start);
-        let moves = chain.iter().filter(|&&k| is_move(&g.nodes[k])).count();
+        let moves = chain
+            .iter()
+            .filter(|&&k| g.nodes[k].only_reshapes())
+            .count();
         let ops: Vec<NodeId> = chain
             .iter()
             .copied()
-            .filter(|&k| !is_move(&g.nodes[k]))
+            .filter(|&k| !g.nodes[k].only_reshapes())
             .collect();
         if moves == 0 {
             continue;
@@ -181,15 +163,9 @@ fn rewrite(
         return;
     }
     let reshape = |g: &mut Graph, from: ValueId, to: ValueId| {
-        let dims: Vec<i64> = g.shape(to).iter().map(|&d| d as i64).collect();
-        let c = g.add_const(
-            &format!("{}_shape", g.value(to).name),
-            Tensor::from_i64(vec![dims.len()], &dims),
-        );
-        let mut n = Node::new(format!("{}_merged", g.value(to).name), "Reshape");
-        n.inputs = vec![Some(from), Some(c)];
-        n.outputs = vec![Some(to)];
-        g.push_node(n);
+        let n = g.reshape_node(&format!("{}_merged", g.value(to).name), from, to);
+        // Named uniquely already (push_node would rename it).
+        g.nodes.push(n);
     };
     if ops.is_empty() {
         reshape(g, x, y);

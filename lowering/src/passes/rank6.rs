@@ -12,7 +12,7 @@
 //! QNN to refuse.
 
 use crate::ir::tensor::Tensor;
-use crate::ir::{Attr, Graph, Node, NodeId, ValueId};
+use crate::ir::{Attr, Graph, Node, NodeId};
 
 /// The highest rank QNN's HTP takes.
 const MAX_RANK: usize = 5;
@@ -52,18 +52,6 @@ pub fn merge_axes(shape: &[usize], perm: &[usize]) -> (Vec<usize>, Vec<usize>, V
         .collect();
     let out_shape: Vec<usize> = (0..groups.len()).map(size).collect();
     (in_shape, perm, out_shape)
-}
-
-fn reshape_node(g: &mut Graph, hint: &str, x: ValueId, shape: &[usize], out: ValueId) -> Node {
-    let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-    let c = g.add_const(
-        &format!("{hint}_shape"),
-        Tensor::from_i64(vec![s.len()], &s),
-    );
-    let mut n = Node::new(g.unique_node_name(hint), "Reshape");
-    n.inputs = vec![Some(x), Some(c)];
-    n.outputs = vec![Some(out)];
-    n
 }
 
 fn lower_rank(g: &mut Graph, i: NodeId) -> bool {
@@ -110,7 +98,7 @@ fn lower_rank(g: &mut Graph, i: NodeId) -> bool {
         _ => x,
     };
     let a = g.add_typed(&format!("{name}_merged_in"), dt, in_shape.clone());
-    let r1 = reshape_node(g, &format!("{name}/merge"), src, &in_shape, a);
+    let r1 = g.reshape_node(&format!("{name}/merge"), src, a);
     let mut new = vec![r1];
     let b = if mperm.iter().enumerate().all(|(k, &p)| k == p) {
         a
@@ -153,8 +141,7 @@ fn lower_rank(g: &mut Graph, i: NodeId) -> bool {
             rn.attrs.remove("allowzero");
         }
     } else {
-        let ys = g.shape(y).to_vec();
-        let r2 = reshape_node(g, &format!("{name}/split"), b, &ys, y);
+        let r2 = g.reshape_node(&format!("{name}/split"), b, y);
         new.push(r2);
     }
     // The old Transpose stops writing y; dce removes it (and a Reshape left unread).

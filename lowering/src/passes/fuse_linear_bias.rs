@@ -119,25 +119,12 @@ fn rewrite(g: &mut Graph, f: Fold) -> Vec<Node> {
     let rows: usize = xshape[..xshape.len() - 1].iter().product();
     let oshape = g.shape(out).to_vec();
     let n = oshape[oshape.len() - 1];
-    let dims = |s: &[usize]| s.iter().map(|&d| d as i64).collect::<Vec<_>>();
-    let s_in = g.add_const(
-        &format!("{}_rows_shape", p.name),
-        Tensor::from_i64(vec![2], &[rows as i64, k as i64]),
-    );
-    let s_out = g.add_const(
-        &format!("{}_out_shape", p.name),
-        Tensor::from_i64(vec![oshape.len()], &dims(&oshape)),
-    );
     let x2 = g.add_typed(&format!("{}_rows", g.values[x].name), dt, vec![rows, k]);
     let y2 = g.add_typed(&format!("{}_gemm", g.values[out].name), dt, vec![rows, n]);
-    let mut r_in = Node::new(g.unique_node_name(&format!("{}_rows", p.name)), "Reshape");
-    r_in.inputs = vec![Some(x), Some(s_in)];
-    r_in.outputs = vec![Some(x2)];
+    let r_in = g.reshape_node(&format!("{}_rows", p.name), x, x2);
     gemm.inputs = vec![Some(x2), p.input(1), Some(bias)];
     gemm.outputs = vec![Some(y2)];
-    let mut r_out = Node::new(g.unique_node_name(&format!("{}_unrows", p.name)), "Reshape");
-    r_out.inputs = vec![Some(y2), Some(s_out)];
-    r_out.outputs = vec![Some(out)];
+    let r_out = g.reshape_node(&format!("{}_unrows", p.name), y2, out);
     vec![r_in, gemm, r_out]
 }
 

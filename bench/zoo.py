@@ -539,7 +539,7 @@ def main() -> int:
         a.max_rounds, a.timer_ms = 1, 300
     for p in (a.qnnx, a.exec_timer):
         if not p.exists():
-            sys.exit(f"{p} is missing: cargo build --release -p qnnx-cli -p qnn-rs --example exec_timer")
+            sys.exit(f"{p} is missing: cargo build --release -p qnnx-cli && cargo build --release -p qnn-rs --example exec_timer")
     json_path = a.out.with_suffix(".json")
     res = {"models": {}}
     if json_path.exists() and not a.fresh:

@@ -15,10 +15,11 @@ pub mod declared_shapes;
 pub mod empty;
 pub mod expand;
 pub mod fix_inputs;
-pub mod fold_batchnorm;
+pub mod fold_conv;
 pub mod fold_if;
 pub mod fp16;
 pub mod fuse_gelu;
+pub mod fuse_hardswish;
 pub mod fuse_l2norm;
 pub mod fuse_linear_bias;
 pub mod fuse_rmsnorm;
@@ -136,7 +137,7 @@ pub fn value_dtypes(
 
 /// Runs every pass in order: infer+fold (with If folding and declared-shape inputs), QDQ
 /// absorption, the L2Norm fusion, expansions, empty tensors, simplify, rank-6 transposes, dce,
-/// fusions (batchnorm, RMSNorm, GELU, linear bias), layout, collapsing and merging moves, settling quantized nodes, int64
+/// fusions (conv affine maps, RMSNorm, GELU, HardSwish, linear bias), layout, collapsing and merging moves, settling quantized nodes, int64
 /// narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let Inferred { graph, assumed } = infer(model, opts)?;
@@ -212,9 +213,10 @@ fn prepare_inferred(
     simplify::run(&mut g);
     dce::run(&mut g);
     rank6::run(&mut g);
-    fold_batchnorm::run(&mut g);
+    fold_conv::run(&mut g);
     fuse_rmsnorm::run(&mut g);
     fuse_gelu::run(&mut g, opts.backend == Backend::Htp);
+    fuse_hardswish::run(&mut g, table);
     fuse_softmax_scale::run(&mut g);
     fuse_linear_bias::run(&mut g, table);
     dce::run(&mut g);

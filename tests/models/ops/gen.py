@@ -43,6 +43,23 @@ def case(out, name, op, x, inits, attrs=None, opset=17, outputs=1, extra_nodes=(
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
         [numpy_helper.from_array(v, k) for k, v in inits],
     )
+    save(out, name, g, opset, feeds, want)
+
+
+def chain(out, name, x, nodes, inits, opset=17):
+    """A chain of `nodes` (helper.make_node) from graph input `x` to output `y`, the
+    initializers `inits` as (name, array): a pattern that the lowering rewrites."""
+    g = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits],
+    )
+    save(out, name, g, opset, [("x", x)], None)
+
+
+def save(out, name, g, opset, feeds, want):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     d = os.path.join(out, name)
@@ -297,6 +314,36 @@ def main(out):
          [("w", w4[:1]), ("r", r4[:1]), ("b", b4[:1]), ("", None), ("h0", h0), ("c0", c0)],
          {"hidden_size": h_size}, opset=14, outputs=3, inputs=("h0", "c0"),
          want=recurrent("LSTM", x1, w4[:1], r4[:1], b4[:1], h0=h0, c0=c0))
+    # HardSwish written out (passes/fuse_hardswish.rs): paddle2onnx's form at opset 12 and
+    # torch's HardSigmoid form; both run as one QNN HardSwish.
+    n = helper.make_node
+    sc = lambda v: np.array(v, np.float32)
+    xs = f32(1, 8, 6, 6, scale=3.0)
+    chain(out, "hardswish_paddle", xs, [
+        n("Add", ["x", "three"], ["a"]), n("Clip", ["a", "zero", "six"], ["c"]),
+        n("Mul", ["x", "c"], ["m"]), n("Div", ["m", "six"], ["y"])],
+        [("three", sc(3.0)), ("zero", sc(0.0)), ("six", sc(6.0))], opset=12)
+    chain(out, "hardswish_hardsigmoid", xs, [
+        n("HardSigmoid", ["x"], ["h"], alpha=1.0 / 6.0), n("Mul", ["x", "h"], ["y"])], [],
+        opset=13)
+    # PP-LCNet's blocks (passes/fold_conv.rs): Conv -> scalar Mul/Add -> HardSwish -> Mul/Add
+    # -> padded depthwise Conv -> Relu -> per-channel Mul/Add -> unpadded 1x1 Conv, the affine
+    # maps folded into the Convs (the Mul before the padded one through its Add).
+    c = 8
+    chain(out, "conv_affine_folds", f32(1, 4, 6, 6), [
+        n("Conv", ["x", "w0", "b0"], ["c0"]), n("Mul", ["s0", "c0"], ["m0"]),
+        n("Add", ["m0", "t0"], ["a0"]), n("Add", ["a0", "three"], ["h0"]),
+        n("Clip", ["h0", "zero", "six"], ["h1"]), n("Mul", ["a0", "h1"], ["h2"]),
+        n("Div", ["h2", "six"], ["h3"]), n("Mul", ["s1", "h3"], ["m1"]),
+        n("Add", ["m1", "t1"], ["a1"]),
+        n("Conv", ["a1", "w1", "b1"], ["c1"], group=c, pads=[1, 1, 1, 1]),
+        n("Relu", ["c1"], ["r1"]), n("Mul", ["r1", "s2"], ["m2"]), n("Add", ["m2", "t2"], ["a2"]),
+        n("Conv", ["a2", "w2"], ["y"])], [
+        ("w0", f32(c, 4, 1, 1, scale=0.5)), ("b0", f32(c)), ("s0", sc([1.4])), ("t0", sc([0.6])),
+        ("three", sc(3.0)), ("zero", sc(0.0)), ("six", sc(6.0)), ("s1", sc([0.4])),
+        ("t1", sc([-0.3])), ("w1", f32(c, 1, 3, 3, scale=0.5)), ("b1", f32(c)),
+        ("s2", f32(1, c, 1, 1)), ("t2", f32(1, c, 1, 1)), ("w2", f32(6, c, 1, 1, scale=0.4))],
+        opset=12)
     print(f"{len(os.listdir(out))} cases in {out}")
 
 

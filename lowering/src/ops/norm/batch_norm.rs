@@ -1,6 +1,6 @@
 //! BatchNormalization — <https://onnx.ai/onnx/operators/onnx__BatchNormalization.html>,
 //! inference mode (opsets 7–15 and 15+; training outputs are rejected). A BatchNorm after a
-//! Conv is folded into it by `passes::fold_batchnorm`; a standalone one becomes QNN
+//! Conv is folded into it by `passes::fold_conv`; a standalone one becomes QNN
 //! `Batchnorm` (channel-last input, in[1] weights `[C]` = `scale / sqrt(var + eps)`, in[2]
 //! bias `[C]` = `B - mean * weights`, computed statically). Constraints: constant parameters;
 //! 4-D inputs run NHWC (layout pass), 2-D inputs are already channel-last, 3-D inputs are

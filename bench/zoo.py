@@ -449,7 +449,7 @@ def summarize(res: dict) -> dict:
 #: tests/python/data/NAME_ref.npz (the system Python that runs the tests has no ONNX Runtime, and
 #: onnx's reference evaluator cannot run silero-vad's LSTM and differs from ONNX Runtime by up to
 #: 0.4 on the PP-OCR recognizer).
-TEST_REFS = ("silero_vad_16k", "rapidocr_rec", "rapidocr_cls")
+TEST_REFS = ("silero_vad_16k", "rapidocr_det", "rapidocr_rec", "rapidocr_cls")
 
 
 def write_test_refs() -> None:

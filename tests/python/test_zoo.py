@@ -4,8 +4,8 @@ and not only in bench/zoo.py's table.
 
 The weights come inside PyPI wheels pinned in bench/requirements-zoo.txt (nothing is
 downloaded at run time): facenet-pytorch's MTCNN nets through torch.compile(backend="qnn"),
-rapidocr's PP-OCR recognizer and direction classifier and silero-vad's voice activity detector
-as ONNX. References: eager PyTorch fp32 for MTCNN; for the ONNX models, outputs computed once
+rapidocr's PP-OCR detector, recognizer and direction classifier and silero-vad's voice activity
+detector as ONNX. References: eager PyTorch fp32 for MTCNN; for the ONNX models, outputs computed once
 with ONNX Runtime 1.32's CPU EP, stored with their inputs in data/NAME_ref.npz by
 `python3 bench/zoo.py --write-test-refs` (the system Python that runs the tests has no ONNX
 Runtime; onnx's reference evaluator cannot run silero-vad's LSTM and differs from ONNX Runtime
@@ -103,6 +103,21 @@ def test_ocr_onnx_against_onnxruntime_cpu(name):
     assert (per_position[confident] <= 3e-2).all(), f"per-position max errors {per_position}"
     agree = (g.argmax(-1) == w.argmax(-1)).mean()
     assert agree == 1.0, f"only {agree:.0%} of the positions read the reference's character"
+
+
+def test_ocr_detector_probability_map():
+    """PP-OCRv4's text detector (PP-LCNet blocks, their written-out HardSwish fused and affine
+    maps folded into the Convs): a text probability map that DB post-processing thresholds
+    at 0.3."""
+    entry = zoo_models.zoo()["rapidocr_det"]
+    feeds, (want,) = _reference("rapidocr_det")
+    (got,) = _run_onnx(_static(entry), feeds)
+    assert got.shape == want.shape
+    got = got.astype(np.float32)
+    err = np.abs(got - want).max()
+    assert err <= 0.1, f"max error {err:.3e}"  # measured 0.042, ONNX Runtime's QNN EP 0.036
+    flipped = ((got > 0.3) != (want > 0.3)).sum()
+    assert flipped <= want.size // 1000, f"{flipped} of {want.size} pixels change side of 0.3"
 
 
 def test_silero_vad_with_its_sample_rate_fixed():

@@ -174,19 +174,8 @@ fn try_fuse(g: &mut Graph, head: NodeId, x: ValueId) -> bool {
         Some(m1v)
     };
     let Some(out) = out else { return false };
-    let tail = producers[out].expect("out has a producer");
-    let dead = g.add_value(&format!("{}_unfused", g.values[out].name));
-    for o in g.nodes[tail].outputs.iter_mut().flatten() {
-        if *o == out {
-            *o = dead;
-        }
-    }
-    let mut n = Node::new(format!("{}_gelu", g.nodes[head].name), "Gelu");
-    n.name = g.unique_node_name(&n.name);
-    n.inputs = vec![Some(x)];
-    n.outputs = vec![Some(out)];
-    g.nodes.insert(tail + 1, n);
-    crate::passes::dce::run(g);
+    let hint = format!("{}_gelu", g.nodes[head].name);
+    crate::passes::replace_chain(g, out, &hint, "Gelu", x);
     true
 }
 

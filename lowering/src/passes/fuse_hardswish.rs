@@ -148,19 +148,8 @@ fn try_fuse(g: &mut Graph, i: NodeId) -> bool {
     if g.shape(out) != g.shape(x) || g.dtype(out) != g.dtype(x) {
         return false;
     }
-    let tail = producers[out].expect("out has a producer");
-    let dead = g.add_value(&format!("{}_unfused", g.values[out].name));
-    for o in g.nodes[tail].outputs.iter_mut().flatten() {
-        if *o == out {
-            *o = dead;
-        }
-    }
-    let mut n = Node::new(format!("{}_hardswish", g.nodes[i].name), "HardSwish");
-    n.name = g.unique_node_name(&n.name);
-    n.inputs = vec![Some(x)];
-    n.outputs = vec![Some(out)];
-    g.nodes.insert(tail + 1, n);
-    crate::passes::dce::run(g);
+    let hint = format!("{}_hardswish", g.nodes[i].name);
+    crate::passes::replace_chain(g, out, &hint, "HardSwish", x);
     true
 }
 

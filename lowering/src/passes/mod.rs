@@ -32,6 +32,29 @@ pub mod rank6;
 pub mod simplify;
 pub mod tile_batch_broadcast;
 
+/// Makes one new `op_type(x)` node, named from `hint`, write `out` in place of the chain of
+/// nodes that computed it (the fusions' last step), then removes what of the chain is dead.
+pub(crate) fn replace_chain(
+    g: &mut Graph,
+    out: crate::ir::ValueId,
+    hint: &str,
+    op_type: &str,
+    x: crate::ir::ValueId,
+) {
+    let tail = g.producers()[out].expect("out has a producer");
+    let dead = g.add_value(&format!("{}_unfused", g.values[out].name));
+    for o in g.nodes[tail].outputs.iter_mut().flatten() {
+        if *o == out {
+            *o = dead;
+        }
+    }
+    let mut n = crate::ir::Node::new(g.unique_node_name(hint), op_type);
+    n.inputs = vec![Some(x)];
+    n.outputs = vec![Some(out)];
+    g.nodes.insert(tail + 1, n);
+    dce::run(g);
+}
+
 /// A graph ready for the lowering rules.
 pub struct Prepared {
     pub graph: Graph,

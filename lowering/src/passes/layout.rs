@@ -74,6 +74,7 @@ fn known(g: &Graph, n: &Node) -> bool {
 
 pub fn run(g: &mut Graph, table: &OpTable) {
     convert_sensitive(g, table);
+    softmax_axis_last(g);
     optimize(g, table);
     let _ = g.toposort();
 }
@@ -109,6 +110,51 @@ fn convert_sensitive(g: &mut Graph, table: &OpTable) {
         n.nhwc = true;
         g.push_node(tin);
         g.push_node(tout);
+    }
+}
+
+/// Softmax / LogSoftmax (opset 13+) over an axis other than the last, as
+/// `Transpose(axis last) → Softmax(last) → Transpose(back)`: QNN normalises the last axis only,
+/// so the lowering rule would emit these two transposes anyway, but emitted here they compose
+/// with the model's and the layout's own. YOLOv8's DFL head (`Reshape → Transpose(0, 2, 1, 3) →
+/// Softmax(axis 1) → Conv`) then has one transpose before a last-axis softmax instead of four,
+/// and a softmax over a conv output's channels (axis 1, NCHW) needs none, since the NHWC data has
+/// its channels last already.
+fn softmax_axis_last(g: &mut Graph) {
+    if g.opset() < 13 {
+        // Opsets 1-12 flatten the input at `axis` (the rule reshapes it to 2-D): not a permute.
+        return;
+    }
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let n = &g.nodes[i];
+        let (Some(x), Some(y)) = (n.input(0), n.output(0)) else {
+            i += 1;
+            continue;
+        };
+        let r = g.shape(x).len();
+        let axis = match n.op_type.as_str() {
+            "Softmax" | "LogSoftmax" if known(g, n) && n.outputs.len() == 1 && r >= 2 => n
+                .attr_i("axis", -1)
+                .ok()
+                .and_then(|a| crate::ir::attr::norm_axis(n, "axis", a, r).ok()),
+            _ => None,
+        };
+        let Some(axis) = axis.filter(|&a| a != r - 1) else {
+            i += 1;
+            continue;
+        };
+        let mut perm: Vec<usize> = (0..r).filter(|&a| a != axis).collect();
+        perm.push(axis);
+        let (mut t, moved) = transpose_node(g, "last", x, &perm);
+        t.name = g.unique_node_name(&t.name);
+        let shape = g.shape(moved).to_vec();
+        let n = &mut g.nodes[i];
+        n.inputs[0] = Some(moved);
+        n.attrs.insert("axis".into(), Attr::Int(r as i64 - 1));
+        g.nodes.insert(i, t);
+        transpose_output(g, i + 1, y, shape, &inverse(&perm));
+        i += 3;
     }
 }
 
@@ -968,5 +1014,83 @@ mod tests {
         let p = passes::prepare(&m, &LowerOptions::default()).unwrap();
         assert!(!p.node_errors.is_empty());
         assert!(crate::lower(m, &LowerOptions::default()).is_err());
+    }
+
+    /// YOLOv8's DFL head: Reshape → Transpose(0, 2, 1, 3) → Softmax(axis 1) → 1x1 Conv.
+    fn dfl(opset: i64) -> ModelBuilder {
+        ModelBuilder::new(opset)
+            .input("x", DType::F32, &[1, 64, 12])
+            .init("shape", Tensor::from_i64(vec![4], &[1, 4, 16, 12]))
+            .init("w", conv1x1(1, 1, 16))
+            .node("Reshape", &["x", "shape"], &["r"], &[])
+            .node(
+                "Transpose",
+                &["r"],
+                &["t"],
+                &[("perm", A::Is(vec![0, 2, 1, 3]))],
+            )
+            .node("Softmax", &["t"], &["s"], &[("axis", A::I(1))])
+            .node("Conv", &["s", "w"], &["y"], &[])
+            .output("y")
+    }
+
+    #[test]
+    fn softmax_axis_moves_last_through_the_models_transposes() {
+        let d = prepared(&dfl(13));
+        // The model's transpose, the softmax's two and the conv's NHWC one compose into one
+        // before the softmax (the softmax's output is the conv's NHWC input); the conv's single
+        // output channel goes back to NCHW by a reshape.
+        assert_eq!(d.matches("Transpose(").count(), 1, "{d}");
+        assert!(
+            d.contains("Transpose(r) perm=[0, 1, 3, 2] -> t_last:f32[1, 4, 12, 16]"),
+            "{d}"
+        );
+        assert!(
+            d.contains("Softmax(t_last) axis=3 -> s_pre:f32[1, 4, 12, 16]"),
+            "{d}"
+        );
+        assert!(d.contains("Conv(s_pre, w) nhwc"), "{d}");
+        let plan = crate::lower(
+            dfl(13).load(),
+            &LowerOptions {
+                backend: Backend::Htp,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            plan.op_types(),
+            ["Reshape", "Transpose", "Softmax", "Conv2d", "Reshape"]
+        );
+    }
+
+    #[test]
+    fn softmax_over_conv_channels_needs_no_transpose() {
+        let b = ModelBuilder::new(13)
+            .input("x", DType::F32, &[1, 3, 6, 6])
+            .init("w", conv_w(1, 8, 3))
+            .init("w1", conv1x1(2, 5, 8))
+            .node(
+                "Conv",
+                &["x", "w"],
+                &["c"],
+                &[("pads", A::Is(vec![1, 1, 1, 1]))],
+            )
+            .node("Softmax", &["c"], &["s"], &[("axis", A::I(1))])
+            .node("Conv", &["s", "w1"], &["c1"], &[])
+            .node("LogSoftmax", &["c1"], &["y"], &[("axis", A::I(-3))])
+            .output("y");
+        let d = prepared(&b);
+        // The graph input's and output's only.
+        assert_eq!(d.matches("Transpose(").count(), 2, "{d}");
+        assert!(d.contains("Softmax(c_nhwc) axis=3"), "{d}");
+        assert!(d.contains("LogSoftmax(c1_nhwc) axis=3"), "{d}");
+    }
+
+    #[test]
+    fn legacy_softmax_is_not_permuted() {
+        // Before opset 13 Softmax(axis 1) normalises the flattened [C·H·W] tail, not one axis.
+        let d = prepared(&dfl(12));
+        assert!(d.contains("Softmax(t) axis=1"), "{d}");
     }
 }

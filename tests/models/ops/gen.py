@@ -344,6 +344,19 @@ def main(out):
         ("t1", sc([-0.3])), ("w1", f32(c, 1, 3, 3, scale=0.5)), ("b1", f32(c)),
         ("s2", f32(1, c, 1, 1)), ("t2", f32(1, c, 1, 1)), ("w2", f32(6, c, 1, 1, scale=0.4))],
         opset=12)
+    # Softmax over an axis other than the last (passes/layout.rs, softmax_axis_last): YOLOv8's
+    # DFL head, Reshape -> Transpose -> Softmax(axis 1) -> 1x1 Conv, and a softmax over a conv
+    # output's channels; the softmax's transposes compose with the model's and the layout's.
+    chain(out, "softmax_dfl", f32(1, 64, 12, scale=3.0), [
+        n("Reshape", ["x", "shape"], ["r"]), n("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3]),
+        n("Softmax", ["t"], ["s"], axis=1), n("Conv", ["s", "w"], ["c"]),
+        n("Reshape", ["c", "shape2"], ["y"])],
+        [("shape", np.array([1, 4, 16, 12], np.int64)), ("w", np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)),
+         ("shape2", np.array([1, 4, 12], np.int64))], opset=13)
+    chain(out, "softmax_conv_channels", f32(1, 3, 6, 6), [
+        n("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), n("Softmax", ["c0"], ["s"], axis=1),
+        n("Conv", ["s", "w1"], ["c1"]), n("LogSoftmax", ["c1"], ["y"], axis=-3)],
+        [("w0", f32(8, 3, 3, 3)), ("w1", f32(5, 8, 1, 1, scale=2.0))], opset=13)
     print(f"{len(os.listdir(out))} cases in {out}")
 
 

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use crate::dtype::{DType, OnnxCode};
 use crate::ir::{Attr, Graph, Node, ValueId};
+use crate::ops::quant::{DEQUANTIZE, QUANTIZE};
 use crate::table::OpTable;
 
 fn cast_node(g: &mut Graph, hint: &str, from: ValueId, to: ValueId, dt: DType) -> Node {
@@ -49,9 +50,20 @@ pub fn run(g: &mut Graph, table: &OpTable) {
         }
     }
     let mut new_nodes: Vec<Node> = Vec::new();
-    // f32 graph inputs: cast once, readers use the f16 copy.
+    // f32 graph inputs: cast once, readers use the f16 copy. An input that only feeds QNN
+    // Quantize (a QDQ model's input) stays f32: quantizing an fp16 copy would first round it to
+    // 11 bits, which moves values across quantization steps, and the result would differ from
+    // ONNX Runtime's QNN EP (whose fp16 precision leaves the quantized path alone).
+    let only_quantized = |g: &Graph, x: ValueId| {
+        let mut readers = g
+            .nodes
+            .iter()
+            .filter(|n| n.inputs.contains(&Some(x)))
+            .peekable();
+        readers.peek().is_some() && readers.all(|n| n.op_type == QUANTIZE)
+    };
     for &x in &g.inputs.clone() {
-        if g.dtype(x) != DType::F32 || g.values[x].quant.is_some() {
+        if g.dtype(x) != DType::F32 || g.values[x].quant.is_some() || only_quantized(g, x) {
             continue;
         }
         let shape = g.shape(x).to_vec();
@@ -73,7 +85,8 @@ pub fn run(g: &mut Graph, table: &OpTable) {
             continue;
         }
         let Some(p) = producers[y] else { continue };
-        if keep_f32[p] {
+        // A QNN Dequantize writes the f32 output itself (the same reason as for inputs).
+        if keep_f32[p] || g.nodes[p].op_type == DEQUANTIZE {
             continue;
         }
         let shape = g.shape(y).to_vec();

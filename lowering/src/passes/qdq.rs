@@ -767,6 +767,32 @@ mod tests {
     }
 
     #[test]
+    fn fp16_leaves_the_quantized_path_and_its_f32_io_alone() {
+        // ONNX Runtime's fp16 precision does not round a QDQ model's input to fp16 before
+        // quantizing it: neither do we (no Cast around the Quantize and the Dequantize).
+        let o = LowerOptions {
+            fp16: true,
+            ..Default::default()
+        };
+        let p = lower_with(&conv_model(), &o);
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            vec![
+                "Quantize",
+                "Transpose",
+                "Conv2d",
+                "Relu",
+                "Transpose",
+                "Dequantize"
+            ],
+            "{d}"
+        );
+        assert!(d.contains("input x:f32[1, 2, 4, 4]"), "{d}");
+        assert!(d.contains("output y:f32[1, 3, 4, 4]"), "{d}");
+    }
+
+    #[test]
     fn raw_integer_io_of_the_model_is_kept() {
         let b = ModelBuilder::new(17)
             .input("x", DType::U8, &[4])

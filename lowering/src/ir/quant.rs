@@ -5,34 +5,36 @@ use qnnx_types::quant::range;
 use qnnx_types::Encoding;
 
 use crate::dtype::DType;
-use crate::ir::tensor::{strides, Tensor};
+use crate::ir::tensor::{numel, strides, Tensor};
 
-/// The slice of `axis` each element of a row-major tensor of `shape` lies in.
-fn channel_of(shape: &[usize], axis: Option<usize>) -> impl Fn(usize) -> usize {
+/// The slice of `axis` each element of a row-major tensor of `shape` lies in, element by element
+/// in order: counted, not divided out per element (a model's weights are millions of elements
+/// and the two divisions cost more than quantizing one).
+fn channels(shape: &[usize], axis: Option<usize>) -> impl Iterator<Item = usize> {
     let (stride, size) = match axis {
         Some(a) if a < shape.len() => (strides(shape)[a], shape[a]),
-        _ => (1, 1),
+        _ => (numel(shape), 1),
     };
-    move |k| (k / stride) % size
+    let outer = numel(shape) / (stride * size).max(1);
+    (0..outer).flat_map(move |_| (0..size).flat_map(move |c| std::iter::repeat(c).take(stride)))
 }
 
 /// `t`'s real values stored in `q` (rounded to nearest even, saturated), as a tensor of the
 /// storage type.
 pub fn quantize_tensor(t: &Tensor, q: &Encoding) -> Tensor {
-    let ch = channel_of(&t.shape, q.axis);
-    let v: Vec<i64> = (0..t.numel())
-        .map(|k| q.quantize(t.get_f64(k), ch(k)))
-        .collect();
-    Tensor::from_i64_as(q.storage, t.shape.clone(), &v)
+    let v = t
+        .iter_f64()
+        .zip(channels(&t.shape, q.axis))
+        .map(|(x, c)| q.quantize(x, c));
+    Tensor::from_i64_iter(q.storage, t.shape.clone(), v)
 }
 
 /// The reals a tensor of stored integers stands for, as `dtype`.
 pub fn dequantize_tensor(t: &Tensor, q: &Encoding, dtype: DType) -> Tensor {
-    let ch = channel_of(&t.shape, q.axis);
-    let v: Vec<f64> = (0..t.numel())
-        .map(|k| q.dequantize(t.get_i64(k), ch(k)))
-        .collect();
-    Tensor::from_f64_as(dtype, t.shape.clone(), &v)
+    let v = channels(&t.shape, q.axis)
+        .enumerate()
+        .map(|(k, c)| q.dequantize(t.get_i64(k), c));
+    Tensor::from_f64_iter(dtype, t.shape.clone(), v)
 }
 
 /// An asymmetric per-tensor encoding in `storage` covering `t`'s values and 0 (so that zero is
@@ -63,12 +65,10 @@ pub fn derive_per_tensor(t: &Tensor, storage: DType) -> Encoding {
 pub fn derive_symmetric(t: &Tensor, storage: DType, axis: Option<usize>) -> Encoding {
     let (_, qmax) = range(storage);
     let n = axis.map_or(1, |a| t.shape[a]);
-    let ch = channel_of(&t.shape, axis);
     let mut amax = vec![0f64; n];
-    for k in 0..t.numel() {
+    for (k, c) in channels(&t.shape, axis).enumerate() {
         let x = t.get_f64(k).abs();
         if x.is_finite() {
-            let c = ch(k);
             amax[c] = amax[c].max(x);
         }
     }
@@ -117,5 +117,22 @@ mod tests {
         assert_eq!(quantize_tensor(&n, &q).to_i64(), vec![1, 255]);
         assert_eq!(q.quantize(0.0, 0), 128);
         assert_eq!(q.dequantize(128, 0), 0.0);
+    }
+
+    #[test]
+    fn channels_count_the_axis_slice_of_each_element() {
+        let shape = [2, 3, 2];
+        for axis in [None, Some(0), Some(1), Some(2)] {
+            let got: Vec<usize> = channels(&shape, axis).collect();
+            let want: Vec<usize> = (0..12)
+                .map(|k| match axis {
+                    Some(a) => (k / strides(&shape)[a]) % shape[a],
+                    None => 0,
+                })
+                .collect();
+            assert_eq!(got, want, "axis {axis:?}");
+        }
+        assert_eq!(channels(&[0, 4], Some(1)).count(), 0);
+        assert_eq!(channels(&[], None).collect::<Vec<_>>(), vec![0]);
     }
 }

@@ -162,6 +162,54 @@ impl Tensor {
         }
     }
 
+    /// Stores the values of `v`, in order, as `dtype` (as [`Tensor::from_i64_as`], without the
+    /// intermediate `Vec<i64>`: quantized weights are millions of elements).
+    pub fn from_i64_iter(dtype: DType, shape: Vec<usize>, v: impl Iterator<Item = i64>) -> Tensor {
+        Self::from_iter_with(dtype, shape, v, push_i64)
+    }
+
+    /// Stores the values of `v`, in order, as `dtype` (as [`Tensor::from_f64_as`], without the
+    /// intermediate `Vec<f64>`).
+    pub fn from_f64_iter(dtype: DType, shape: Vec<usize>, v: impl Iterator<Item = f64>) -> Tensor {
+        Self::from_iter_with(dtype, shape, v, push_f64)
+    }
+
+    fn from_iter_with<T>(
+        dtype: DType,
+        shape: Vec<usize>,
+        v: impl Iterator<Item = T>,
+        push: fn(&mut Vec<u8>, DType, T),
+    ) -> Tensor {
+        let n = numel(&shape);
+        let mut out = Vec::with_capacity(n * dtype.size());
+        for x in v {
+            push(&mut out, dtype, x);
+        }
+        assert_eq!(
+            out.len(),
+            n * dtype.size(),
+            "tensor shape and value count differ"
+        );
+        Tensor {
+            dtype,
+            shape,
+            data: out.into(),
+        }
+    }
+
+    /// The values as f64, in order ([`Tensor::get_f64`] of each; f32 read without a dtype match
+    /// per element).
+    pub fn iter_f64(&self) -> Box<dyn Iterator<Item = f64> + '_> {
+        match self.dtype {
+            DType::F32 => Box::new(
+                self.data
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64),
+            ),
+            _ => Box::new((0..self.numel()).map(|i| self.get_f64(i))),
+        }
+    }
+
     pub fn numel(&self) -> usize {
         numel(&self.shape)
     }

@@ -26,53 +26,12 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import onnxruntime as ort
-import onnxruntime_qnn
 import torch
+from ort_session import EP_NAME, TIMES, provider_options, session  # noqa: F401  (re-exported)
+from ort_session import ep_devices as _ep_devices  # noqa: F401  (bench scripts call it)
 
-EP_NAME = "QNNExecutionProvider"
-
-#: Stage timings of the last compile in this process, in ms (the runner reports them).
-TIMES: dict = {}
 #: Counters: exports, sessions, cache_hits, fallbacks.
 STATS: collections.Counter = collections.Counter()
-
-_EP_DEVICES: Optional[list] = None
-
-
-def provider_options(htp_lib: Optional[str] = None) -> dict:
-    return {
-        "backend_path": htp_lib or onnxruntime_qnn.get_qnn_htp_path(),
-        "soc_model": "60",
-        "htp_arch": "73",
-        "enable_htp_fp16_precision": "1",
-    }
-
-
-def _ep_devices() -> list:
-    """Registers the QNN EP plugin library once per process; its devices."""
-    global _EP_DEVICES
-    if _EP_DEVICES is None:
-        t = time.perf_counter()
-        ort.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
-        _EP_DEVICES = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
-        TIMES["ep_register_ms"] = (time.perf_counter() - t) * 1e3
-        if not _EP_DEVICES:
-            raise RuntimeError("onnxruntime-qnn registered no QNN EP device")
-    return _EP_DEVICES
-
-
-def session(model: Any, ctx_path: Optional[str] = None, htp_lib: Optional[str] = None) -> ort.InferenceSession:
-    """An ORT session on the QNN EP (HTP) for `model` (a path or ONNX bytes). With `ctx_path`
-    (and a model that is not already an EPContext model) ORT also writes the EPContext model
-    there during session creation."""
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    if ctx_path is not None:
-        so.add_session_config_entry("ep.context_enable", "1")
-        so.add_session_config_entry("ep.context_file_path", ctx_path)
-    so.add_provider_for_devices(_ep_devices(), provider_options(htp_lib))
-    return ort.InferenceSession(model, sess_options=so)
 
 
 def _static(a: Any) -> bool:

@@ -1,18 +1,23 @@
 """Quantized graphs against the float one, and against ONNX Runtime's QNN EP on the same models.
 
 For each model: the float ONNX (compiled fp16), and the QDQ models `qnnx quantize` writes from it
-(8a8w, 16a8w, 16a4w by default), each compiled by `qnnx compile` for SoC 60 (v73) and, quantized only, for the
-QCS6490 (v68, no float path); per build the context binary's size, `qnnx run`'s median execute time
-over --runs and the output's cosine and SQNR against fp32 eager PyTorch. ONNX Runtime 1.x with its
-QNN EP (CPU fallback off, same library, SoC 60) runs the same ONNX files on the same input.
+(8a8w, 16a8w, 16a4w by default), each compiled by `qnnx compile` for SoC 60 (v73) and, quantized
+only, for the QCS6490 (v68, no float path); per build the context binary's size, `qnnx run`'s
+median execute time over --runs and the output's cosine and SQNR against fp32 eager PyTorch.
+Then, per ONNX file, qnnx's session API against ONNX Runtime 1.x with its QNN EP (same QNN
+release, SoC 60, CPU fallback off) in fresh processes: cold start (import to first output),
+steady-state run time and peak RSS (SESSION_SCRIPT says what each one counts), with the goals
+of the float benchmark (cold <= 0.5x, steady <= 0.95x, RSS <= 0.7x).
 
 The emulator's times say nothing about a device (its fixed-point arithmetic is the device's, its
 speed is the host's); the sizes and the error are what a device gets.
 
     python3 bench/quant.py [--model resnet18|mobilenet_v2] [--runs 5] [--schemes 8a8w,16a8w,16a4w]
+                           [--reps 3] [--calls 10]
 
 Needs a release `qnnx` (cargo build --release -p qnnx-cli), torchvision, and bench/.venv-ort
-(bench/run makes it) for the ONNX Runtime column. Writes bench/results/quant.{json,md}.
+(bench/run makes it) for the ONNX Runtime columns, and qnnx_backend importable by this Python (the wheel, or
+PYTHONPATH). Writes bench/results/quant.{json,md}.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,29 +83,64 @@ def qnnx(*args: str) -> dict:
     return json.loads(p.stdout)
 
 
-ORT_SCRIPT = r"""
+# One fresh process per measurement, the same for both engines: each one's ONNX-level session
+# API on the same QDQ (or float) ONNX file, as an app that ships that file would use it. Only
+# numpy and the engine are imported (no torch, asserted): "cold" is the wall time from just before
+# the engine's import to the first output (import, session creation, which compiles the model
+# for the HTP, and the first run; qnnx with its cache off, ONNX Runtime without an EPContext
+# file); "steady" the median of `calls` runs after 3 warm-up runs; "peak RSS" the process's
+# VmHWM at the end, and above the baseline of interpreter + numpy + input.
+SESSION_SCRIPT = r"""
 import json, sys, time
 import numpy as np
-sys.path.insert(0, sys.argv[1])
-import ort_ref_backend as ref
-model, x_path, runs = sys.argv[2], sys.argv[3], int(sys.argv[4])
-s = ref.session(model)
+def peak_mb():
+    # VmHWM, this process's own peak: ru_maxrss would still hold the peak of the parent this
+    # process was forked from (Linux carries it across exec), and the parent has torch loaded.
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
+engine, model, x_path, calls, out_path, bench = sys.argv[1:7]
 x = np.load(x_path)
-name = s.get_inputs()[0].name
-y = s.run(None, {name: x})[0]
+base_mb = peak_mb()
+t0 = time.perf_counter()
+if engine == "ort":
+    sys.path.insert(0, bench)
+    import ort_session
+    t_import = time.perf_counter()
+    s = ort_session.session(model)
+else:
+    from qnnx_backend.runtime import InferenceSession
+    t_import = time.perf_counter()
+    # The provider options bench/ort_session.py gives ONNX Runtime (SoC 60, v73, fp16 precision).
+    s = InferenceSession(model, provider_options=[{"soc_model": "60", "htp_arch": "73", "enable_htp_fp16_precision": "1"}],
+                         cache=False)
+t_session = time.perf_counter()
+feed = {s.get_inputs()[0].name: x}
+y = s.run(None, feed)[0]
+t_first = time.perf_counter()
+for _ in range(3):
+    s.run(None, feed)
 ts = []
-for _ in range(runs):
-    t = time.perf_counter(); s.run(None, {name: x}); ts.append((time.perf_counter() - t) * 1e3)
-np.save(sys.argv[5], y)
-print(json.dumps({"median_ms": sorted(ts)[len(ts) // 2], "min_ms": min(ts)}))
+for _ in range(int(calls)):
+    t = time.perf_counter(); s.run(None, feed); ts.append((time.perf_counter() - t) * 1e3)
+assert "torch" not in sys.modules, "the session runner must not import torch"
+np.save(out_path, y)
+print(json.dumps({
+    "import_ms": (t_import - t0) * 1e3, "session_ms": (t_session - t_import) * 1e3,
+    "first_run_ms": (t_first - t_session) * 1e3, "cold_s": t_first - t0,
+    "steady_ms": sorted(ts)[len(ts) // 2], "steady_min_ms": min(ts),
+    "peak_rss_mb": peak_mb(), "baseline_rss_mb": base_mb, "output_dtype": str(y.dtype), "output_shape": list(y.shape),
+}))
 """
 
 
-def run_ort(model: Path, x_path: Path, runs: int, out: Path) -> dict:
-    if not ORT_PY.exists():
+def run_session(engine: str, model: Path, x_path: Path, calls: int, out: Path) -> dict:
+    """One fresh process of SESSION_SCRIPT: qnnx under this Python (qnnx_backend importable, the
+    wheel or PYTHONPATH), ONNX Runtime under bench/.venv-ort's."""
+    if engine == "ort" and not ORT_PY.exists():
         return {"error": "bench/.venv-ort missing (bench/run creates it)"}
+    py = str(ORT_PY) if engine == "ort" else sys.executable
     p = subprocess.run(
-        [str(ORT_PY), "-c", ORT_SCRIPT, str(ROOT / "bench"), str(model), str(x_path), str(runs), str(out)],
+        [py, "-c", SESSION_SCRIPT, engine, str(model), str(x_path), str(calls), str(out), str(ROOT / "bench")],
         capture_output=True,
         text=True,
     )
@@ -114,6 +155,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=128)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--schemes", default="8a8w,16a8w,16a4w", help="comma-separated quantization schemes")
+    ap.add_argument("--reps", type=int, default=3, help="fresh session processes per engine and build")
+    ap.add_argument("--calls", type=int, default=10, help="timed session runs per process")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "quant"))
     args = ap.parse_args()
     if not QNNX.exists():
@@ -122,6 +165,7 @@ def main() -> None:
     if not env_dir:
         os.environ["QNNX_RUNTIME_DIR"] = str(ROOT / "runtime")
 
+    load_start = os.getloadavg()[0]
     model = build(args.model, args.size)
     work = Path(tempfile.mkdtemp(prefix="qnnx-bench-quant-"))
     x = structured_images(1, args.size, 7)
@@ -156,19 +200,53 @@ def main() -> None:
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
-        o = run_ort(path, work / "x.npy", args.runs, work / f"ort-{variant}.npy")
-        row = {"model": args.model, "variant": variant, "soc": "60", "engine": "onnxruntime-qnn", **o}
-        if "error" not in o:
-            row.update(metrics(np.load(work / f"ort-{variant}.npy"), want))
-        rows.append(row)
+
+    # Session against session, fresh processes, the engines alternating (first one, then the
+    # other) so that a change in the machine's load falls on both.
+    sessions = []
+    for variant, path in files.items():
+        runs: dict = {"qnnx": [], "ort": []}
+        for rep in range(args.reps):
+            for engine in ("qnnx", "ort") if rep % 2 == 0 else ("ort", "qnnx"):
+                o = run_session(engine, path, work / "x.npy", args.calls, work / f"session-{engine}-{variant}.npy")
+                print(json.dumps({"variant": variant, "engine": engine, "rep": rep, **o}), flush=True)
+                runs[engine].append(o)
+        row: dict = {"model": args.model, "variant": variant}
+        for engine, rs in runs.items():
+            errors = [r["error"] for r in rs if "error" in r]
+            if errors:
+                row[engine] = {"error": errors[0]}
+                continue
+            agg = {k: statistics.median(r[k] for r in rs) for k in ("cold_s", "import_ms", "session_ms", "first_run_ms",
+                                                                  "steady_ms", "peak_rss_mb", "baseline_rss_mb")}
+            agg["output"] = {"dtype": rs[0]["output_dtype"], "shape": rs[0]["output_shape"]}
+            agg.update(metrics(np.load(work / f"session-{engine}-{variant}.npy"), want))
+            row[engine] = agg
+        if "error" not in row["qnnx"] and "error" not in row["ort"]:
+            q, o = row["qnnx"], row["ort"]
+            row["same_output_kind"] = q["output"] == o["output"]
+            row["ratio"] = {
+                "cold": q["cold_s"] / o["cold_s"],
+                "steady": q["steady_ms"] / o["steady_ms"],
+                "rss": q["peak_rss_mb"] / o["peak_rss_mb"],
+                "rss_above_baseline": (q["peak_rss_mb"] - q["baseline_rss_mb"]) / (o["peak_rss_mb"] - o["baseline_rss_mb"]),
+            }
+        sessions.append(row)
         print(json.dumps(row), flush=True)
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    out.with_suffix(".json").write_text(json.dumps({"commit": commit, "size": args.size, "runs": args.runs, "rows": rows}, indent=1))
+    load = (load_start, os.getloadavg()[0])
+    out.with_suffix(".json").write_text(json.dumps({
+        "commit": commit, "size": args.size, "runs": args.runs, "reps": args.reps, "calls": args.calls,
+        "loadavg_start_end": load, "rows": rows, "sessions": sessions,
+    }, indent=1))
+    command = (f"python3 bench/quant.py --model {args.model} --size {args.size} --runs {args.runs} --schemes {args.schemes}"
+               f" --reps {args.reps} --calls {args.calls}")
     lines = [
-        f"{args.model} {args.size}x{args.size}, at {commit}: `python3 bench/quant.py --model {args.model} --runs {args.runs} --schemes {args.schemes}`",
+        f"{args.model} {args.size}x{args.size}, at {commit}: `{command}`; 1-min load average {load[0]:.2f} at the start,"
+        f" {load[1]:.2f} at the end",
         "",
         "| build | SoC | engine | binary MB | median execute ms (emulator) | cosine | SQNR dB |",
         "|---|---|---|---|---|---|---|",
@@ -181,6 +259,37 @@ def main() -> None:
         lines.append(
             f"| {r['variant']} | {r['soc']} | {r['engine']} | {mb} | {r['median_ms']:.0f} | {r['cosine']:.5f} | {r['sqnr_db']:.1f} |"
         )
+    lines += [
+        "",
+        "Each engine's session API on the same ONNX file, in fresh processes (median of"
+        f" {args.reps}; steady: median of {args.calls} runs): qnnx_backend.runtime.InferenceSession"
+        " (cache off) and onnxruntime.InferenceSession with the QNN EP, both SoC 60 / v73 / fp16"
+        " precision, CPU fallback off; numpy and the engine only, no torch.",
+        "",
+        "| build | cold: import to first output, ours / ORT (ratio) | steady run ms, ours / ORT (ratio) |"
+        " peak RSS MB, ours / ORT (ratio); above interpreter + numpy | cosine ours / ORT |",
+        "|---|---|---|---|---|",
+    ]
+    for r in sessions:
+        q, o = r["qnnx"], r["ort"]
+        if "ratio" not in r:
+            lines.append(f"| {r['variant']} | {q.get('error', '')} {o.get('error', '')} | | | |")
+            continue
+        x = r["ratio"]
+        lines.append(
+            f"| {r['variant']} | {q['cold_s']:.2f} s / {o['cold_s']:.2f} s (**{x['cold']:.2f}x**) "
+            f"| {q['steady_ms']:.0f} / {o['steady_ms']:.0f} (**{x['steady']:.2f}x**) "
+            f"| {q['peak_rss_mb']:.0f} / {o['peak_rss_mb']:.0f} (**{x['rss']:.2f}x**); "
+            f"{q['peak_rss_mb'] - q['baseline_rss_mb']:.0f} / {o['peak_rss_mb'] - o['baseline_rss_mb']:.0f}"
+            f" ({x['rss_above_baseline']:.2f}x) | {q['cosine']:.5f} / {o['cosine']:.5f} |"
+        )
+    goals = {"cold": 0.5, "steady": 0.95, "rss": 0.7}
+    timed = [r for r in sessions if "ratio" in r]
+    verdicts = []
+    for k, g in goals.items():
+        missed = [r["variant"] for r in timed if r["ratio"][k] > g]
+        verdicts.append(f"{k} <= {g}x " + (f"missed by {', '.join(missed)}" if missed else "met"))
+    lines += ["", "Goals: " + "; ".join(verdicts) + "."]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -129,37 +129,11 @@ impl Tensor {
 
     /// Stores `v` as `dtype`, rounding or truncating like a C cast.
     pub fn from_f64_as(dtype: DType, shape: Vec<usize>, v: &[f64]) -> Tensor {
-        assert_eq!(
-            numel(&shape),
-            v.len(),
-            "tensor shape and value count differ"
-        );
-        let mut out = Vec::with_capacity(v.len() * dtype.size());
-        for &x in v {
-            push_f64(&mut out, dtype, x);
-        }
-        Tensor {
-            dtype,
-            shape,
-            data: out.into(),
-        }
+        Self::from_f64_iter(dtype, shape, v.iter().copied())
     }
 
     pub fn from_i64_as(dtype: DType, shape: Vec<usize>, v: &[i64]) -> Tensor {
-        assert_eq!(
-            numel(&shape),
-            v.len(),
-            "tensor shape and value count differ"
-        );
-        let mut out = Vec::with_capacity(v.len() * dtype.size());
-        for &x in v {
-            push_i64(&mut out, dtype, x);
-        }
-        Tensor {
-            dtype,
-            shape,
-            data: out.into(),
-        }
+        Self::from_i64_iter(dtype, shape, v.iter().copied())
     }
 
     /// Stores the values of `v`, in order, as `dtype` (as [`Tensor::from_i64_as`], without the
@@ -344,7 +318,7 @@ impl Tensor {
     }
 
     pub fn to_f64(&self) -> Vec<f64> {
-        (0..self.numel()).map(|i| self.get_f64(i)).collect()
+        self.iter_f64().collect()
     }
 
     pub fn to_f32(&self) -> Vec<f32> {

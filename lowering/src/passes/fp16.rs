@@ -54,13 +54,10 @@ pub fn run(g: &mut Graph, table: &OpTable) {
     // Quantize (a QDQ model's input) stays f32: quantizing an fp16 copy would first round it to
     // 11 bits, which moves values across quantization steps, and the result would differ from
     // ONNX Runtime's QNN EP (whose fp16 precision leaves the quantized path alone).
+    let consumers = g.consumers();
     let only_quantized = |g: &Graph, x: ValueId| {
-        let mut readers = g
-            .nodes
-            .iter()
-            .filter(|n| n.inputs.contains(&Some(x)))
-            .peekable();
-        readers.peek().is_some() && readers.all(|n| n.op_type == QUANTIZE)
+        let readers = &consumers[x];
+        !readers.is_empty() && readers.iter().all(|&n| g.nodes[n].op_type == QUANTIZE)
     };
     for &x in &g.inputs.clone() {
         if g.dtype(x) != DType::F32 || g.values[x].quant.is_some() || only_quantized(g, x) {

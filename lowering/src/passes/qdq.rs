@@ -646,6 +646,16 @@ mod tests {
             .unwrap_or_else(|| panic!("{name} is not quantized"))
     }
 
+    /// The plan of [`conv_model`]: the input quantized and the output dequantized in the graph.
+    const CONV_MODEL_OPS: [&str; 6] = [
+        "Quantize",
+        "Transpose",
+        "Conv2d",
+        "Relu",
+        "Transpose",
+        "Dequantize",
+    ];
+
     fn conv_model() -> ModelBuilder {
         let w = Tensor::from_i64_as(DType::I8, vec![3, 2, 1, 1], &[1, -2, 3, -4, 5, 127]);
         let b = ModelBuilder::new(17)
@@ -679,18 +689,7 @@ mod tests {
     fn qdq_conv_stores_the_model_integers_per_channel_and_derives_the_bias() {
         let p = lower(&conv_model());
         let d = p.dump();
-        assert_eq!(
-            p.op_types(),
-            vec![
-                "Quantize",
-                "Transpose",
-                "Conv2d",
-                "Relu",
-                "Transpose",
-                "Dequantize"
-            ],
-            "{d}"
-        );
+        assert_eq!(p.op_types(), CONV_MODEL_OPS, "{d}");
         assert!(d.contains("input x:f32[1, 2, 4, 4]"), "{d}");
         assert!(d.contains("static Conv_3_w_hwio:qi8[1, 1, 2, 3]"), "{d}");
         assert!(d.contains("static Conv_3_bias_q:qi32[3]"), "{d}");
@@ -776,18 +775,7 @@ mod tests {
         };
         let p = lower_with(&conv_model(), &o);
         let d = p.dump();
-        assert_eq!(
-            p.op_types(),
-            vec![
-                "Quantize",
-                "Transpose",
-                "Conv2d",
-                "Relu",
-                "Transpose",
-                "Dequantize"
-            ],
-            "{d}"
-        );
+        assert_eq!(p.op_types(), CONV_MODEL_OPS, "{d}");
         assert!(d.contains("input x:f32[1, 2, 4, 4]"), "{d}");
         assert!(d.contains("output y:f32[1, 3, 4, 4]"), "{d}");
     }

@@ -45,31 +45,23 @@ EXPORT = textwrap.dedent(
     """
 )
 
-# ONNX Runtime's QNN EP (bench/.venv-ort), configured as bench/ort_ref_backend.py does: with a
-# context path the session writes the EPContext model; without, argv[1] is that model.
+# ONNX Runtime's QNN EP (bench/.venv-ort), configured by bench/ort_session.py as every benchmark
+# configures it: with a context path the session writes the EPContext model; without, argv[1] is
+# that model. The clock starts before onnxruntime's import (ort_session imports it).
 ORT = textwrap.dedent(
     """
     import json, sys, time
     import numpy as np
+    sys.path.insert(0, {here!r})
     x = np.load(sys.argv[2])
     t0 = time.perf_counter()
-    import onnxruntime as ort, onnxruntime_qnn
-    ort.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    if len(sys.argv) > 4:
-        so.add_session_config_entry("ep.context_enable", "1")
-        so.add_session_config_entry("ep.context_file_path", sys.argv[4])
-    so.add_provider_for_devices(devices, {"backend_path": sys.argv[3], "soc_model": "60", "htp_arch": "73",
-                                          "enable_htp_fp16_precision": "1"})
-    sess = ort.InferenceSession(sys.argv[1], sess_options=so)
-    y = sess.run(None, {sess.get_inputs()[0].name: x})
-    print("RESULT " + json.dumps({"first_s": time.perf_counter() - t0, "first_at": time.time(),
-                                  "torch_loaded": "torch" in sys.modules}))
+    import ort_session
+    sess = ort_session.session(sys.argv[1], ctx_path=sys.argv[4] if len(sys.argv) > 4 else None, htp_lib=sys.argv[3])
+    y = sess.run(None, {{sess.get_inputs()[0].name: x}})
+    print("RESULT " + json.dumps({{"first_s": time.perf_counter() - t0, "first_at": time.time(),
+                                  "torch_loaded": "torch" in sys.modules}}))
     """
-)
+).format(here=HERE)
 ORT_PY = os.path.join(HERE, ".venv-ort", "bin", "python")
 
 LOAD = textwrap.dedent(

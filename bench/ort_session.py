@@ -15,6 +15,8 @@ from typing import Any, Optional
 import onnxruntime as ort
 import onnxruntime_qnn
 
+from htp_target import PROVIDER_OPTIONS
+
 EP_NAME = "QNNExecutionProvider"
 
 #: Stage timings in this process, in ms (the runners report them).
@@ -24,12 +26,7 @@ _EP_DEVICES: Optional[list] = None
 
 
 def provider_options(htp_lib: Optional[str] = None) -> dict:
-    return {
-        "backend_path": htp_lib or onnxruntime_qnn.get_qnn_htp_path(),
-        "soc_model": "60",
-        "htp_arch": "73",
-        "enable_htp_fp16_precision": "1",
-    }
+    return {"backend_path": htp_lib or onnxruntime_qnn.get_qnn_htp_path(), **PROVIDER_OPTIONS}
 
 
 def ep_devices() -> list:

@@ -99,11 +99,12 @@ def peak_mb():
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
 engine, model, x_path, calls, out_path, bench = sys.argv[1:7]
+sys.path.insert(0, bench)
+import htp_target
 x = np.load(x_path)
 base_mb = peak_mb()
 t0 = time.perf_counter()
 if engine == "ort":
-    sys.path.insert(0, bench)
     import ort_session
     t_import = time.perf_counter()
     s = ort_session.session(model)
@@ -111,8 +112,7 @@ else:
     from qnnx_backend.runtime import InferenceSession
     t_import = time.perf_counter()
     # The provider options bench/ort_session.py gives ONNX Runtime (SoC 60, v73, fp16 precision).
-    s = InferenceSession(model, provider_options=[{"soc_model": "60", "htp_arch": "73", "enable_htp_fp16_precision": "1"}],
-                         cache=False)
+    s = InferenceSession(model, provider_options=[dict(htp_target.PROVIDER_OPTIONS)], cache=False)
 t_session = time.perf_counter()
 feed = {s.get_inputs()[0].name: x}
 y = s.run(None, feed)[0]

@@ -471,6 +471,16 @@ def write_test_refs() -> None:
         print(f"{name}: {sorted(arrays)} -> {out_dir / (name + '_ref.npz')}")
 
 
+def _cpu_model() -> str:
+    """The host CPU's name: the emulator's speed, and the ratio of two graphs' times, depend on it
+    (the same zoo gave other ratios on an AMD EPYC host than on the host before it)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "unknown CPU")
+    except OSError:
+        return platform.processor() or "unknown CPU"
+
+
 def save(res: dict, a, names: list, started: float, final: bool) -> None:
     order = list(zoo_models.zoo())
     res["models"] = dict(sorted(res["models"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 1e9))
@@ -479,7 +489,7 @@ def save(res: dict, a, names: list, started: float, final: bool) -> None:
         "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                  text=True).stdout.strip(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs ({_cpu_model()}), {platform.platform()}",
         "load_avg": os.getloadavg()[0],
     }
     runs = res.setdefault("runs", [])

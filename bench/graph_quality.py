@@ -17,7 +17,9 @@ op counts come from one profiled execute (`qnnx run --profile detailed --json`),
 from its JSON graph. Prints one JSON line per model and writes them all to
 `<work>/results.json`. Run it under `flock /tmp/emu.lock` on a shared machine. Models other
 than `se_cnn`, `densenet121` (torchvision) and `hf_mobilevit` (transformers) are timm names,
-random init (`pip install timm`; nothing is downloaded).
+random init (`pip install timm`; nothing is downloaded). `--onnx FILE` compares a given file
+instead, a QDQ model for example (our side then also lowers its encodings; `--precision` only
+concerns any op left in float).
 """
 
 from __future__ import annotations
@@ -198,6 +200,9 @@ def main() -> None:
     ap.add_argument("--precision", default="fp16", choices=["fp16", "fp32"],
                     help="ours: tensors stored as fp16 (the default), or fp32 (computed in fp16)")
     ap.add_argument("--tag", default="", help="suffix of our binary's name (before/after runs)")
+    ap.add_argument("--onnx", type=Path, action="append", default=[],
+                    help="compare this ONNX file (a QDQ model that `qnnx quantize` wrote, say) instead of "
+                         "exporting --models; repeatable")
     ap.add_argument("--ort-compile", nargs=3, metavar=("MODEL", "CTX", "JSON_DIR"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.ort_compile:
@@ -206,10 +211,12 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     work = Path(a.work)
     results = []
-    for name in a.models.split(","):
-        d = work / f"{name}-{a.size}"
+    # (name, work dir, ONNX file to export or to use as it is)
+    jobs = [(f.stem, work / f"file-{f.stem}", f.resolve()) for f in a.onnx] or [
+        (name, work / f"{name}-{a.size}", None) for name in a.models.split(",")]
+    for name, d, given in jobs:
         d.mkdir(parents=True, exist_ok=True)
-        onnx_path = d / "model.onnx"
+        onnx_path = given or d / "model.onnx"
         if not onnx_path.exists():
             export(name, a.size, onnx_path)
         ours = d / f"ours{a.tag}.bin"
@@ -225,7 +232,7 @@ def main() -> None:
         t = time_pair(a.exec_timer, {"ours": ours, "ort": ort_bin}, a.runs, a.max_rounds)
         row = {
             "model": name,
-            "size": a.size,
+            "size": None if given else a.size,
             "tag": a.tag,
             "precision": a.precision,
             "ours_median_ms": t["median_ms"]["ours"],

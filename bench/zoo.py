@@ -330,9 +330,14 @@ class Zoo:
         return j if j is not None else {"error": _reason(rc, out, err)}
 
     def time_pair(self, ours_bin: Path, ort_bin, first_ms) -> dict:
-        """Medians of exec_timer processes, ours and ONNX Runtime's alternating, until the last two
-        medians of each side agree within 10% (at most --max-rounds rounds). Each process runs
-        about --timer-ms of executes."""
+        """graphExecute of ours and ONNX Runtime's binary in rounds of one exec_timer process each,
+        the order switching every round. A round's ratio compares the two medians taken seconds
+        apart, under the same load; the ratio reported is the median of the rounds' ratios, the
+        times the medians of the rounds' medians. At least --min-rounds rounds, then on until the
+        last --min-rounds ratios agree within 5% (at most --max-rounds). Each process runs about
+        --timer-ms of executes. Before (to 0d2aed3): two rounds whose medians agreed within 10% per
+        side, and the ratio of the last two medians, which a disturbed minute could move by 20%
+        (docs/graph-quality.md, Timing)."""
         a = self.a
         guess = first_ms or 10.0
         runs = int(min(a.max_runs, max(3, a.timer_ms / max(guess, 0.05))))
@@ -341,29 +346,35 @@ class Zoo:
         warmup = 1 if guess > 200 else 3
         sides = {"ours": ours_bin, "ort": ort_bin}
         med: dict = {k: [] for k, b in sides.items() if b is not None}
+        ratios: list = []
         res: dict = {"runs_per_process": runs, "warmup": warmup}
-        for rnd in range(a.max_rounds):
-            for k in med:
+        keep = max(1, a.min_rounds)
+        for rnd in range(max(a.max_rounds, keep)):
+            for k in (med if rnd % 2 == 0 else reversed(list(med))):
                 j = self.timer(sides[k], runs, warmup)
                 if "error" in j:
                     res[f"{k}_error"] = j["error"]
                     return res
                 med[k].append(j["median_ms"])
-            if rnd >= 1 and all(_agree(v[-2:]) for v in med.values()):
+            if len(med) == 2:
+                ratios.append(med["ours"][-1] / med["ort"][-1])
+            last = ratios[-keep:] if ratios else med["ours"][-keep:]
+            if rnd + 1 >= keep and (keep == 1 or _agree(last, 0.05)):
                 break
         for k, v in med.items():
-            last = v[-2:]
-            res[f"{k}_ms"] = statistics.median(last)
+            res[f"{k}_ms"] = statistics.median(v)
             res[f"{k}_medians_ms"] = v
-            res[f"{k}_spread"] = (max(last) - min(last)) / min(last)
-            res[f"{k}_agree"] = _agree(last)
-        if "ours_ms" in res and "ort_ms" in res:
-            res["ratio"] = res["ours_ms"] / res["ort_ms"]
+        if ratios:
+            res["ratio"] = statistics.median(ratios)
+            res["round_ratios"] = ratios
+            if len(ratios) >= 2:
+                res["ratio_spread"] = (max(ratios[-keep:]) - min(ratios[-keep:])) / min(ratios[-keep:])
+                res["ratio_agree"] = _agree(ratios[-keep:], 0.05)
         return res
 
 
-def _agree(v: list) -> bool:
-    return len(v) >= 2 and (max(v) - min(v)) / min(v) <= 0.10
+def _agree(v: list, within: float = 0.10) -> bool:
+    return len(v) >= 2 and (max(v) - min(v)) / min(v) <= within
 
 
 # --- tables ----------------------------------------------------------------------------------
@@ -397,8 +408,8 @@ def markdown(res: dict) -> str:
         times = ""
         if "ours_ms" in g:
             times = f"{g['ours_ms']:.2f} / " + (f"{g['ort_ms']:.2f}" if "ort_ms" in g else "-")
-            if not (g.get("ours_agree", True) and g.get("ort_agree", True)):
-                times += " (spread > 10%)"
+            if not g.get("ratio_agree", g.get("ours_agree", True) and g.get("ort_agree", True)):
+                times += " (round ratios > 5% apart)"
         ratio = f"{g['ratio']:.2f}" if "ratio" in g else ""
         lines.append(f"| {name} | {r['group']} | {_status(o)} / {_status(t)} | {times} | {ratio} | {_err_cell(o)} | {_err_cell(t)} |")
     lines.append("")
@@ -512,7 +523,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds per step")
     ap.add_argument("--timer-ms", type=float, default=1500, help="executes per timer process, in ms")
     ap.add_argument("--max-runs", type=int, default=200)
-    ap.add_argument("--max-rounds", type=int, default=4)
+    ap.add_argument("--min-rounds", type=int, default=3, help="timing rounds at least (ours and ORT each)")
+    ap.add_argument("--max-rounds", type=int, default=6)
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the context binaries in bench/work/zoo")
     ap.add_argument("--fresh", action="store_true", help="do not merge into the existing results")
@@ -546,7 +558,7 @@ def main() -> int:
         groups = a.group.split(",") if a.group else DEFAULT_GROUPS
         names = [n for n, e in zoo.items() if e.group in groups]
     if a.quick:
-        a.max_rounds, a.timer_ms = 1, 300
+        a.min_rounds, a.max_rounds, a.timer_ms = 1, 1, 300
     for p in (a.qnnx, a.exec_timer):
         if not p.exists():
             sys.exit(f"{p} is missing: cargo build --release -p qnnx-cli && cargo build --release -p qnn-rs --example exec_timer")
@@ -564,6 +576,8 @@ def main() -> int:
         msg = r.get("prepare_error") or (
             f"ours {_status(o)} {_err_cell(o)}  ort {_status(t)} {_err_cell(t)}  "
             + (f"ge {g.get('ours_ms', 0):.2f}/{g.get('ort_ms', float('nan')):.2f} ms" if "ours_ms" in g else "")
+            + (f" ratio {g['ratio']:.2f} (rounds {', '.join(f'{x:.2f}' for x in g['round_ratios'])})" if "ratio" in g else "")
+            + "".join(f"  [timer {k}]" for k in ("ours_error", "ort_error") if k in g)
             + (f"  [ours: {o['error'][:100]}]" if "error" in o else "")
             + (f"  [ort: {t['error'][:100]}]" if "error" in t else ""))
         print(f"{n:38s} {r['seconds']:6.1f} s  {msg}", flush=True)

@@ -165,7 +165,8 @@ fn optimize(g: &mut Graph, table: &OpTable) {
         if !(compose_step(g)
             || sink_step(g, table)
             || sink_axes_step(g, table)
-            || sink_reshape_step(g))
+            || sink_reshape_step(g)
+            || regroup_reshape_step(g))
         {
             break;
         }
@@ -573,6 +574,120 @@ fn sink_reshape_step(g: &mut Graph) -> bool {
     false
 }
 
+/// Reshape(T_p(x)) → T_q(Reshape'(T_inner(x))) for a reshape that splits or merges dims, when
+/// each group of `t`'s dims that the reshape splits or merges is a block of adjacent dims of `x`
+/// too. The transpose `q` then permutes whole groups and moves on (to cancel with the NHWC
+/// conversion of the next conv, say); `inner` is left only where `p` reorders dims inside a group
+/// that is merged, which is the data movement the model asked for. ShuffleNet's channel shuffle
+/// after a conv (`Reshape [N, g, C/g, H, W] → Transpose(0, 2, 1, 3, 4) → Reshape [N, C, H, W]`)
+/// so becomes one small transpose of NHWC data instead of three (two of them the full
+/// activation between NHWC and NCHW), and a ViT patch embedding's `flatten(2).transpose(1, 2)`
+/// after its conv needs none. Only when `T_p` has no other reader, `x` has no per-axis encoding,
+/// and `q` is not the identity (else nothing would move).
+fn regroup_reshape_step(g: &mut Graph) -> bool {
+    let producers = g.producers();
+    let uses = g.use_counts();
+    for i in 0..g.nodes.len() {
+        let n = &g.nodes[i];
+        if !n.only_reshapes() || !known(g, n) {
+            continue;
+        }
+        let (Some(t), Some(y)) = (n.input(0), n.output(0)) else {
+            continue;
+        };
+        let Some(pi) = producers[t] else { continue };
+        let (Some(p), Some(x)) = (perm_of(&g.nodes[pi]), g.nodes[pi].input(0)) else {
+            continue;
+        };
+        let xv = &g.values[x];
+        if uses[t] != 1 || !xv.known || xv.shape.len() != p.len() {
+            continue;
+        }
+        if xv.quant.as_ref().is_some_and(|q| q.axis.is_some()) {
+            continue;
+        }
+        let Some(groups) = reshape_groups(g.shape(t), g.shape(y)) else {
+            continue;
+        };
+        // Each group's dims of x, in t's order; they must be adjacent in x.
+        let x_dims: Vec<Vec<usize>> = groups
+            .iter()
+            .map(|(tr, _)| tr.clone().map(|k| p[k]).collect())
+            .collect();
+        let adjacent = |d: &Vec<usize>| {
+            let (lo, hi) = (d.iter().min(), d.iter().max());
+            matches!((lo, hi), (Some(lo), Some(hi)) if hi - lo + 1 == d.len())
+        };
+        if !x_dims.iter().all(adjacent) {
+            continue;
+        }
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        order.sort_by_key(|&k| x_dims[k].iter().min().copied());
+        let inner: Vec<usize> = order.iter().flat_map(|&k| x_dims[k].clone()).collect();
+        // z holds y's groups in x's order; y's dim j is z's dim q[j].
+        let ys = g.shape(y).to_vec();
+        let mut zs = Vec::with_capacity(ys.len());
+        let mut q = vec![0; ys.len()];
+        for &k in &order {
+            for j in groups[k].1.clone() {
+                q[j] = zs.len();
+                zs.push(ys[j]);
+            }
+        }
+        if q.iter().enumerate().all(|(k, &d)| k == d) {
+            continue;
+        }
+        let name = g.nodes[i].name.clone();
+        let mut src = x;
+        let mut at = i;
+        if inner.iter().enumerate().any(|(k, &d)| k != d) {
+            let (mut tn, u) = transpose_node(g, "regroup", x, &inner);
+            tn.name = g.unique_node_name(&format!("{name}_regroup"));
+            g.nodes.insert(i, tn);
+            (src, at) = (u, i + 1);
+        }
+        let dims: Vec<i64> = zs.iter().map(|&d| d as i64).collect();
+        let shape = g.add_const(
+            &format!("{name}_shape"),
+            Tensor::from_i64(vec![dims.len()], &dims),
+        );
+        let n = &mut g.nodes[at];
+        n.op_type = "Reshape".into();
+        n.attrs.clear();
+        n.inputs = vec![Some(src), Some(shape)];
+        transpose_output(g, at, y, zs, &q);
+        return true;
+    }
+    false
+}
+
+/// The reshape of shape `from` to `to` as groups of adjacent dims with equal products: each
+/// group of `from` dims becomes the paired group of `to` dims. `None` when a group would be
+/// empty on one side (trailing size-1 dims) or the sizes do not match.
+fn reshape_groups(
+    from: &[usize],
+    to: &[usize],
+) -> Option<Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>> {
+    let (mut i, mut j) = (0, 0);
+    let mut groups = Vec::new();
+    while i < from.len() || j < to.len() {
+        let (gi, gj) = (i, j);
+        let (mut a, mut b) = (*from.get(i)?, *to.get(j)?);
+        (i, j) = (i + 1, j + 1);
+        while a != b {
+            if a < b {
+                a *= *from.get(i)?;
+                i += 1;
+            } else {
+                b *= *to.get(j)?;
+                j += 1;
+            }
+        }
+        groups.push((gi..i, gj..j));
+    }
+    Some(groups)
+}
+
 trait PermEq {
     fn is_none_or_eq(&self, p: &[usize]) -> bool;
 }
@@ -965,6 +1080,99 @@ mod tests {
             d.contains("Transpose(y_pre:f32[1, 7, 3]) perm=u32[3]{0,2,1} -> y:f32[1, 3, 7]"),
             "{d}"
         );
+    }
+
+    /// Conv → channel shuffle (ShuffleNet's `view(N, g, C/g, H, W).transpose(1, 2).view(N, C, H,
+    /// W)`, groups 2) → Conv.
+    fn channel_shuffle() -> ModelBuilder {
+        let i64s = |v: &[i64]| Tensor::from_i64(vec![v.len()], v);
+        ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 6, 5])
+            .init("w1", conv_w(1, 8, 3))
+            .init("w2", conv_w(2, 4, 8))
+            .init("split", i64s(&[1, 2, 4, 6, 5]))
+            .init("merged", i64s(&[1, 8, 6, 5]))
+            .node(
+                "Conv",
+                &["x", "w1"],
+                &["c"],
+                &[("pads", A::Is(vec![1, 1, 1, 1]))],
+            )
+            .node("Reshape", &["c", "split"], &["r1"], &[])
+            .node(
+                "Transpose",
+                &["r1"],
+                &["t"],
+                &[("perm", A::Is(vec![0, 2, 1, 3, 4]))],
+            )
+            .node("Reshape", &["t", "merged"], &["s"], &[])
+            .node(
+                "Conv",
+                &["s", "w2"],
+                &["y"],
+                &[("pads", A::Is(vec![1, 1, 1, 1]))],
+            )
+            .output("y")
+    }
+
+    #[test]
+    fn channel_shuffle_between_convs_is_one_transpose_of_nhwc_data() {
+        let d = prepared(&channel_shuffle());
+        // The input's and the output's layout transposes, and the shuffle itself: the groups
+        // axis swapped with the channels of a group, in NHWC.
+        assert_eq!(d.matches("Transpose(").count(), 3, "{d}");
+        assert!(d.contains("perm=[0, 1, 2, 4, 3] -> "), "{d}");
+        assert!(d.contains(":f32[1, 6, 5, 2, 4]"), "{d}");
+        assert!(d.contains(":f32[1, 6, 5, 4, 2]"), "{d}");
+    }
+
+    #[test]
+    fn patch_embedding_flatten_needs_no_transpose() {
+        // ViT: conv → flatten(2) → transpose(1, 2): the tokens are the NHWC rows.
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 8, 8])
+            .init("w", Tensor::from_f32(vec![6, 3, 4, 4], &rand_f32(1, 288)))
+            .init("flat", Tensor::from_i64(vec![3], &[1, 6, 4]))
+            .node(
+                "Conv",
+                &["x", "w"],
+                &["c"],
+                &[("strides", A::Is(vec![4, 4]))],
+            )
+            .node("Reshape", &["c", "flat"], &["f"], &[])
+            .node(
+                "Transpose",
+                &["f"],
+                &["y"],
+                &[("perm", A::Is(vec![0, 2, 1]))],
+            )
+            .output("y");
+        let d = prepared(&b);
+        assert_eq!(d.matches("Transpose(").count(), 1, "{d}");
+        assert!(d.starts_with("Transpose(x) perm=[0, 2, 3, 1]"), "{d}");
+    }
+
+    #[test]
+    fn reshape_merging_dims_apart_in_nhwc_keeps_its_transpose() {
+        // [N, C, H, W] -> [N, C * H, W]: C and H are not adjacent in NHWC.
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 8, 8])
+            .init("w", conv_w(1, 4, 3))
+            .init("shape", Tensor::from_i64(vec![3], &[1, 32, 8]))
+            .node(
+                "Conv",
+                &["x", "w"],
+                &["c"],
+                &[("pads", A::Is(vec![1, 1, 1, 1]))],
+            )
+            .node("Reshape", &["c", "shape"], &["y"], &[])
+            .output("y");
+        let d = prepared(&b);
+        assert!(
+            d.contains("Transpose(c_nhwc) perm=[0, 3, 1, 2] -> c:f32[1, 4, 8, 8]"),
+            "{d}"
+        );
+        assert!(d.contains("Reshape(c, "), "{d}");
     }
 
     #[test]

@@ -357,6 +357,24 @@ def main(out):
         n("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), n("Softmax", ["c0"], ["s"], axis=1),
         n("Conv", ["s", "w1"], ["c1"]), n("LogSoftmax", ["c1"], ["y"], axis=-3)],
         [("w0", f32(8, 3, 3, 3)), ("w1", f32(5, 8, 1, 1, scale=2.0))], opset=13)
+    # Reshapes that split or merge dims after a conv (passes/layout.rs, regroup_reshape_step):
+    # ShuffleNet's channel shuffle (3 groups here) then a Slice of the shuffled channels into a
+    # conv, and a ViT patch embedding's flatten(2).transpose(1, 2) into a MatMul; a wrong
+    # grouping or inner perm scrambles channels or tokens.
+    i64 = lambda v: np.array(v, np.int64)
+    chain(out, "channel_shuffle_slice", f32(1, 4, 5, 6), [
+        n("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), n("Reshape", ["c0", "split"], ["r"]),
+        n("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]), n("Reshape", ["t", "merged"], ["s"]),
+        n("Slice", ["s", "s0", "s1", "ax"], ["h"]), n("Conv", ["h", "w1"], ["c1"]),
+        n("Concat", ["c1", "s"], ["y"], axis=1)],
+        [("w0", f32(12, 4, 3, 3, scale=0.5)), ("split", i64([1, 3, 4, 5, 6])),
+         ("merged", i64([1, 12, 5, 6])), ("s0", i64([6])), ("s1", i64([12])), ("ax", i64([1])),
+         ("w1", f32(6, 6, 1, 1, scale=0.5))], opset=13)
+    chain(out, "patch_embed_tokens", f32(1, 3, 8, 12), [
+        n("Conv", ["x", "w0"], ["c0"], strides=[4, 4]), n("Reshape", ["c0", "flat"], ["f"]),
+        n("Transpose", ["f"], ["t"], perm=[0, 2, 1]), n("MatMul", ["t", "w1"], ["y"])],
+        [("w0", f32(8, 3, 4, 4, scale=0.2)), ("flat", i64([1, 8, 6])), ("w1", f32(8, 5, scale=0.2))],
+        opset=13)
     print(f"{len(os.listdir(out))} cases in {out}")
 
 

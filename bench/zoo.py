@@ -408,8 +408,10 @@ def markdown(res: dict) -> str:
         times = ""
         if "ours_ms" in g:
             times = f"{g['ours_ms']:.2f} / " + (f"{g['ort_ms']:.2f}" if "ort_ms" in g else "-")
-            if not g.get("ratio_agree", g.get("ours_agree", True) and g.get("ort_agree", True)):
+            if g.get("ratio_agree") is False:
                 times += " (round ratios > 5% apart)"
+            elif not (g.get("ours_agree", True) and g.get("ort_agree", True)):  # timed before 3c92419
+                times += " (spread > 10%)"
         ratio = f"{g['ratio']:.2f}" if "ratio" in g else ""
         lines.append(f"| {name} | {r['group']} | {_status(o)} / {_status(t)} | {times} | {ratio} | {_err_cell(o)} | {_err_cell(t)} |")
     lines.append("")

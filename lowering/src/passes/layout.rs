@@ -526,20 +526,10 @@ fn sink_reshape_step(g: &mut Graph) -> bool {
     let producers = g.producers();
     let uses = g.use_counts();
     for i in 0..g.nodes.len() {
-        let n = &g.nodes[i];
-        if !n.only_reshapes() || !known(g, n) {
-            continue;
-        }
-        let (Some(t), Some(y)) = (n.input(0), n.output(0)) else {
+        let Some(TransposedReshape { x, p, t, y }) = transposed_reshape(g, &producers, &uses, i)
+        else {
             continue;
         };
-        let Some(pi) = producers[t] else { continue };
-        let (Some(p), Some(x)) = (perm_of(&g.nodes[pi]), g.nodes[pi].input(0)) else {
-            continue;
-        };
-        if uses[t] != 1 || !g.values[x].known || g.shape(x).len() != p.len() {
-            continue;
-        }
         let (xs, ts, ys) = (g.shape(x), g.shape(t), g.shape(y).to_vec());
         if xs.contains(&0) || ys.contains(&0) {
             continue;
@@ -559,19 +549,60 @@ fn sink_reshape_step(g: &mut Graph) -> bool {
             zs[big_y[r]] = ys[big_y[k]];
             q[big_y[k]] = big_y[r];
         }
-        let dims: Vec<i64> = zs.iter().map(|&d| d as i64).collect();
-        let shape = g.add_const(
-            &format!("{}_shape", g.nodes[i].name),
-            Tensor::from_i64(vec![dims.len()], &dims),
-        );
-        let n = &mut g.nodes[i];
-        n.op_type = "Reshape".into();
-        n.attrs.clear();
-        n.inputs = vec![Some(x), Some(shape)];
-        transpose_output(g, i, y, zs, &q);
+        reshape_then_transpose(g, i, x, y, zs, &q);
         return true;
     }
     false
+}
+
+/// A reshape node `i` (y = Reshape(t)) of a Transpose's output `t = T_p(x)` that nothing else
+/// reads, all shapes known: what the reshape-sinking steps rewrite.
+struct TransposedReshape {
+    x: ValueId,
+    p: Vec<usize>,
+    t: ValueId,
+    y: ValueId,
+}
+
+fn transposed_reshape(
+    g: &Graph,
+    producers: &[Option<NodeId>],
+    uses: &[usize],
+    i: NodeId,
+) -> Option<TransposedReshape> {
+    let n = &g.nodes[i];
+    if !n.only_reshapes() || !known(g, n) {
+        return None;
+    }
+    let (t, y) = (n.input(0)?, n.output(0)?);
+    let pi = producers[t]?;
+    let (p, x) = (perm_of(&g.nodes[pi])?, g.nodes[pi].input(0)?);
+    if uses[t] != 1 || !g.values[x].known || g.shape(x).len() != p.len() {
+        return None;
+    }
+    Some(TransposedReshape { x, p, t, y })
+}
+
+/// Node `i` becomes `Reshape(src)` to shape `zs`, followed by the Transpose `q` to its old
+/// output `y` (see [`transpose_output`]).
+fn reshape_then_transpose(
+    g: &mut Graph,
+    i: NodeId,
+    src: ValueId,
+    y: ValueId,
+    zs: Vec<usize>,
+    q: &[usize],
+) {
+    let dims: Vec<i64> = zs.iter().map(|&d| d as i64).collect();
+    let shape = g.add_const(
+        &format!("{}_shape", g.nodes[i].name),
+        Tensor::from_i64(vec![dims.len()], &dims),
+    );
+    let n = &mut g.nodes[i];
+    n.op_type = "Reshape".into();
+    n.attrs.clear();
+    n.inputs = vec![Some(src), Some(shape)];
+    transpose_output(g, i, y, zs, q);
 }
 
 /// Reshape(T_p(x)) → T_q(Reshape'(T_inner(x))) for a reshape that splits or merges dims, when
@@ -588,22 +619,11 @@ fn regroup_reshape_step(g: &mut Graph) -> bool {
     let producers = g.producers();
     let uses = g.use_counts();
     for i in 0..g.nodes.len() {
-        let n = &g.nodes[i];
-        if !n.only_reshapes() || !known(g, n) {
-            continue;
-        }
-        let (Some(t), Some(y)) = (n.input(0), n.output(0)) else {
+        let Some(TransposedReshape { x, p, t, y }) = transposed_reshape(g, &producers, &uses, i)
+        else {
             continue;
         };
-        let Some(pi) = producers[t] else { continue };
-        let (Some(p), Some(x)) = (perm_of(&g.nodes[pi]), g.nodes[pi].input(0)) else {
-            continue;
-        };
-        let xv = &g.values[x];
-        if uses[t] != 1 || !xv.known || xv.shape.len() != p.len() {
-            continue;
-        }
-        if xv.quant.as_ref().is_some_and(|q| q.axis.is_some()) {
+        if g.values[x].quant.as_ref().is_some_and(|q| q.axis.is_some()) {
             continue;
         }
         let Some(groups) = reshape_groups(g.shape(t), g.shape(y)) else {
@@ -637,25 +657,14 @@ fn regroup_reshape_step(g: &mut Graph) -> bool {
         if q.iter().enumerate().all(|(k, &d)| k == d) {
             continue;
         }
-        let name = g.nodes[i].name.clone();
-        let mut src = x;
-        let mut at = i;
+        let (mut src, mut at) = (x, i);
         if inner.iter().enumerate().any(|(k, &d)| k != d) {
             let (mut tn, u) = transpose_node(g, "regroup", x, &inner);
-            tn.name = g.unique_node_name(&format!("{name}_regroup"));
+            tn.name = g.unique_node_name(&format!("{}_regroup", g.nodes[i].name));
             g.nodes.insert(i, tn);
             (src, at) = (u, i + 1);
         }
-        let dims: Vec<i64> = zs.iter().map(|&d| d as i64).collect();
-        let shape = g.add_const(
-            &format!("{name}_shape"),
-            Tensor::from_i64(vec![dims.len()], &dims),
-        );
-        let n = &mut g.nodes[at];
-        n.op_type = "Reshape".into();
-        n.attrs.clear();
-        n.inputs = vec![Some(src), Some(shape)];
-        transpose_output(g, at, y, zs, &q);
+        reshape_then_transpose(g, at, src, y, zs, &q);
         return true;
     }
     false

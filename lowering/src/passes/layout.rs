@@ -1136,32 +1136,6 @@ mod tests {
     }
 
     #[test]
-    fn patch_embedding_flatten_needs_no_transpose() {
-        // ViT: conv → flatten(2) → transpose(1, 2): the tokens are the NHWC rows.
-        let b = ModelBuilder::new(17)
-            .input("x", DType::F32, &[1, 3, 8, 8])
-            .init("w", Tensor::from_f32(vec![6, 3, 4, 4], &rand_f32(1, 288)))
-            .init("flat", Tensor::from_i64(vec![3], &[1, 6, 4]))
-            .node(
-                "Conv",
-                &["x", "w"],
-                &["c"],
-                &[("strides", A::Is(vec![4, 4]))],
-            )
-            .node("Reshape", &["c", "flat"], &["f"], &[])
-            .node(
-                "Transpose",
-                &["f"],
-                &["y"],
-                &[("perm", A::Is(vec![0, 2, 1]))],
-            )
-            .output("y");
-        let d = prepared(&b);
-        assert_eq!(d.matches("Transpose(").count(), 1, "{d}");
-        assert!(d.starts_with("Transpose(x) perm=[0, 2, 3, 1]"), "{d}");
-    }
-
-    #[test]
     fn reshape_merging_dims_apart_in_nhwc_keeps_its_transpose() {
         // [N, C, H, W] -> [N, C * H, W]: C and H are not adjacent in NHWC.
         let b = ModelBuilder::new(17)

@@ -11,8 +11,10 @@
 //! transpose of the activation back to NCHW, and a DenseNet concat of conv outputs joins them
 //! along the NHWC channel axis; a Slice of a conv's channels slices the NHWC channel axis.
 //! Reshapes that only insert or remove size-1 dims (a Conv1d's unit H) let transposes through
-//! too, so a Conv1d's output stays channel-last between Conv1ds. Graph I/O keeps the model's
-//! layout because only internal values are rewritten.
+//! too, so a Conv1d's output stays channel-last between Conv1ds, and so do reshapes that split
+//! or merge dims adjacent in the transpose's input (ShuffleNet's channel shuffle becomes one
+//! small NHWC transpose). Graph I/O keeps the model's layout because only internal values are
+//! rewritten.
 
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Graph, Node, NodeId, ValueId};

@@ -368,8 +368,9 @@ class Zoo:
             res["ratio"] = statistics.median(ratios)
             res["round_ratios"] = ratios
             if len(ratios) >= 2:
-                res["ratio_spread"] = (max(ratios[-keep:]) - min(ratios[-keep:])) / min(ratios[-keep:])
-                res["ratio_agree"] = _agree(ratios[-keep:], 0.05)
+                tail = ratios[-keep:]
+                res["ratio_spread"] = (max(tail) - min(tail)) / min(tail)
+                res["ratio_agree"] = _agree(tail, 0.05)
         return res
 
 
@@ -579,7 +580,7 @@ def main() -> int:
             f"ours {_status(o)} {_err_cell(o)}  ort {_status(t)} {_err_cell(t)}  "
             + (f"ge {g.get('ours_ms', 0):.2f}/{g.get('ort_ms', float('nan')):.2f} ms" if "ours_ms" in g else "")
             + (f" ratio {g['ratio']:.2f} (rounds {', '.join(f'{x:.2f}' for x in g['round_ratios'])})" if "ratio" in g else "")
-            + "".join(f"  [timer {k}]" for k in ("ours_error", "ort_error") if k in g)
+            + "".join(f"  [timer {k}: {g[k][:100]}]" for k in ("ours_error", "ort_error") if k in g)
             + (f"  [ours: {o['error'][:100]}]" if "error" in o else "")
             + (f"  [ort: {t['error'][:100]}]" if "error" in t else ""))
         print(f"{n:38s} {r['seconds']:6.1f} s  {msg}", flush=True)

@@ -8,6 +8,7 @@ mod errors;
 mod log;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -226,9 +227,11 @@ fn warn_all(warnings: &[String]) {
 /// `cache_dir`, a binary compiled earlier for the same model, target and settings is loaded
 /// instead (no lowering, no finalize), and a new one is stored. `input_shapes` gives inputs with
 /// symbolic dims a static shape; `fix_inputs` fixes inputs to a value at compile time (name to
-/// value as the `qnnx` command spells it: `3`, `0.5`, `true`, `1,2,3`).
+/// value as the `qnnx` command spells it: `3`, `0.5`, `true`, `1,2,3`). `base_dir` is where
+/// the model's external data files are (the ONNX file's folder; torch's exporter writes
+/// `model.onnx.data` beside `model.onnx`); such a model is never cached.
 #[pyfunction]
-#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None, input_shapes = None, fix_inputs = None, quantized_io = false))]
+#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None, input_shapes = None, fix_inputs = None, quantized_io = false, base_dir = None))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
@@ -243,6 +246,7 @@ fn compile(
     input_shapes: Option<BTreeMap<String, Vec<usize>>>,
     fix_inputs: Option<BTreeMap<String, String>>,
     quantized_io: bool,
+    base_dir: Option<PathBuf>,
 ) -> PyResult<Compiled> {
     let t = target(device, soc_model, htp_arch)?;
     let cache = open_cache(py, cache_dir)?;
@@ -253,6 +257,7 @@ fn compile(
         input_shapes: input_shapes.unwrap_or_default(),
         fix_inputs: fix_inputs.unwrap_or_default(),
         quantized_io,
+        base_dir,
         ..Default::default()
     };
     let compiled = py

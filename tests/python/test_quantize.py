@@ -338,7 +338,7 @@ def test_tidy_leaves_no_cast_or_constant_around_qdq():
 
 
 def test_module_paths_are_named_modules_paths():
-    from qnnx_backend._quantizer import module_path
+    from qnnx_backend._modpaths import module_path
 
     assert module_path("L['self'].layer1[0]._modules['conv']") == "layer1.0.conv"
     assert module_path("L['self'].blocks.1.attn") == "blocks.1.attn"

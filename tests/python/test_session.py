@@ -278,6 +278,91 @@ def test_backend_found_when_torch_is_imported_after_the_package():
     assert "RESULT {'exports': 1, 'compiles': 1}" in out.stdout
 
 
+# torch.compile(m, backend="qnn") with no import of qnnx_backend at all: torch's lookup loads the
+# entry point, which imports the package while torch is loaded; the package must not register
+# "qnn" itself then, or torch's own registration fails with "duplicate name: qnn".
+ENTRY_POINT_ONLY = textwrap.dedent(
+    """
+    import torch
+    c = torch.compile(torch.nn.Linear(4, 4).eval(), backend="qnn", options={"strict": True, "device": "npu"})
+    with torch.no_grad():
+        c(torch.randn(1, 4))
+    import qnnx_backend
+    print("RESULT", dict(qnnx_backend.STATS))
+    """
+)
+
+# The two other orders: the package imported first with torch already loaded (it registers
+# "qnn" itself), and after torch discovered the entry points (list_backends).
+IMPORT_ORDERS = textwrap.dedent(
+    """
+    import sys, torch
+    if sys.argv[1] == "listed":
+        assert "qnn" in torch._dynamo.list_backends()
+    import qnnx_backend
+    c = torch.compile(torch.nn.Linear(4, 4).eval(), backend="qnn", options={"strict": True, "device": "npu"})
+    with torch.no_grad():
+        c(torch.randn(1, 4))
+    print("RESULT", dict(qnnx_backend.STATS))
+    """
+)
+
+
+def test_backend_found_through_the_entry_point_alone():
+    out = subprocess.run([sys.executable, "-c", ENTRY_POINT_ONLY], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "RESULT {'exports': 1, 'compiles': 1}" in out.stdout
+
+
+@pytest.mark.parametrize("order", ["imported", "listed"])
+def test_backend_registered_once_in_any_import_order(order):
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORT_ORDERS, order], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "RESULT {'exports': 1, 'compiles': 1}" in out.stdout
+
+
+FLOAT_COMPILE = textwrap.dedent(
+    """
+    import sys, torch, qnnx_backend
+    c = torch.compile(torch.nn.Linear(4, 4).eval(), backend="qnn", options={"strict": True, "device": "npu"})
+    with torch.no_grad():
+        c(torch.randn(1, 4))
+    print("RESULT", sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("torchao", "onnxscript")}))
+    """
+)
+
+
+def test_float_compile_imports_no_quantization_machinery():
+    # torchao (0.6 s and a deprecation warning from torch's pytree in every process) is for
+    # quantized graphs only; a float compile must neither import it nor print its warning.
+    out = subprocess.run([sys.executable, "-c", FLOAT_COMPILE], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "RESULT []" in out.stdout, out.stdout
+    assert "register_constant" not in out.stderr, out.stderr[-2000:]
+
+
+def test_onnx_file_with_external_data(tmp_path):
+    # torch's exporter writes large weights to model.onnx.data beside model.onnx; a session given
+    # the path reads them from the model's folder, as ONNX Runtime does (before: "uses external
+    # data but the model was loaded from bytes without a base directory").
+    model = onnx.load_from_string(mlp_onnx(seed=3))
+    path = tmp_path / "model.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="model.onnx.data", size_threshold=0)
+    assert (tmp_path / "model.onnx.data").stat().st_size > 16 * 32 * 4
+    sess = InferenceSession(str(path), soc_model=60, cache=False)
+    rng = np.random.default_rng(1)
+    feed = {"x": rng.standard_normal((2, 16)).astype(np.float32), "ids": rng.integers(0, 10, (2, 3))}
+    got = sess.run(None, feed)
+    # (save_model made `model`'s tensors external: the reference runs the in-memory original.)
+    want = ReferenceEvaluator(onnx.load_from_string(mlp_onnx(seed=3))).run(None, feed)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=2e-2, atol=2e-2 * float(np.abs(w).max()))
+
+
 def test_qnnx_backend_0_4_device_and_runtime_names(tmp_path):
     # qnnx-backend 0.4 exported QNNDevice (Literal["npu", "gpu"]) and QNNRuntime (classmethods
     # over ONNX Runtime's QNN EP) at the top level; code written against it keeps working.

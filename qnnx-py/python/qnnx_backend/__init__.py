@@ -140,15 +140,18 @@ def compile(model: Any, *, dynamic: bool = True, **options: Any) -> Any:
 
 
 def _register() -> None:
-    from torch._dynamo.backends.registry import register_backend
+    from torch._dynamo.backends import registry
 
+    # torch's own lookup of "qnn" (torch.compile(m, backend="qnn") with no import of this
+    # package) loads the torch_dynamo_backends entry point, which imports this package, and then
+    # registers what it loaded: registering here too would make torch's registration fail with
+    # "duplicate name: qnn". Torch has discovered the entry point by then (its registry maps the
+    # name to it), so leave the registration to torch.
+    if registry._BACKENDS.get("qnn") is not None or "qnn" in registry._COMPILER_FNS:
+        return
     from .backend import qnn_backend
 
-    try:
-        register_backend(compiler_fn=qnn_backend, name="qnn")
-    except AssertionError:
-        # Already registered (through the torch_dynamo_backends entry point).
-        pass
+    registry.register_backend(compiler_fn=qnn_backend, name="qnn")
 
 
 # Only when torch is already loaded: importing it here would cost a numpy-only app seconds.

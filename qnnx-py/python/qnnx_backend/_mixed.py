@@ -32,7 +32,7 @@ import torch
 
 from . import _native, _quantize
 from ._accuracy import _DTYPE_NAMES, AccuracyReport
-from ._quantizer import module_paths
+from ._modpaths import module_paths
 from .exceptions import LoweringError, QnnApiError
 
 logger = logging.getLogger("qnnx_backend")

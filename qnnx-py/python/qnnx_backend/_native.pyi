@@ -121,6 +121,7 @@ def compile(
     input_shapes: Optional[dict[str, list[int]]] = None,
     fix_inputs: Optional[dict[str, str]] = None,
     quantized_io: bool = False,
+    base_dir: Optional[str] = None,
 ) -> Compiled: ...
 def compare(
     test: bytes,

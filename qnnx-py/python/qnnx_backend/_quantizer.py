@@ -10,21 +10,35 @@ import fnmatch
 import logging
 import math
 import operator
-import re
 from typing import Any, Optional
 
 import torch
 from torch.fx import GraphModule, Node
-from torchao.quantization.pt2e import HistogramObserver, MinMaxObserver, PerChannelMinMaxObserver
-from torchao.quantization.pt2e.quantizer import (
-    DerivedQuantizationSpec,
-    FixedQParamsQuantizationSpec,
-    QuantizationAnnotation,
-    QuantizationSpec,
-    Quantizer,
-    SharedQuantizationSpec,
-)
 
+# torchao 0.18 registers an Enum with torch's pytree at import, which torch 2.15 logs as deprecated
+# (torch.utils._pytree's logger) in every process that quantizes: a warning the user did not cause
+# and cannot act on, so that one logger is quietened for the import only.
+_pytree_log = logging.getLogger("torch.utils._pytree")
+_pytree_level = _pytree_log.level
+_pytree_log.setLevel(logging.ERROR)
+try:
+    from torchao.quantization.pt2e import HistogramObserver, MinMaxObserver, PerChannelMinMaxObserver
+    from torchao.quantization.pt2e.quantizer import (
+        DerivedQuantizationSpec,
+        FixedQParamsQuantizationSpec,
+        QuantizationAnnotation,
+        QuantizationSpec,
+        Quantizer,
+        SharedQuantizationSpec,
+    )
+except ImportError as e:
+    raise ImportError(
+        f"quantizing needs torchao's PT2E machinery ({e}); install it with: pip install 'qnnx[quantize]'"
+    ) from e
+finally:
+    _pytree_log.setLevel(_pytree_level)
+
+from ._modpaths import module_paths
 from ._quantize import KIND_OF, OP_KINDS, SCHEMES, QuantizeConfig, Scheme, aten
 
 logger = logging.getLogger("qnnx_backend")
@@ -201,30 +215,6 @@ class Specs:
 
 
 # --- Where a node sits in the model -----------------------------------------------------------
-
-_FRAME_ROOT = re.compile(r"^L\['[^']*'\]\.?")
-
-
-def module_path(raw: str) -> str:
-    """dynamo's spelling of a module (``L['self'].layer1[0]._modules['conv']``) as
-    ``model.named_modules()`` spells it (``layer1.0.conv``)."""
-    p = _FRAME_ROOT.sub("", raw)
-    p = re.sub(r"\._modules\['([^']+)'\]", r".\1", p)
-    p = re.sub(r"\[(\d+)\]", r".\1", p)
-    p = re.sub(r"\['([^']+)'\]", r".\1", p)
-    return p.strip(".")
-
-
-def module_paths(node: Node) -> list[str]:
-    """The paths of the modules ``node`` was called in, outermost first."""
-    out: list[str] = []
-    for value in (node.meta.get("nn_module_stack") or {}).values():
-        raw = value[0] if isinstance(value, (tuple, list)) else value
-        p = module_path(str(raw))
-        if p and p not in out:
-            out.append(p)
-    return out
-
 
 def some_paths(gm: GraphModule, limit: int = 12) -> str:
     """Module paths found in ``gm``, for messages."""

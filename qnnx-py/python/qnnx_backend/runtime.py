@@ -231,7 +231,10 @@ class InferenceSession:
                 self.manifest = json.loads(manifest)
             elif path.lower().endswith(".onnx"):
                 with open(path, "rb") as f:
-                    native = self._compile(f.read())
+                    onnx = f.read()
+                # External data (torch's exporter writes the weights to model.onnx.data) is
+                # read from the model's folder, as ONNX Runtime does.
+                native = self._compile(onnx, os.path.dirname(os.path.abspath(path)))
             else:
                 # A plain context binary (qnnx compile, QNN's tools): no manifest, so its graph
                 # I/O is the model's as it stands (int64 I/O is the graph's int32).
@@ -239,7 +242,7 @@ class InferenceSession:
         self._graph = _Graph(native)
         self._native = native
 
-    def _compile(self, onnx: bytes) -> Any:
+    def _compile(self, onnx: bytes, base_dir: Optional[str] = None) -> Any:
         o = self.options
         cache_dir = None
         if o.cache:
@@ -253,6 +256,7 @@ class InferenceSession:
             opt_level=o.opt_level,
             cache_dir=None if cache_dir is None else str(cache_dir),
             input_shapes=None if o.input_shapes is None else {k: [int(d) for d in v] for k, v in o.input_shapes.items()},
+            base_dir=base_dir,
         )
 
     @property

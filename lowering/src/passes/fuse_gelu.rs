@@ -298,4 +298,115 @@ mod tests {
         super::run(&mut g, true);
         assert!(g.dump().contains("Tanh("), "{}", g.dump());
     }
+
+    /// How a GELU's constants and products are written.
+    #[derive(Clone, Copy, Debug)]
+    enum Form {
+        /// TorchScript exporter: `Constant` nodes, `Mul(Mul(x, 1 + erf), 0.5)`.
+        TorchScript,
+        /// Dynamo exporter: initializers, `Mul(x, Mul(0.5, 1 + erf))`, `Mul` by 1/√2.
+        Dynamo,
+        /// `nn.GELU("tanh")`: `Mul(Mul(x, 0.5), 1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+        Tanh,
+    }
+
+    /// `producer` → GELU in `form` → `consumer`, as a timm MLP writes it: around 1x1 Convs on
+    /// NCHW `[1, 4, 6, 6]` (ConvNeXt, FastViT, EfficientFormerV2) or around MatMuls on
+    /// `[1, 6, 4]` (transformers).
+    fn mlp(conv: bool, form: Form) -> ModelBuilder {
+        use crate::testing::{rand_f32, A};
+        let k = |b: ModelBuilder, name: &str, v: f32| match form {
+            Form::TorchScript => b.node(
+                "Constant",
+                &[],
+                &[name],
+                &[("value", A::T(Tensor::scalar_f32(v)))],
+            ),
+            _ => b.init(name, Tensor::scalar_f32(v)),
+        };
+        let b = if conv {
+            ModelBuilder::new(17)
+                .input("in", DType::F32, &[1, 4, 6, 6])
+                .init("w1", Tensor::from_f32(vec![8, 4, 1, 1], &rand_f32(1, 32)))
+                .init("b1", Tensor::from_f32(vec![8], &rand_f32(2, 8)))
+                .init("w2", Tensor::from_f32(vec![4, 8, 1, 1], &rand_f32(3, 32)))
+                .node("Conv", &["in", "w1", "b1"], &["x"], &[])
+        } else {
+            ModelBuilder::new(17)
+                .input("in", DType::F32, &[1, 6, 4])
+                .init("w1", Tensor::from_f32(vec![4, 8], &rand_f32(1, 32)))
+                .init("b1", Tensor::from_f32(vec![8], &rand_f32(2, 8)))
+                .init("w2", Tensor::from_f32(vec![8, 4], &rand_f32(3, 32)))
+                .node("MatMul", &["in", "w1"], &["xm"], &[])
+                .node("Add", &["xm", "b1"], &["x"], &[])
+        };
+        let b = match form {
+            Form::TorchScript => {
+                let b = k(b, "s2", std::f32::consts::SQRT_2)
+                    .node("Div", &["x", "s2"], &["d"], &[])
+                    .node("Erf", &["d"], &["e"], &[]);
+                let b = k(b, "one", 1.0)
+                    .node("Add", &["e", "one"], &["a"], &[])
+                    .node("Mul", &["x", "a"], &["m"], &[]);
+                k(b, "half", 0.5).node("Mul", &["m", "half"], &["g"], &[])
+            }
+            Form::Dynamo => {
+                let b = k(b, "r2", std::f32::consts::FRAC_1_SQRT_2);
+                let b = k(b, "one", 1.0);
+                k(b, "half", 0.5)
+                    .node("Mul", &["x", "r2"], &["d"], &[])
+                    .node("Erf", &["d"], &["e"], &[])
+                    .node("Add", &["e", "one"], &["a"], &[])
+                    .node("Mul", &["half", "a"], &["h"], &[])
+                    .node("Mul", &["x", "h"], &["g"], &[])
+            }
+            Form::Tanh => {
+                let b = k(b, "half", 0.5);
+                let b = k(b, "three", 3.0);
+                let b = k(b, "c", 0.044715);
+                let b = k(b, "kk", (2.0 / std::f32::consts::PI).sqrt());
+                k(b, "one", 1.0)
+                    .node("Mul", &["x", "half"], &["m"], &[])
+                    .node("Pow", &["x", "three"], &["p"], &[])
+                    .node("Mul", &["p", "c"], &["pc"], &[])
+                    .node("Add", &["x", "pc"], &["a"], &[])
+                    .node("Mul", &["a", "kk"], &["ak"], &[])
+                    .node("Tanh", &["ak"], &["t"], &[])
+                    .node("Add", &["t", "one"], &["t1"], &[])
+                    .node("Mul", &["m", "t1"], &["g"], &[])
+            }
+        };
+        let op = if conv { "Conv" } else { "MatMul" };
+        b.node(op, &["g", "w2"], &["y"], &[]).output("y")
+    }
+
+    /// The op types `prepare` leaves for the HTP (fusions, layout and the folds after them).
+    fn prepared_ops(b: &ModelBuilder) -> Vec<String> {
+        let p = crate::passes::prepare(
+            &b.load(),
+            &crate::LowerOptions {
+                backend: crate::Backend::Htp,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(p.node_errors.is_empty(), "{:?}", p.node_errors);
+        p.graph.nodes.iter().map(|n| n.op_type.clone()).collect()
+    }
+
+    #[test]
+    fn gelu_between_convs_and_between_matmuls_is_fused_in_every_exported_form() {
+        // Between 1x1 Convs, fold_conv must not take the trailing `Mul(·, 0.5)` into the
+        // second Conv's weights before the fusion has seen it (timm's ConvNeXt MLPs).
+        for conv in [true, false] {
+            for form in [Form::TorchScript, Form::Dynamo, Form::Tanh] {
+                let ops = prepared_ops(&mlp(conv, form));
+                let gelus = ops.iter().filter(|o| *o == "Gelu").count();
+                let left = ops
+                    .iter()
+                    .any(|o| ["Erf", "Tanh", "Pow"].contains(&o.as_str()));
+                assert!(gelus == 1 && !left, "conv {conv}, {form:?}: {ops:?}");
+            }
+        }
+    }
 }

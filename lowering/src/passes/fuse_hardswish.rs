@@ -243,4 +243,64 @@ mod tests {
             .output("y");
         assert!(!fused(sigmoid).contains("HardSwish"));
     }
+
+    /// `producer` → HardSwish written as `tail` (from `x`, to `h`) → `consumer`: around 1x1
+    /// Convs on NCHW `[1, 4, 6, 6]` or around MatMuls on `[1, 6, 4]`.
+    fn block(conv: bool, tail: &[(&str, &[&str], &str)]) -> ModelBuilder {
+        use crate::testing::rand_f32;
+        let mut b = if conv {
+            ModelBuilder::new(17)
+                .input("in", DType::F32, &[1, 4, 6, 6])
+                .init("w1", Tensor::from_f32(vec![8, 4, 1, 1], &rand_f32(1, 32)))
+                .init("w2", Tensor::from_f32(vec![4, 8, 1, 1], &rand_f32(3, 32)))
+                .node("Conv", &["in", "w1"], &["x"], &[])
+        } else {
+            ModelBuilder::new(17)
+                .input("in", DType::F32, &[1, 6, 4])
+                .init("w1", Tensor::from_f32(vec![4, 8], &rand_f32(1, 32)))
+                .init("w2", Tensor::from_f32(vec![8, 4], &rand_f32(3, 32)))
+                .node("MatMul", &["in", "w1"], &["x"], &[])
+        };
+        b = b
+            .init("three", Tensor::scalar_f32(3.0))
+            .init("zero", Tensor::scalar_f32(0.0))
+            .init("six", Tensor::scalar_f32(6.0))
+            .init("sixth", Tensor::scalar_f32(1.0 / 6.0))
+            .node("Add", &["x", "three"], &["a"], &[])
+            .node("Clip", &["a", "zero", "six"], &["c"], &[]);
+        for (op, ins, out) in tail {
+            b = b.node(op, ins, &[out], &[]);
+        }
+        let op = if conv { "Conv" } else { "MatMul" };
+        b.node(op, &["h", "w2"], &["y"], &[]).output("y")
+    }
+
+    #[test]
+    fn hardswish_between_convs_and_between_matmuls_fuses() {
+        // Before a Conv, fold_conv must not take the trailing `Mul(·, 1/6)` into its weights
+        // before the fusion has seen it.
+        let forms: [&[(&str, &[&str], &str)]; 3] = [
+            &[("Mul", &["x", "c"], "m"), ("Div", &["m", "six"], "h")],
+            &[("Mul", &["x", "c"], "m"), ("Mul", &["m", "sixth"], "h")],
+            &[("Mul", &["c", "sixth"], "d"), ("Mul", &["d", "x"], "h")],
+        ];
+        for conv in [true, false] {
+            for (k, tail) in forms.iter().enumerate() {
+                let p = crate::passes::prepare(
+                    &block(conv, tail).load(),
+                    &crate::LowerOptions {
+                        backend: Backend::Htp,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                let ops: Vec<&str> = p.graph.nodes.iter().map(|n| n.op_type.as_str()).collect();
+                let n = ops.iter().filter(|&&o| o == "HardSwish").count();
+                assert!(
+                    n == 1 && !ops.contains(&"Clip"),
+                    "conv {conv}, form {k}: {ops:?}"
+                );
+            }
+        }
+    }
 }

@@ -160,7 +160,7 @@ pub fn value_dtypes(
 
 /// Runs every pass in order: infer+fold (with If folding and declared-shape inputs), QDQ
 /// absorption, the L2Norm fusion, expansions, empty tensors, simplify, rank-6 transposes, dce,
-/// fusions (conv affine maps, RMSNorm, GELU, HardSwish, linear bias), layout, collapsing and merging moves, settling quantized nodes, int64
+/// fusions (RMSNorm, GELU, HardSwish, softmax scale, linear bias), conv affine maps, layout, collapsing and merging moves, settling quantized nodes, int64
 /// narrowing, fp16.
 pub fn prepare(model: &Model, opts: &LowerOptions) -> Result<Prepared> {
     let Inferred { graph, assumed } = infer(model, opts)?;
@@ -236,12 +236,15 @@ fn prepare_inferred(
     simplify::run(&mut g);
     dce::run(&mut g);
     rank6::run(&mut g);
-    fold_conv::run(&mut g);
     fuse_rmsnorm::run(&mut g);
     fuse_gelu::run(&mut g, opts.backend == Backend::Htp);
     fuse_hardswish::run(&mut g, table);
     fuse_softmax_scale::run(&mut g);
     fuse_linear_bias::run(&mut g, table);
+    // After the fusions: a fusion's trailing scalar (GELU's `Mul(·, 0.5)`, HardSwish's
+    // `Mul(·, 1/6)`) before a Conv would otherwise go into that Conv's weights and leave the
+    // pattern unmatched (timm's ConvNeXt, FastViT and EfficientFormerV2 MLPs).
+    fold_conv::run(&mut g);
     dce::run(&mut g);
     layout::run(&mut g, table);
     let mut errs = const_fold::run(&mut g);

@@ -209,7 +209,8 @@ impl Backend {
         if let Err(e) = created {
             // SAFETY: `log` is ours and unused elsewhere.
             let _ = unsafe { qnn_call!(api, logFree(log)) };
-            return Err(with_missing_device_files(e, kind, &path, || None));
+            let e = with_missing_device_files(e, kind, &path, || None);
+            return Err(explain_gpu_on_x86(e, kind));
         }
         // The release is known from the build id before any device, context or graph config is
         // laid out; a release outside the tested table is used with the newest layouts.
@@ -461,6 +462,35 @@ pub(crate) fn with_missing_device_files(
             .take()
             .unwrap_or_else(|| library.display().to_string());
         api.context = Some(format!("{what}, with {missing}"));
+    }
+    Error::Api(api)
+}
+
+/// The log line of QNN's x86_64 GPU library when `backendCreate` is called without tuning mode
+/// (docs/qnn-notes.md §1; QNN 2.47 to 2.51).
+const GPU_TUNING_MODE_LINE: &str = "TuningMode must be enabled";
+
+/// For a failed GPU `backendCreate` on x86_64, says what QNN's log line ("TuningMode must be
+/// enabled on x86_64-linux-clang platforms") means: the host GPU library only runs in tuning
+/// mode, which needs Qualcomm's tuning server (measured: with it enabled and no server,
+/// `backendCreate` fails with 4012), so the GPU backend cannot execute here at all. The QNN call
+/// and code are kept; the raw line stays in QNN's log (target `qnn`). Other errors pass
+/// unchanged.
+pub(crate) fn explain_gpu_on_x86(err: Error, kind: BackendKind) -> Error {
+    if kind != BackendKind::Gpu {
+        return err;
+    }
+    let Error::Api(mut api) = err else {
+        return err;
+    };
+    if api.call == "backendCreate" && api.log.iter().any(|l| l.contains(GPU_TUNING_MODE_LINE)) {
+        api.context = Some(
+            "the QNN GPU backend, which cannot execute on x86_64 Linux (QNN's x86_64 GPU \
+             library needs Qualcomm's tuning server; checking which ONNX nodes lower to the GPU \
+             still works here; compile and run on a Snapdragon device)"
+                .into(),
+        );
+        api.log.clear();
     }
     Error::Api(api)
 }

@@ -77,7 +77,14 @@ impl fmt::Display for ApiError {
             self.family
         )?;
         if let Some(m) = &self.message {
-            write!(f, ": {m}")?;
+            // errorGetMessage's text often starts with the code's name, said just before.
+            let m = match self.name.and_then(|n| m.strip_prefix(n)) {
+                Some(rest) => rest.trim_start_matches(':').trim_start(),
+                None => m,
+            };
+            if !m.is_empty() {
+                write!(f, ": {m}")?;
+            }
         }
         if !self.log.is_empty() {
             write!(f, "; QNN log: {}", self.log.join(" | "))?;
@@ -97,4 +104,35 @@ impl From<ApiError> for Error {
 pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.into();
     move |source| Error::Io { path, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(message: Option<&str>) -> ApiError {
+        ApiError {
+            call: "backendCreate",
+            code: 4000,
+            handle: 4000,
+            name: Some("QNN_BACKEND_ERROR_CANNOT_INITIALIZE"),
+            family: "Backend",
+            message: message.map(String::from),
+            context: None,
+            log: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_code_name_is_said_once() {
+        let want = "backendCreate failed: QNN_BACKEND_ERROR_CANNOT_INITIALIZE (4000, Backend): \
+                    Backend failed to initialize";
+        let doubled = "QNN_BACKEND_ERROR_CANNOT_INITIALIZE: Backend failed to initialize";
+        assert_eq!(api(Some(doubled)).to_string(), want);
+        assert_eq!(api(Some("Backend failed to initialize")).to_string(), want);
+        assert_eq!(
+            api(Some("QNN_BACKEND_ERROR_CANNOT_INITIALIZE")).to_string(),
+            "backendCreate failed: QNN_BACKEND_ERROR_CANNOT_INITIALIZE (4000, Backend)"
+        );
+    }
 }

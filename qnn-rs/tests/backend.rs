@@ -116,7 +116,25 @@ fn gpu_backend_on_x86_fails_cleanly() {
         return;
     }
     match Backend::new(BackendKind::Gpu) {
-        Err(Error::Api(e)) => assert_eq!(e.call, "backendCreate"),
+        Err(Error::Api(e)) => {
+            assert_eq!(e.call, "backendCreate");
+            // QNN's raw line ("TuningMode must be enabled on x86_64-linux-clang platforms") is
+            // explained, with the QNN code kept and the error name said once.
+            assert_eq!(e.code, 4000);
+            let text = e.to_string();
+            assert!(
+                text.contains("cannot execute on x86_64 Linux")
+                    && text.contains("tuning server")
+                    && text.contains("QNN_BACKEND_ERROR_CANNOT_INITIALIZE (4000, Backend)"),
+                "{text}"
+            );
+            assert!(!text.contains("TuningMode"), "{text}");
+            assert_eq!(
+                text.matches("QNN_BACKEND_ERROR_CANNOT_INITIALIZE").count(),
+                1,
+                "{text}"
+            );
+        }
         Err(Error::Load(e)) => eprintln!("GPU library not installed: {e}"),
         other => panic!("unexpected: {:?}", other.map(|_| ())),
     }

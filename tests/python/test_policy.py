@@ -1,6 +1,10 @@
 """The backend's policy (qnnx_backend._policy): which errors fall back or raise, and what they
 say; the dry run. End-to-end runs on QNN are in test_backend.py."""
 
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import pytest
@@ -152,3 +156,50 @@ def test_bad_calibration_data_raises_whatever_strict_says():
         with torch.inference_mode():
             compiled(torch.randn(1, 3, 8, 8))
     assert qnnx_backend.STATS["quantizations"] == 0
+
+
+def test_fallback_warning_points_at_the_callers_line():
+    # The warning is raised inside dynamo's compile of the first call; a fixed stacklevel showed
+    # torch's eval_frame.py. It must name the line that called the compiled model.
+    compiled = torch.compile(
+        WithUnsupported().eval(), backend="qnn", options={"device": "npu", "soc_model": 60, "min_partition_size": 99}
+    )
+    with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        compiled(torch.randn(3, 4))
+    mine = [w for w in caught if "qnn backend" in str(w.message)]
+    assert len(mine) == 1, [str(w.message) for w in caught]
+    assert (mine[0].filename, mine[0].lineno) == (__file__, line)
+
+
+def test_auto_names_each_device_once_and_an_unusable_gpu_in_one_line():
+    compiled = torch.compile(WithUnsupported().eval(), backend="qnn", options={"soc_model": 60, "min_partition_size": 99})
+    with pytest.warns(RuntimeWarning, match="qnn backend") as caught, torch.inference_mode():
+        compiled(torch.randn(3, 4))
+    text = "\n".join(str(w.message) for w in caught)
+    assert "npu: npu:" not in text and "gpu: gpu:" not in text, text
+    assert "npu: " in text and "Det" in text
+    if not qnnx_backend.is_available("gpu"):
+        # x86_64: no GPU library can execute; one line says so after the NPU's reasons.
+        [gpu] = [l for l in text.splitlines() if l.startswith("gpu:")]
+        assert gpu.startswith("gpu: not available here (") and "TuningMode" not in gpu, gpu
+
+
+NO_LIBRARY = textwrap.dedent(
+    """
+    import torch, qnnx_backend
+    m = torch.nn.Linear(4, 4).eval()
+    compiled = torch.compile(m, backend="qnn", options={"device": "npu"})
+    compiled(torch.randn(1, 4))
+    """
+)
+
+
+def test_a_missing_library_is_named_once_at_the_users_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QNN") and k != "VIRTUAL_ENV"}
+    env.update(XDG_DATA_HOME=str(tmp_path), QNNX_ONNXRUNTIME_QNN_DIR=str(tmp_path / "none"), PYTHONWARNINGS="always")
+    out = subprocess.run([sys.executable, "-c", NO_LIBRARY], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "<string>:5: RuntimeWarning: qnn backend" in out.stderr, out.stderr[-3000:]
+    assert "npu: QNN library libQnnHtp.so not found" in out.stderr and "npu: npu:" not in out.stderr

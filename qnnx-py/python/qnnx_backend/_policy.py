@@ -22,12 +22,11 @@ import dataclasses
 import json
 import logging
 import time
-import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from . import _calibrate, _callcost, _export, _fingerprint, _kvcache, _mixed, _native, _partition, _quantize, _runtime, _strict
+from . import _calibrate, _callcost, _export, _fingerprint, _kvcache, _mixed, _native, _partition, _quantize, _runtime, _strict, _warn
 from ._decompose import decompose
 from ._runtime import CompiledGraph
 from .exceptions import CacheError, LibraryLoadError, LoweringError, QnnApiError, QnnxError, UnsupportedOpError
@@ -168,7 +167,7 @@ class QnnCallable(_Serializable):
                 # is opened with its defaults (the native module refuses a SoC for the GPU).
                 soc_model, htp_arch = (s.soc_model, s.htp_arch) if device == "npu" else (None, None)
                 if soc_model is None and htp_arch is None and not _native.is_available(device):
-                    raise LibraryLoadError(f"{device}: {_native.unavailable_reason(device)}")
+                    raise LibraryLoadError(_native.unavailable_reason(device))
                 if cache_dir is not None:
                     # Warm start: an FX-level fingerprint maps straight to a cached binary, so
                     # neither the ONNX export nor lowering nor finalize runs.
@@ -257,16 +256,20 @@ class QnnCallable(_Serializable):
                         return split
                     reasons.append(f"{device}: {e}" + (f"\n(not partitioned: {why})" if why else ""))
                     continue
+                if isinstance(e, LibraryLoadError) and reasons:
+                    # device="auto": a later device that cannot even be opened here (no GPU
+                    # library, or the x86_64 GPU library that cannot execute) is one line, not
+                    # its full diagnosis appended to the first device's reasons.
+                    reasons.append(f"{device}: not available here ({_first_clause(str(e))})")
+                    continue
                 reasons.append(f"{device}: {e}")
         STATS["fallbacks"] += 1
         self.outcome = {"device": None, "whole": False, "plan": self.outcome.get("plan"), "reasons": reasons}
         if not self.warned:
             self.warned = True
-            warnings.warn(
+            _warn.warn(
                 "qnn backend: running this graph with eager PyTorch on the CPU because it cannot "
-                "run on QNN:\n" + "\n".join(reasons),
-                RuntimeWarning,
-                stacklevel=3,
+                "run on QNN:\n" + "\n".join(reasons)
             )
         return None
 
@@ -363,7 +366,7 @@ class QnnCallable(_Serializable):
             return None, f"no run of supported nodes {why}:\n" + plan.text()
         if s.dry_run:
             logger.info("qnn dry run on %s:\n%s", device, plan.text())
-            warnings.warn(f"qnn backend dry run on {device}: this graph would be split\n{plan.text()}", RuntimeWarning, stacklevel=4)
+            _warn.warn(f"qnn backend dry run on {device}: this graph would be split\n{plan.text()}")
             return None, None
         stitched = _partition.split(self.export_gm, plan)
         tensor_idx = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
@@ -407,11 +410,7 @@ class QnnCallable(_Serializable):
         STATS["partitions"] += len(plan.partitions)
         if not self.warned:
             self.warned = True
-            warnings.warn(
-                f"qnn backend: part of this graph runs with eager PyTorch on the CPU; on {device}:\n{plan.text()}",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+            _warn.warn(f"qnn backend: part of this graph runs with eager PyTorch on the CPU; on {device}:\n{plan.text()}")
         return Partitioned(stitched, plan, device), None
 
     def warm_partitioned(
@@ -883,6 +882,13 @@ def call_cost_us(device: str, s: QnnSettings) -> float:
     )
     _CALL_COSTS[key] = cost
     return cost
+
+
+def _first_clause(message: str) -> str:
+    """The first clause of a library error (``QNN library libQnnGpu.so not found``)."""
+    for sep in ("\n", "; ", " ("):
+        message = message.split(sep)[0]
+    return message.rstrip(".")
 
 
 def _cache_dir(s: QnnSettings) -> Optional[str]:

@@ -87,18 +87,23 @@ impl Api {
 /// Calls one function-table slot and turns its status into `Result<(), Error>`.
 ///
 /// `qnn_call!(api, slot(args...))` or `qnn_call!(api, slot(args...); || context_string)`; the
-/// context closure runs only on failure. Must be used inside an `unsafe` block whose `SAFETY`
-/// comment justifies the arguments.
+/// context closure runs only on failure. `qnn_call!(api, table => slot(args...))` calls a slot
+/// of another table the library handed out (the HTP perf infrastructure), reporting errors
+/// through `api`. Must be used inside an `unsafe` block whose `SAFETY` comment justifies the
+/// arguments.
 macro_rules! qnn_call {
+    ($api:expr, $table:expr => $slot:ident ( $($arg:expr),* $(,)? )) => {
+        $crate::api::qnn_call!(@call $api, $table, $slot ( $($arg),* ), || None)
+    };
     ($api:expr, $slot:ident ( $($arg:expr),* $(,)? )) => {
-        $crate::api::qnn_call!(@call $api, $slot ( $($arg),* ), || None)
+        $crate::api::qnn_call!(@call $api, $api.f, $slot ( $($arg),* ), || None)
     };
     ($api:expr, $slot:ident ( $($arg:expr),* $(,)? ); $ctx:expr) => {
-        $crate::api::qnn_call!(@call $api, $slot ( $($arg),* ), || Some(($ctx)()))
+        $crate::api::qnn_call!(@call $api, $api.f, $slot ( $($arg),* ), || Some(($ctx)()))
     };
-    (@call $api:expr, $slot:ident ( $($arg:expr),* ), $context:expr) => {{
+    (@call $api:expr, $table:expr, $slot:ident ( $($arg:expr),* ), $context:expr) => {{
         let api: &$crate::api::Api = &$api;
-        match api.f.$slot {
+        match $table.$slot {
             None => Err($crate::Error::NotProvided {
                 call: stringify!($slot),
                 library: api.library.clone(),

@@ -4,6 +4,8 @@
 
 use std::ffi::c_void;
 
+use crate::types::ErrorHandle;
+
 /// `QnnHtpDevice_ConfigOption_t` values.
 pub mod device_option {
     pub const SOC: u32 = 0;
@@ -290,6 +292,137 @@ pub struct GraphBlobInfoV2 {
 /// Where the 2.51 library puts [`GraphBlobInfoV2`] inside the graph blob info.
 pub const GRAPH_BLOB_INFO_V2_OFFSET: usize = 40;
 
+/// `QnnHtpDevice_InfrastructureType_t` of a perf infrastructure.
+pub const INFRASTRUCTURE_TYPE_PERF: u32 = 0;
+
+/// `QnnHtpDevice_PerfInfrastructure_t`: the HTP's power and memory voting functions, reached
+/// through `deviceGetInfrastructure` (not the core function table). Any entry may be NULL.
+/// Fields are spelled as in the C header, like [`crate::CoreFunctions`]' slots, so that errors
+/// name the call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(non_snake_case)]
+pub struct PerfInfrastructure {
+    /// `createPowerConfigId(deviceId, coreId, &powerConfigId)`.
+    pub createPowerConfigId: Option<unsafe extern "C" fn(u32, u32, *mut u32) -> ErrorHandle>,
+    /// `destroyPowerConfigId(powerConfigId)`.
+    pub destroyPowerConfigId: Option<unsafe extern "C" fn(u32) -> ErrorHandle>,
+    /// `setPowerConfig(powerConfigId, NULL-terminated list of power configs)`.
+    pub setPowerConfig: Option<unsafe extern "C" fn(u32, *const *const PowerConfig) -> ErrorHandle>,
+    /// `setMemoryConfig(deviceId, coreId, NULL-terminated list of memory configs)`.
+    pub setMemoryConfig:
+        Option<unsafe extern "C" fn(u32, u32, *const *const c_void) -> ErrorHandle>,
+}
+
+/// `QnnHtpDevice_Infrastructure_t`: what `deviceGetInfrastructure` of the HTP library points at
+/// (`QnnDevice_Infrastructure_t` is an opaque pointer to it). The union holds only
+/// `perfInfra`, at offset 8.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceInfrastructure {
+    /// [`INFRASTRUCTURE_TYPE_PERF`] for the perf infrastructure.
+    pub infra_type: u32,
+    pub perf_infra: PerfInfrastructure,
+}
+
+/// `QnnHtpPerfInfrastructure_PowerConfigOption_t` values used here.
+pub mod power_option {
+    /// [`super::DcvsV3`].
+    pub const DCVS_V3: u32 = 1;
+    /// `rpcControlLatencyConfig`, microseconds.
+    pub const RPC_CONTROL_LATENCY: u32 = 2;
+    /// `rpcPollingTimeConfig`, microseconds (at most [`super::MAX_RPC_POLLING_TIME_US`]); the
+    /// header says V69 and later only, and process-wide.
+    pub const RPC_POLLING_TIME: u32 = 3;
+}
+
+/// `QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIG_MAX_RPC_POLLING_TIME`.
+pub const MAX_RPC_POLLING_TIME_US: u32 = 9999;
+
+/// `QnnHtpPerfInfrastructure_PowerMode_t` values (HAP DCVS v2 modes).
+pub mod power_mode {
+    pub const ADJUST_UP_DOWN: u32 = 0x1;
+    pub const ADJUST_ONLY_UP: u32 = 0x2;
+    pub const POWER_SAVER: u32 = 0x4;
+    pub const POWER_SAVER_AGGRESSIVE: u32 = 0x8;
+    pub const PERFORMANCE: u32 = 0x10;
+    pub const DUTY_CYCLE: u32 = 0x20;
+}
+
+/// `QnnHtpPerfInfrastructure_VoltageCorner_t` values (each maps to a `HAP_DCVS_VCORNER_*`).
+pub mod voltage_corner {
+    pub const DISABLE: u32 = 0x10;
+    pub const MIN: u32 = 0x20;
+    pub const SVS2: u32 = 0x30;
+    pub const SVS: u32 = 0x40;
+    pub const SVS_PLUS: u32 = 0x50;
+    pub const NOM: u32 = 0x60;
+    pub const NOM_PLUS: u32 = 0x70;
+    pub const TURBO: u32 = 0x80;
+    pub const TURBO_PLUS: u32 = 0x90;
+    pub const MAX: u32 = 0xA0;
+}
+
+/// `QnnHtpPerfInfrastructure_DcvsV3_t`: a DCVS vote with separate bus and core voltage corners
+/// (`set*` fields are booleans that make the following fields count).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DcvsV3 {
+    pub context_id: u32,
+    pub set_dcvs_enable: u32,
+    pub dcvs_enable: u32,
+    /// A [`power_mode`] value.
+    pub power_mode: u32,
+    pub set_sleep_latency: u32,
+    /// Microseconds.
+    pub sleep_latency: u32,
+    pub set_sleep_disable: u32,
+    pub sleep_disable: u32,
+    pub set_bus_params: u32,
+    pub bus_voltage_corner_min: u32,
+    pub bus_voltage_corner_target: u32,
+    pub bus_voltage_corner_max: u32,
+    pub set_core_params: u32,
+    pub core_voltage_corner_min: u32,
+    pub core_voltage_corner_target: u32,
+    pub core_voltage_corner_max: u32,
+}
+
+/// The union of [`PowerConfig`]: every member is made of `uint32_t`s and the largest is
+/// [`DcvsV3`] (64 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union PowerConfigValue {
+    pub dcvs_v3: DcvsV3,
+    pub rpc_control_latency_us: u32,
+    pub rpc_polling_time_us: u32,
+    pub raw: [u32; 16],
+}
+
+/// `QnnHtpPerfInfrastructure_PowerConfig_t`: 68 bytes, the union at offset 4. The layout is
+/// the same in every header seen: the QNN 2.13 copy (`peyer/qcom_qnn`) and the newest one in
+/// `qualcomm/geniex-qairt-plugin` (`qnn-api/include/HTP/QnnHtpPerfInfrastructure.h` at commit
+/// `cb68d5d5`, which `static_assert`s the size 68 as an ABI invariant: members added since
+/// (HMX v2, CENG, DCVS v3 with expanded corners) stay within `DcvsV3`'s 64 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PowerConfig {
+    /// A [`power_option`] value.
+    pub option: u32,
+    pub value: PowerConfigValue,
+}
+
+impl std::fmt::Debug for PowerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // SAFETY: every member of the union is plain `u32`s and `raw` covers all 64 bytes.
+        let raw = unsafe { self.value.raw };
+        f.debug_struct("PowerConfig")
+            .field("option", &self.option)
+            .field("value", &raw)
+            .finish()
+    }
+}
+
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(offset_of!(DeviceCustomConfig, value) == 8);
@@ -310,6 +443,13 @@ const _: () = {
     assert!(offset_of!(GraphBlobInfoV2, io_tensor_size) == 32);
     assert!(offset_of!(GraphBlobInfoV2, shared_weights_size) == 64);
     assert!(size_of::<GraphBlobInfoV2>() == 72);
+    assert!(size_of::<DcvsV3>() == 64);
+    assert!(offset_of!(DcvsV3, core_voltage_corner_max) == 60);
+    assert!(offset_of!(PowerConfig, value) == 4);
+    assert!(size_of::<PowerConfig>() == 68);
+    assert!(offset_of!(DeviceInfrastructure, perf_infra) == 8);
+    assert!(offset_of!(PerfInfrastructure, setPowerConfig) == 16);
+    assert!(size_of::<DeviceInfrastructure>() == 40);
 };
 
 #[cfg(test)]

@@ -24,6 +24,7 @@
 //! | HTP context custom config ([`crate::htp::ContextCustomConfig`]: weight sharing) | same | same | same | same | same | `qnn-rs/tests/context.rs` weight-sharing tests on each release (one copy of equal weights, outputs bit for bit) |
 //! | `QnnSystemContext_BinaryInfo_t` ([`crate::system::BinaryInfo`]) | v3 | v3 | v3 | v3 | v3 | `qnn-rs/tests/context.rs` asserts version 3 for its own binaries, on each release; v1 and v2 are read too (older SDKs) |
 //! | HTP graph blob info ([`crate::htp::GraphBlobInfoV2`]) | v1+v2 | v1+v2 | v1+v2 | v1+v2 | v1+v2 | the binary-info tests of `qnn-rs/tests/context.rs` on each release |
+//! | HTP perf infrastructure ([`crate::htp::DeviceInfrastructure`], [`crate::htp::PowerConfig`]: performance modes) | ? | ? | ? | ? | accepted | `qnn-rs/tests/power.rs` sets every mode on 2.51 (2.47-2.50 not yet run: `scripts/test-matrix` does); the header `static_assert`s the 68-byte power config as an ABI invariant |
 //! | `graphExecute` of two graphs at once | serialised | serialised | concurrent | concurrent | concurrent | [`Release::htp_concurrent_execute`] |
 //!
 //! `cargo build -p qnn-sys --features bindgen` with `QNN_SDK_ROOT` set compares every struct

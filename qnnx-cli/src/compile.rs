@@ -266,6 +266,31 @@ fn unsupported_json(list: &[Unsupported]) -> Value {
         .collect()
 }
 
+/// What to do about a QNN error that is not about the graph: no library found or opened, or a
+/// backend that does not start here; `None` for the graph's own errors.
+pub fn qnn_hint(e: &qnn::Error, backend: BackendKind) -> Option<&'static str> {
+    match e {
+        qnn::Error::Load(_) => Some(
+            "no usable QNN library: `qnnx doctor` shows where each is looked for; install one \
+             (`pip install onnxruntime-qnn` on x86_64, or `scripts/setup-runtime` in a checkout) \
+             and point at it with QNNX_RUNTIME_DIR, QNN_LIB_DIR or --qnn-lib PATH",
+        ),
+        qnn::Error::Api(a)
+            if matches!(a.call, "logCreate" | "backendCreate" | "deviceCreate")
+                && backend == BackendKind::Gpu =>
+        {
+            Some(
+                "the QNN GPU backend did not start here; `qnnx doctor` shows which backends \
+                 start, `qnnx check MODEL --backend gpu` which nodes lower to the GPU",
+            )
+        }
+        qnn::Error::Api(a) if matches!(a.call, "logCreate" | "backendCreate" | "deviceCreate") => {
+            Some("the QNN backend did not start here; `qnnx doctor` shows which backends start")
+        }
+        _ => None,
+    }
+}
+
 /// A compile error as a failure with what to do next.
 pub fn compile_failure(e: Error, model: &Path, backend: BackendKind) -> Failure {
     let check_hint = format!(
@@ -287,11 +312,10 @@ pub fn compile_failure(e: Error, model: &Path, backend: BackendKind) -> Failure 
                 Some(json!({ "float_tensors": float_tensors })),
             )
         }
-        Error::Qnn { .. } => {
-            return Failure::new(format!(
-                "{}: {e}\nhint: QNN refused the graph; QNNX_LOG=qnn=info shows QNN's log",
-                model.display()
-            ))
+        Error::Qnn { ref source, .. } => {
+            let hint = qnn_hint(source, backend)
+                .unwrap_or("QNN refused the graph; QNNX_LOG=qnn=info shows QNN's log");
+            return Failure::new(format!("{}: {e}\nhint: {hint}", model.display()));
         }
         Error::Target(m) => return Failure::usage(m),
         other => return Failure::new(format!("{}: {other}", model.display())),

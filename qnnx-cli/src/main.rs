@@ -482,7 +482,8 @@ pub fn tensor_json(t: &qnn::TensorInfo) -> Value {
 
 /// `inspect` of a saved model: its manifest, checked against the file (binary hash included).
 fn inspect_saved(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
-    let m = qnnx_engine::saved::read_manifest(model).map_err(|e| Failure::new(e.to_string()))?;
+    let m = qnnx_engine::saved::read_manifest(model)
+        .map_err(|e| Failure::new(format!("{e}\nhint: {}", run::DAMAGED_SAVED)))?;
     let report = json!({ "file": model, "saved_model": m });
     emit(cli, &report, || {
         let soc = m
@@ -530,8 +531,7 @@ fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
                 model.display()
             )
         } else {
-            "is this a QNN context binary (from `qnnx compile` or QNN's context-binary-generator)?"
-                .into()
+            run::DAMAGED_BINARY.into()
         };
         Failure::new(format!("{}: {e}\nhint: {hint}", model.display()))
     })?;

@@ -383,6 +383,15 @@ pub fn is_saved(path: &Path) -> bool {
         .is_ok_and(|()| &head == qnnx_engine::saved::MAGIC)
 }
 
+/// The hint for a context binary that QNN cannot read at all (so `inspect` cannot either).
+pub const DAMAGED_BINARY: &str = "QNN cannot read this file as a context binary (truncated, \
+     damaged, or another format): compile the model again (`qnnx compile MODEL.onnx -o FILE`) \
+     or copy the file again";
+
+/// The hint for a saved model whose file does not check (so `inspect` cannot read it either).
+pub const DAMAGED_SAVED: &str = "the saved model is truncated or damaged: save it again \
+     (`qnnx_backend.export`) or copy the file again";
+
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     if is_saved(&args.model) {
         run_saved(cli, args)
@@ -411,10 +420,13 @@ fn refuse_build_flags(args: &RunArgs) -> Result<(), Failure> {
 fn run_saved(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     refuse_build_flags(args)?;
     let loaded = qnnx_engine::saved::load(&args.model).map_err(|e| {
-        Failure::new(format!(
-            "{e}\nhint: `qnnx inspect {}` shows the manifest",
-            args.model.display()
-        ))
+        // `inspect` reads the same manifest: send the user there only if it can.
+        let hint = if qnnx_engine::saved::read_manifest(&args.model).is_ok() {
+            format!("`qnnx inspect {}` shows the manifest", args.model.display())
+        } else {
+            DAMAGED_SAVED.to_string()
+        };
+        Failure::new(format!("{e}\nhint: {hint}"))
     })?;
     let c = match &args.graph {
         Some(name) => loaded
@@ -523,9 +535,14 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         .filter(|_| qnn::HtpDeviceConfig::host_default().soc_model.is_some());
     let target = crate::target::resolve(cli, &b.target, default_soc)?;
     let rt = qnnx_engine::registry::for_target(&target, None, false).map_err(|e| {
-        Failure::new(format!(
-            "{e}\nhint: run `qnnx doctor` to see where QNN libraries are looked for"
-        ))
+        let hint = match &e {
+            qnnx_engine::Error::Qnn { source, .. } => {
+                crate::compile::qnn_hint(source, target.backend)
+            }
+            _ => None,
+        };
+        let hint = hint.unwrap_or("`qnnx doctor` shows where QNN libraries are looked for");
+        Failure::new(format!("{e}\nhint: {hint}"))
     })?;
     // A SoC named on the command line is the target the binary must be for: the emulator would
     // run it anyway (docs/qnn-notes.md gotcha 12), and a device may not.
@@ -552,10 +569,11 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
                         None,
                     )
                 }
-                _ => Failure::new(format!(
-                    "{path}: {e}\nhint: `qnnx inspect {path}` says whether this is a context \
-                     binary and for which SoC"
+                // QNN read the binary's header (what `inspect` shows) but cannot load it.
+                _ if info.is_some() => Failure::new(format!(
+                    "{path}: {e}\nhint: `qnnx inspect {path}` shows what the binary is for"
                 )),
+                _ => Failure::new(format!("{path}: {e}\nhint: {DAMAGED_BINARY}")),
             }
         })?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;

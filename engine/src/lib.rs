@@ -19,6 +19,7 @@ pub mod emit;
 mod error;
 pub mod io;
 pub mod mixed;
+pub mod power;
 pub mod profile;
 pub mod registry;
 pub mod saved;

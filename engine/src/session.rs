@@ -10,11 +10,14 @@ use crate::cache::Cache;
 use crate::compile::{compile, CompileOptions, Compiled};
 use crate::error::{Error, Result};
 use crate::io::HostTensor;
+use crate::power::{self, PerformanceVote};
 use crate::saved::{self, Manifest};
 use crate::target::Target;
+use qnn::HtpPerformanceMode;
 use qnnx_types::BackendKind;
 
-/// How [`Session::open`] compiles an ONNX model; a saved model ignores it (it is compiled).
+/// How [`Session::open`] compiles an ONNX model (a saved model ignores that: it is compiled) and
+/// runs any model.
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
     /// The target (default: the HTP of this host, SoC 60 on the x86_64 emulator).
@@ -24,6 +27,9 @@ pub struct SessionOptions {
     pub compile: CompileOptions,
     /// The context-binary cache, if any.
     pub cache: Option<Cache>,
+    /// The HTP performance mode voted while the session lives ([`power::vote`]), for every kind
+    /// of model; `None` votes nothing.
+    pub performance_mode: Option<HtpPerformanceMode>,
 }
 
 impl Default for SessionOptions {
@@ -35,6 +41,7 @@ impl Default for SessionOptions {
                 ..Default::default()
             },
             cache: None,
+            performance_mode: None,
         }
     }
 }
@@ -43,6 +50,8 @@ impl Default for SessionOptions {
 pub struct Session {
     compiled: Compiled,
     manifest: Option<Manifest>,
+    /// Dropped after `compiled` (fields drop in order): the vote outlives the graph.
+    performance: Option<PerformanceVote>,
 }
 
 impl Session {
@@ -50,6 +59,19 @@ impl Session {
     /// named `*.onnx` is compiled with `opts`, any other file is loaded as a plain context
     /// binary ([`saved::load_context_binary`], its first graph).
     pub fn open(path: &Path, opts: &SessionOptions) -> Result<Session> {
+        let (compiled, manifest) = Session::load(path, opts)?;
+        let performance = opts
+            .performance_mode
+            .map(|m| power::vote(&compiled.runtime, m))
+            .transpose()?;
+        Ok(Session {
+            compiled,
+            manifest,
+            performance,
+        })
+    }
+
+    fn load(path: &Path, opts: &SessionOptions) -> Result<(Compiled, Option<Manifest>)> {
         let mut head = [0u8; 8];
         let n = {
             use std::io::Read;
@@ -68,19 +90,13 @@ impl Session {
                     graphs.len()
                 )));
             }
-            return Ok(Session {
-                compiled: graphs.remove(0),
-                manifest: Some(loaded.manifest),
-            });
+            return Ok((graphs.remove(0), Some(loaded.manifest)));
         }
         let is_onnx = path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
         if !is_onnx {
-            return Ok(Session {
-                compiled: saved::load_context_binary(path, None)?,
-                manifest: None,
-            });
+            return Ok((saved::load_context_binary(path, None)?, None));
         }
         let onnx = std::fs::read(path)
             .map_err(|e| Error::Input(format!("cannot read {}: {e}", path.display())))?;
@@ -92,10 +108,12 @@ impl Session {
         for w in &compiled.warnings {
             tracing::warn!(target: "qnnx", "{w}");
         }
-        Ok(Session {
-            compiled,
-            manifest: None,
-        })
+        Ok((compiled, None))
+    }
+
+    /// The performance-mode vote, when [`SessionOptions::performance_mode`] asked for one.
+    pub fn performance(&self) -> Option<&PerformanceVote> {
+        self.performance.as_ref()
     }
 
     /// Model inputs in ONNX order (name, dtype, shape).

@@ -481,6 +481,36 @@ fn mobilenet_v3_small_dynamo() {
     });
 }
 
+/// The plan's QNN ops of type `op`.
+fn count(plan: &lowering::Plan, op: &str) -> usize {
+    plan.ops.iter().filter(|o| o.type_name == op).count()
+}
+
+#[test]
+fn convnext_block_torchscript() {
+    // Every GELU between 1x1 Convs is one QNN Gelu (4), none left as Erf or folded apart.
+    if let Some(plan) = run_case(Case {
+        name: "convnext_block",
+        dynamo: false,
+        needs: TORCH,
+        rel_tol: 1e-2,
+    }) {
+        assert_eq!(count(&plan, "Gelu"), 4, "{}", plan.dump());
+    }
+}
+
+#[test]
+fn convnext_block_dynamo() {
+    if let Some(plan) = run_case(Case {
+        name: "convnext_block",
+        dynamo: true,
+        needs: DYNAMO,
+        rel_tol: 1e-2,
+    }) {
+        assert_eq!(count(&plan, "Gelu"), 4, "{}", plan.dump());
+    }
+}
+
 #[test]
 fn transformer_encoder_torchscript() {
     run_case(Case {

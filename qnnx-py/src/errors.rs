@@ -9,7 +9,7 @@
 //! pickling.
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError};
 use pyo3::prelude::*;
 
 use lowering::LowerError;
@@ -92,8 +92,38 @@ pub struct Attrs {
     pub graph: Option<String>,
 }
 
-/// A QNN error as `QnnApiError` (or `LibraryLoadError`), naming the ONNX node when one is known.
+/// A file that is not there as Python's own `FileNotFoundError` (errno, message and
+/// `.filename` set, as `open()` raises it), so `except FileNotFoundError` catches a wrong path
+/// handed to `load()` and friends; `None` for other errors.
+fn not_found(e: &qnn::Error) -> Option<PyErr> {
+    let qnn::Error::Io { path, source } = e else {
+        return None;
+    };
+    if source.kind() != std::io::ErrorKind::NotFound {
+        return None;
+    }
+    let filename = path.display().to_string();
+    Some(match source.raw_os_error() {
+        Some(errno) => {
+            // std's text of an OS error ends with " (os error N)", which Python's "[Errno N]"
+            // says already.
+            let text = source.to_string();
+            let text = text
+                .strip_suffix(&format!(" (os error {errno})"))
+                .unwrap_or(&text)
+                .to_string();
+            PyFileNotFoundError::new_err((errno, text, filename))
+        }
+        None => PyFileNotFoundError::new_err(format!("{filename}: {source}")),
+    })
+}
+
+/// A QNN error as `QnnApiError` (or `LibraryLoadError`), naming the ONNX node when one is known;
+/// a missing file is `FileNotFoundError`.
 pub fn qnn_error(py: Python<'_>, e: qnn::Error, node: Option<String>) -> PyErr {
+    if let Some(err) = not_found(&e) {
+        return err;
+    }
     let msg = match &node {
         Some(n) => format!("ONNX node \"{n}\": {e}"),
         None => e.to_string(),
@@ -189,4 +219,30 @@ pub fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InputError", py.get_type::<InputError>())?;
     m.add("SavedModelError", py.get_type::<SavedModelError>())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_file_is_file_not_found() {
+        let dir = std::env::temp_dir().join(format!("qnnx-py-missing-{}", std::process::id()));
+        let path = dir.join("model.qnnx");
+        // Fails opening the file, before any QNN library is needed.
+        let Err(e) = qnnx_engine::saved::load(&path) else {
+            panic!("loaded {}", path.display());
+        };
+        Python::initialize();
+        Python::attach(|py| {
+            let err = engine_error(py, e);
+            assert!(err.is_instance_of::<PyFileNotFoundError>(py), "{err}");
+            let v = err.value(py);
+            let filename: String = v.getattr("filename").unwrap().extract().unwrap();
+            assert_eq!(filename, path.display().to_string());
+            let errno: i32 = v.getattr("errno").unwrap().extract().unwrap();
+            assert_eq!(errno, 2);
+            assert!(!err.to_string().contains("os error"), "{err}");
+        });
+    }
 }

@@ -183,4 +183,34 @@ mod tests {
         assert!(normalize(1e-6, true, false).dump().contains("ReduceL2"));
         assert!(normalize(1e-12, true, true).dump().contains("ReduceL2"));
     }
+
+    #[test]
+    fn normalize_of_conv_channels_between_convs_is_one_l2norm() {
+        // F.normalize(conv(x), dim=1) into a Conv, NCHW: fused before the layout pass (which
+        // leaves the L2Norm between two Transposes: it does not move LpNormalization's axis).
+        use crate::testing::rand_f32;
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 4, 6, 6])
+            .init("w1", Tensor::from_f32(vec![8, 4, 1, 1], &rand_f32(1, 32)))
+            .init("w2", Tensor::from_f32(vec![4, 8, 1, 1], &rand_f32(2, 32)))
+            .init("eps", Tensor::scalar_f32(1e-12))
+            .node("Conv", &["x", "w1"], &["c"], &[])
+            .node(
+                "ReduceL2",
+                &["c"],
+                &["n"],
+                &[("axes", A::Is(vec![1])), ("keepdims", A::I(1))],
+            )
+            .node("Clip", &["n", "eps"], &["cl"], &[])
+            .node("Div", &["c", "cl"], &["d"], &[])
+            .node("Conv", &["d", "w2"], &["y"], &[])
+            .output("y");
+        let p = crate::ops::test_util::lower(&b);
+        let ops: Vec<_> = p
+            .op_types()
+            .into_iter()
+            .filter(|&o| o != "Transpose")
+            .collect();
+        assert_eq!(ops, ["Conv2d", "L2Norm", "Conv2d"], "{}", p.dump());
+    }
 }

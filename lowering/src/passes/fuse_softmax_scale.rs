@@ -97,4 +97,28 @@ mod tests {
         let p = crate::ops::test_util::lower(&b);
         assert!(p.dump().contains("beta=1f"), "{}", p.dump());
     }
+
+    #[test]
+    fn scaled_softmax_of_conv_channels_is_one_softmax() {
+        // A scalar Mul between a Conv and a Softmax over its channels (NCHW) goes either into
+        // the Softmax's beta or into the Conv's weights; no multiply is left either way.
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 4, 6, 6])
+            .init(
+                "w",
+                Tensor::from_f32(vec![8, 4, 1, 1], &crate::testing::rand_f32(1, 32)),
+            )
+            .init("c", Tensor::scalar_f32(0.125))
+            .node("Conv", &["x", "w"], &["v"], &[])
+            .node("Mul", &["v", "c"], &["s"], &[])
+            .node("Softmax", &["s"], &["y"], &[("axis", A::I(1))])
+            .output("y");
+        let p = crate::ops::test_util::lower(&b);
+        assert_eq!(
+            p.op_types(),
+            ["Transpose", "Conv2d", "Softmax", "Transpose"],
+            "{}",
+            p.dump()
+        );
+    }
 }

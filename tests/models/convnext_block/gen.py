@@ -6,8 +6,10 @@ an exact `nn.GELU()` (whose erf chain must fuse into one Gelu, passes/fuse_gelu.
 fold_conv takes its trailing `* 0.5` into the next Conv), on NCHW data the layout pass makes
 channel-last; 1x3x16x16.
 
-- ConvNeXt (`conv_mlp=True`): 7x7 depthwise Conv, LayerNorm over channels (permute, LN,
-  permute back), Conv1x1 -> GELU -> Conv1x1, a per-channel layer scale and the residual;
+- ConvNeXt (`conv_mlp=True`, convnext_atto..nano): 7x7 depthwise Conv, LayerNorm over channels
+  (permute, LN, permute back), Conv1x1 -> GELU -> Conv1x1, a per-channel layer scale and the
+  residual; and ConvNeXt's default block (convnext_tiny and up), the same MLP as Linear ->
+  GELU -> Linear on channel-last data between the permutes;
 - FastViT's ConvMlp: depthwise Conv + BatchNorm, Conv1x1 -> GELU -> Conv1x1, residual;
 - EfficientFormerV2's Mlp: Conv1x1 + BN -> GELU -> depthwise 3x3 + BN -> GELU -> Conv1x1 + BN.
 
@@ -37,6 +39,21 @@ class ConvNeXtBlock(nn.Module):
         y = self.norm(self.dw(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         y = self.fc2(self.act(self.fc1(y)))
         return x + y * self.gamma.reshape(1, -1, 1, 1)
+
+
+class ConvNeXtLinearBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = nn.LayerNorm(c, eps=1e-6)
+        self.fc1 = nn.Linear(c, 4 * c)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(4 * c, c)
+        self.gamma = nn.Parameter(torch.full((c,), 0.5))
+
+    def forward(self, x):
+        y = self.fc2(self.act(self.fc1(self.norm(self.dw(x).permute(0, 2, 3, 1)))))
+        return x + (y * self.gamma).permute(0, 3, 1, 2)
 
 
 class FastVitConvMlp(nn.Module):
@@ -73,7 +90,7 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.stem = nn.Conv2d(3, 16, 2, stride=2)
-        self.blocks = nn.Sequential(ConvNeXtBlock(16), FastVitConvMlp(16), EfficientFormerV2Mlp(16))
+        self.blocks = nn.Sequential(ConvNeXtBlock(16), ConvNeXtLinearBlock(16), FastVitConvMlp(16), EfficientFormerV2Mlp(16))
         self.head = nn.Conv2d(16, 8, 1)
 
     def forward(self, x):

@@ -280,3 +280,48 @@ def test_aot_artifact_of_another_kind_is_refused():
 
     with pytest.raises(qnnx_backend.LoweringError, match="not a qnnx AOT artifact"):
         AotGraph(b"\x80\x04 something else")
+
+
+QUANTIZED_FOR_V68 = textwrap.dedent(
+    """
+    import json, sys
+    import torch, torch.nn as nn
+    import qnnx_backend
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).eval()
+    samples = [torch.rand(1, 3, 16, 16) for _ in range(8)]
+    path = sys.argv[1]
+    manifest = qnnx_backend.export(m, (samples[0],), path, options={
+        "soc_model": "QCS6490", "quantize": "8a8w", "calibration": samples})
+    loaded = qnnx_backend.load(path)
+    x = torch.rand(1, 3, 16, 16)
+    with torch.no_grad():
+        want = m(x)
+    got = loaded(x)
+    cos = torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), dim=0).item()
+    print("RESULT", json.dumps({"cos": cos, "shape": list(got.shape), "dtype": str(got.dtype),
+                                "manifest": manifest}))
+    """
+)
+
+
+def test_export_quantized_for_a_v68_board(tmp_path):
+    # quantize/calibration reach the saved model (before: ignored, then a float graph refused on
+    # v68 with a hint to pass the options just passed). In a child process: once a v68 backend
+    # has opened, the emulator refuses the SoC-less float graphs other tests compile.
+    path = tmp_path / "q.qnnx"
+    out = subprocess.run([sys.executable, "-c", QUANTIZED_FOR_V68, str(path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
+    assert r["shape"] == [1, 4] and r["dtype"] == "torch.float32"
+    assert r["cos"] > 0.99, r
+    text = json.dumps(r["manifest"])
+    assert "QCS6490" in text or '"htp_arch": 68' in text or "v68" in text, text
+    assert "8a8w" in text
+    # Named as the float export names them: the forward's parameter (nn.Sequential's `input`)
+    # and `output`, not the QDQ export's input_0 / dequantize_per_tensor_<n>.
+    [g] = r["manifest"]["graphs"]
+    assert [i["name"] for i in g["inputs"]] == ["input"] and [o["name"] for o in g["outputs"]] == ["output"]
+    assert "register_constant" not in out.stderr

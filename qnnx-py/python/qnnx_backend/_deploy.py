@@ -4,6 +4,7 @@ context binary, manifest, I/O binding), which ``qnnx_backend.load`` and
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -15,8 +16,9 @@ from . import _export, _native
 from .exceptions import LoweringError
 from .settings import parse_options
 
-# Options that describe run-time behaviour of torch.compile, not the compiled binary.
-_IGNORED = {"strict", "cache", "cache_dir", "dry_run", "check_nan", "log_level"}
+# Options that describe run-time behaviour of torch.compile, not the compiled binary; the
+# calibration data are recorded by their digest instead.
+_IGNORED = {"strict", "cache", "cache_dir", "dry_run", "check_nan", "log_level", "calibration"}
 
 
 def _input_names(model: torch.nn.Module, n: int) -> list[str]:
@@ -52,8 +54,10 @@ def export(
 
     ``options`` are torch.compile's ``options`` for the ``"qnn"`` backend: ``soc_model``,
     ``htp_arch``, ``fp16``, ``opt_level``, ``exporter``, ``device`` (``npu``, the default for
-    ``auto``, or ``gpu``). Options about run-time behaviour (``strict``, ``cache``, ...) do not
-    apply. ``kv_cache`` graphs (which replay cache writes on the host) are refused, as is a
+    ``auto``, or ``gpu``), and ``quantize`` with ``calibration`` (samples of the model's
+    arguments, as for torch.compile) and the other quantization options: the way to a saved model
+    for a v68 board (``soc_model="QCS6490"``), which runs quantized graphs only. Options about
+    run-time behaviour (``strict``, ``cache``, ...) do not apply. ``kv_cache`` graphs (which replay cache writes on the host) are refused, as is a
     model with nodes the device cannot run (``UnsupportedOpError``): a saved model has no eager
     fallback.
 
@@ -79,19 +83,72 @@ def export(
         kind, n_out = _structure(model(*inputs))
     names = _input_names(model, len(inputs))
     outputs = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
-    onnx = _export.export(model, inputs, s, names=names, output_names=outputs)
-    native = _native.compile(
-        onnx,
-        device=device,
-        soc_model=s.soc_model,
-        htp_arch=s.htp_arch,
-        fp16=s.fp16,
-        opt_level=s.opt_level,
-    )
+    calibration_digest = None
+    if s.quantize is not None:
+        if device != "npu":
+            raise ValueError(f"quantize={s.quantize!r} compiles for the HTP: use device='npu'")
+        native, calibration_digest = _quantized(model, inputs, s, (names, outputs))
+    else:
+        onnx = _export.export(model, inputs, s, names=names, output_names=outputs)
+        native = _native.compile(
+            onnx,
+            device=device,
+            soc_model=s.soc_model,
+            htp_arch=s.htp_arch,
+            fp16=s.fp16,
+            opt_level=s.opt_level,
+        )
     if len(native.outputs) != n_out:
         raise LoweringError(f"the model returns {n_out} tensors but its ONNX export has {len(native.outputs)} outputs")
     given = dict(options or {})
     recorded = {k: repr(v) for k, v in sorted(given.items()) if k not in _IGNORED}
     recorded["device"] = device
+    if calibration_digest is not None:
+        recorded["calibration"] = calibration_digest
     extra = {"outputs": json.dumps(kind), "torch": torch.__version__}
     return json.loads(_native.save(native, os.fspath(path), recorded, extra))
+
+
+def _quantized(
+    model: torch.nn.Module, inputs: tuple, s: Any, io_names: tuple[list[str], list[str]]
+) -> tuple[Any, Optional[str]]:
+    """The model quantized and compiled by the backend's own path (the one torch.compile takes
+    with ``quantize``): the graph dynamo captures, calibrated on ``s.calibration`` mapped onto
+    its inputs, PT2E-quantized and compiled for the HTP. One graph (``fullgraph``): a saved
+    model has no eager part to run a graph break. Returns (the compiled graph, the calibration
+    data's digest)."""
+    from ._policy import QnnCallable
+
+    settings = dataclasses.replace(s, device="npu", strict=True, cache=False)
+    made: list = []
+    calls: list = []
+
+    def capture(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        # Built here, while dynamo calls the backend: calibration maps samples through the
+        # compiled frame's signature, which QnnCallable reads now (_calibrate.Frame).
+        made.append(QnnCallable(gm, example_inputs, settings, may_partition=False))
+
+        def record(*args: Any) -> Any:
+            calls.append(args)
+            return gm(*args)
+
+        return record
+
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=capture, fullgraph=True, dynamic=False)(*inputs)
+    except torch._dynamo.exc.Unsupported as e:
+        raise LoweringError(
+            f"the model does not capture as one graph ({str(e).splitlines()[0]}); a saved model has no eager "
+            "part to run a graph break in: remove the break (torch._dynamo.explain(model)(*inputs) names it)"
+        ) from None
+    finally:
+        torch._dynamo.reset()
+    if len(made) != 1 or len(calls) != 1:
+        raise LoweringError(f"the model captured as {len(made)} graphs; a saved model holds one")
+    callable_ = made[0]
+    callable_.io_names = io_names
+    graph = callable_.compile(calls[0])
+    if graph is None:
+        raise LoweringError("the quantized graph did not compile (the log says why)")
+    return graph.native, callable_.calibration_digest

@@ -138,3 +138,26 @@ def export(
         logger.debug("%s export: %d bytes in %.1f ms", exporter, len(data), (time.perf_counter() - t) * 1e3)
         return data
     raise LoweringError("ONNX export failed: " + "; ".join(errors))
+
+
+def rename_io(data: bytes, inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
+    """The ONNX model with its graph inputs and outputs renamed, in order (a QDQ model's
+    ``input_<i>`` and ``dequantize_per_tensor_5`` as a saved model's ``x`` and ``output``).
+    Names of another count than the graph's are left as they are."""
+    import onnx
+
+    model = onnx.load_from_string(data)
+    g = model.graph
+    taken = {n for node in g.node for n in (*node.input, *node.output)} | {t.name for t in g.initializer}
+    new: dict[str, str] = {}
+    for values, names in ((g.input, inputs), (g.output, outputs)):
+        if len(values) == len(names):
+            new.update({v.name: n for v, n in zip(values, names) if v.name != n})
+    if not new or any(n in taken and n not in new for n in new.values()):
+        return data
+    for v in (*g.input, *g.output, *g.value_info):
+        v.name = new.get(v.name, v.name)
+    for node in g.node:
+        node.input[:] = [new.get(n, n) for n in node.input]
+        node.output[:] = [new.get(n, n) for n in node.output]
+    return model.SerializeToString()

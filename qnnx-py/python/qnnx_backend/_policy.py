@@ -119,6 +119,9 @@ class QnnCallable(_Serializable):
             if i in self.runtime
         }
         self.example_statics = {i: a for i, a in enumerate(example_inputs) if i not in self.runtime}
+        #: (input names, output names) the compiled graph's I/O is given instead of the export's
+        #: (qnnx_backend.export names a saved model's I/O after the forward's parameters).
+        self.io_names: Optional[tuple[list[str], list[str]]] = None
 
     def signature(self, args: Sequence[Any]) -> tuple:
         sig = []
@@ -202,6 +205,8 @@ class QnnCallable(_Serializable):
                 elif onnx_bytes is None:
                     onnx_bytes = _export.export(frozen, runtime_tensors, s)
                     STATS["exports"] += 1
+                if self.io_names is not None:
+                    onnx_bytes = _export.rename_io(onnx_bytes, *self.io_names)
                 if s.dry_run:
                     unsupported = _partition.unsupported_nodes(onnx_bytes, device, fix_inputs=fixed)
                     if unsupported:

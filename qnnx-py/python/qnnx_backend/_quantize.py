@@ -368,9 +368,10 @@ def quantize(
     when the graph cannot be captured or exported; ValueError for a ``quantize_modules``
     pattern that matches no module."""
     from torch.fx import traceback as fx_traceback
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    # _quantizer first: it imports torchao with torch's pytree deprecation log quietened.
     from . import _quantizer
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from ._export import EXPORT_ERRORS
 
     seconds = {}

@@ -11,7 +11,7 @@ use qnnx_types::{tensor_type_name, BackendKind};
 use serde_json::{json, Value};
 
 use crate::progress::Progress;
-use crate::target::{parse_backend, TargetArgs};
+use crate::target::TargetArgs;
 use crate::{emit, read_file, Cli, Failure, EXIT_UNSUPPORTED};
 
 /// Float precision of the compiled graph.
@@ -108,9 +108,11 @@ pub struct CompileArgs {
 pub struct CheckArgs {
     /// The ONNX model.
     pub model: PathBuf,
-    /// QNN backend to check against: htp, gpu.
-    #[arg(long, value_name = "NAME", default_value = "htp", value_parser = parse_backend)]
-    pub backend: BackendKind,
+    // The backend and target, as for `compile`: a SoC or HTP arch without a float path (v68:
+    // QCS6490, SM8350) refuses a float model, or float nodes of a quantized one, as `compile`
+    // does.
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// List every tensor of the lowered graph with its dtype and, when quantized, its encoding
     /// (a quantized model lists its I/O and a summary without this).
     #[arg(long)]
@@ -126,12 +128,7 @@ pub struct CheckArgs {
 
 /// The lowered plan's tensors for `check`: all with `all`, else a quantized plan's I/O and the
 /// nodes that compute in float; `None` for a float plan without `all`.
-fn plan_tensors(
-    model: &lowering::Model,
-    opts: &lowering::LowerOptions,
-    all: bool,
-) -> Option<(Value, String)> {
-    let plan = lowering::lower(model.clone(), opts).ok()?;
+fn plan_tensors(plan: &lowering::Plan, all: bool) -> Option<(Value, String)> {
     let quantized = plan.tensors.iter().any(|t| t.quant.is_some());
     if !quantized && !all {
         return None;
@@ -784,8 +781,9 @@ pub fn timings_text(stages: &[(&str, f64)]) -> String {
 }
 
 pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
+    let target = crate::target::resolve(cli, &args.target, None)?;
+    let backend = target.backend;
     let file = load_onnx(&args.model)?;
-    let backend = args.backend;
     let opts = lowering::LowerOptions {
         backend,
         input_shapes: parse_shapes(&args.input_shapes)?,
@@ -832,13 +830,27 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
         }
     }
     let supported_count = nodes.iter().filter(|n| n["supported"] == true).count();
-    let ok = unsupported.is_empty();
-    let tensors = ok
-        .then(|| plan_tensors(&file.model, &opts, args.tensors))
+    let plan = unsupported
+        .is_empty()
+        .then(|| lowering::lower(file.model.clone(), &opts).ok())
         .flatten();
+    // What `compile` refuses for the target before QNN is asked: float on a v68-class HTP.
+    let no_float_path = match plan.as_ref().map(|p| target.check_plan(p)) {
+        Some(Err(Error::NoFloatPath { message, .. })) => Some(message),
+        Some(Err(e)) => return Err(compile_failure(e, &args.model, backend)),
+        Some(Ok(())) | None => None,
+    };
+    let ok = unsupported.is_empty() && no_float_path.is_none();
+    let tensors = plan.as_ref().and_then(|p| plan_tensors(p, args.tensors));
+    let soc = target.soc();
     let report = json!({
         "model": args.model,
-        "backend": args.backend.name(),
+        "backend": backend.name(),
+        "target": target.describe(),
+        "soc_model": target.soc_model,
+        "soc": soc.map(|s| s.name),
+        "htp_arch": target.arch().map(|a| a.number()),
+        "no_float_path": no_float_path,
         "supported": ok,
         "node_count": nodes.len(),
         "supported_count": supported_count,
@@ -848,7 +860,7 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
         "plan": tensors.as_ref().map(|t| t.0.clone()),
     });
     emit(cli, &report, || {
-        let name = args.backend.label();
+        let name = backend.label();
         let mut s = format!(
             "{}: {supported_count} of {} nodes lower to {name}\n",
             args.model.display(),
@@ -863,8 +875,13 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<ExitCode, Failure> {
             };
             s += &format!("  {op:<28} {n:>5}  {bad}\n");
         }
-        if ok {
-            s += &format!("every node can run on {name}\n");
+        if let Some(m) = &no_float_path {
+            s += &format!("cannot run on the target: {m}\n");
+            if let Some((_, t)) = &tensors {
+                s += t;
+            }
+        } else if ok {
+            s += &format!("every node can run on {}\n", target.describe());
             if let Some((_, t)) = &tensors {
                 s += t;
             }

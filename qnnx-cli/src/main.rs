@@ -62,8 +62,9 @@ enum Command {
     Doctor,
     /// Compile an ONNX model to a QNN context binary for a target SoC.
     Compile(compile::CompileArgs),
-    /// List which nodes of an ONNX model lower to a backend and why the others do not (exit
-    /// code 3 when any does not).
+    /// List which nodes of an ONNX model lower to a backend and why the others do not, and
+    /// whether the target SoC can run it (a v68 HTP runs quantized models only); exit code 3
+    /// when it cannot.
     Check(compile::CheckArgs),
     /// Describe a context binary: graphs, inputs and outputs, build id, SoC.
     Inspect {

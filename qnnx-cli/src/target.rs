@@ -6,7 +6,7 @@ use qnnx_types::{BackendKind, HtpArch};
 
 use crate::{Cli, Failure};
 
-/// Backend and target device options shared by `compile` and `run`.
+/// Backend and target device options shared by `compile`, `check` and `run`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TargetArgs {
     /// QNN backend: htp (the NPU; `npu` works too), gpu, or cpu (QNN's reference backend).

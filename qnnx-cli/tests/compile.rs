@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use lowering::dtype::{DType, OnnxCode};
+use lowering::tensor::Tensor;
 use lowering::testing::{ModelBuilder, A};
 use serde_json::Value;
 
@@ -360,7 +361,45 @@ fn float_models_are_refused_for_socs_without_fp16() {
         if flags[1] == "QCS6490" {
             assert!(err.contains("QCS6490"), "{err}");
         }
+        // check takes the same target flags and refuses it the same way.
+        let mut args = vec!["check", s(&onnx)];
+        args.extend_from_slice(flags);
+        let out = qnnx(&args);
+        assert_eq!(out.status.code(), Some(3), "{flags:?}: {}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("FP16") && text.contains("SM8650"), "{text}");
+        args.push("--json");
+        let v = json(&qnnx(&args));
+        assert_eq!(v["supported"], false, "{v}");
+        assert_eq!(v["htp_arch"], 68, "{v}");
+        assert!(v["no_float_path"].as_str().unwrap().contains("FP16"), "{v}");
     }
+    // A quantized model passes the same check for the v68 SoC; the float one passes at the
+    // default target (SoC 60).
+    let qdq = dir.join("relu.qdq.onnx");
+    let scale = || Tensor::from_f32(vec![], &[0.02]);
+    let zero = || Tensor::from_i64_as(DType::U8, vec![], &[128]);
+    let m = ModelBuilder::new(17)
+        .input("x", DType::F32, &[2, 4])
+        .init("s", scale())
+        .init("z", zero())
+        .node("QuantizeLinear", &["x", "s", "z"], &["xq"], &[])
+        .node("DequantizeLinear", &["xq", "s", "z"], &["xd"], &[])
+        .node("Relu", &["xd"], &["r"], &[])
+        .node("QuantizeLinear", &["r", "s", "z"], &["rq"], &[])
+        .node("DequantizeLinear", &["rq", "s", "z"], &["y"], &[])
+        .output("y");
+    std::fs::write(&qdq, m.bytes()).unwrap();
+    let v = ok_json(&["check", s(&qdq), "--soc", "QCS6490", "--json"]);
+    assert_eq!(
+        (v["soc"].as_str(), v["supported"].as_bool()),
+        (Some("QCS6490"), Some(true)),
+        "{v}"
+    );
+    let v = ok_json(&["check", s(&onnx), "--json"]);
+    assert_eq!(v["soc_model"], 60, "{v}");
+    let out = qnnx(&["check", s(&onnx), "--backend", "gpu", "--soc", "QCS6490"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     std::fs::remove_dir_all(&dir).ok();
 }
 

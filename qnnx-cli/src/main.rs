@@ -254,6 +254,11 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
                 let platform = b.platform_info().ok().and_then(|d| d.first().cloned());
                 let v = b.api_version().backend_api_version;
                 let backend_api = format!("{}.{}.{}", v.major, v.minor, v.patch);
+                // What `compile` and `run model.onnx` target without --soc: on x86_64 SoC 60,
+                // which the emulator's platform info does not report (it says SoC 30, v68).
+                let target = qnnx_engine::Target::host_default(kind);
+                let emulated = kind == BackendKind::Htp
+                    && qnn::HtpDeviceConfig::host_default().soc_model.is_some();
                 json!({
                     "backend": format!("{kind:?}"),
                     "ok": dev.is_ok(),
@@ -268,6 +273,13 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
                     "device": dev.err().map(|e| e.to_string()).unwrap_or_else(|| "created".into()),
                     "platform_soc_model": platform.as_ref().and_then(|p| p.htp.map(|h| h.soc_model)),
                     "platform_arch": platform.as_ref().and_then(|p| p.htp.map(|h| h.arch)),
+                    "platform_from": if emulated { "emulator" } else { "device" },
+                    "default_target": {
+                        "describe": target.describe(),
+                        "soc_model": target.soc_model,
+                        "soc": target.soc().map(|s| s.name),
+                        "htp_arch": target.arch().map(|a| a.number()),
+                    },
                 })
             }
             Err(e) => {
@@ -314,14 +326,12 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
                     None => "a release qnnx has not been tested with".to_string(),
                 };
                 s += &format!(
-                    "  {name:<4} ok: build {} ({release}; {}, backend API {}), platform SoC {} \
-                     arch v{}\n",
+                    "  {name:<4} ok: build {} ({release}; {}, backend API {})\n",
                     b["build_id"].as_str().unwrap_or("?"),
                     b["provider"].as_str().unwrap_or("?"),
                     b["backend_api"].as_str().unwrap_or("?"),
-                    b["platform_soc_model"],
-                    b["platform_arch"]
                 );
+                s += &soc_lines(b);
             } else {
                 let why = b["error"]
                     .as_str()
@@ -349,6 +359,43 @@ fn doctor(cli: &Cli) -> Result<ExitCode, Failure> {
         s
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// `doctor`'s lines on a started backend's SoC: what compiles target by default and what the
+/// library's platform info reports, each labelled (on x86_64 they differ: SoC 60 against the
+/// emulator's own SoC 30).
+fn soc_lines(b: &Value) -> String {
+    if b["backend"] != "Htp" {
+        return String::new();
+    }
+    let t = &b["default_target"];
+    let target = match (
+        t["soc"].as_str(),
+        t["soc_model"].as_u64(),
+        t["htp_arch"].as_u64(),
+    ) {
+        (Some(name), Some(m), Some(a)) => format!("{name} (SoC {m}, HTP v{a})"),
+        _ => t["describe"].as_str().unwrap_or("?").to_string(),
+    };
+    let mut s = format!("       compiles for {target} by default (--soc picks another)\n");
+    if let (Some(m), Some(a)) = (
+        b["platform_soc_model"].as_u64(),
+        b["platform_arch"].as_u64(),
+    ) {
+        let name = u32::try_from(m)
+            .ok()
+            .and_then(qnn::soc::by_model)
+            .map(|s| format!(" ({})", s.name))
+            .unwrap_or_default();
+        s += &match b["platform_from"].as_str() {
+            Some("emulator") => format!(
+                "       the emulator's platform info reports SoC {m}{name}, HTP v{a} (its own \
+                 default, not the compile target)\n"
+            ),
+            _ => format!("       the device reports SoC {m}{name}, HTP v{a}\n"),
+        };
+    }
+    s
 }
 
 /// `doctor`'s report of the HTP library's device-side files (`qnn-sys/README.md`): JSON and text.

@@ -125,6 +125,44 @@ fn doctor_reports_the_htp_backend() {
         text.contains("  (loaded)") && text.contains("QNN 2.47.0"),
         "{text}"
     );
+
+    // The SoC doctor says compiles target is the one compile uses; the platform info (on x86_64
+    // the emulator's own SoC 30, v68) is labelled as such, not shown as the target.
+    let dir = temp_dir("doctor");
+    let onnx = dir.join("relu.onnx");
+    let m = lowering::testing::ModelBuilder::new(17)
+        .input("x", lowering::dtype::DType::F32, &[2, 4])
+        .node("Relu", &["x"], &["y"], &[])
+        .output("y");
+    std::fs::write(&onnx, m.bytes()).unwrap();
+    let out = dir.join("relu.bin");
+    let c = json(&qnnx(&[
+        "compile",
+        onnx.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(
+        htp["default_target"]["soc_model"], c["soc_model"],
+        "{v}\n{c}"
+    );
+    assert_eq!(htp["default_target"]["htp_arch"], c["htp_arch"], "{v}\n{c}");
+    let soc = c["soc"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("compiles for {soc} (SoC {}", c["soc_model"])),
+        "{text}"
+    );
+    assert!(!text.contains("platform SoC"), "{text}");
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(c["soc_model"], 60);
+        assert_eq!(htp["platform_from"], "emulator");
+        assert!(
+            text.contains("the emulator's platform info reports SoC"),
+            "{text}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

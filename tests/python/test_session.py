@@ -108,6 +108,27 @@ def test_bytes_fp16_and_provider_options(tmp_path):
         InferenceSession(mlp_onnx(), sess_options=SessionOptions(precision="int8"))
 
 
+def test_htp_performance_mode_reaches_the_htp(caplog):
+    """ONNX Runtime's ``htp_performance_mode`` is voted through QNN's HTP perf infrastructure
+    for as long as the session lives. The x86_64 emulator accepts every mode (so no warning);
+    what a vote does to clocks and voltages cannot be measured there."""
+    f = feed()
+    plain = InferenceSession(mlp_onnx(), cache=False)
+    assert plain.performance_mode is None
+    with caplog.at_level("WARNING", logger="qnnx_backend"):
+        sess = InferenceSession(mlp_onnx(), provider_options=[{"htp_performance_mode": "burst"}], cache=False)
+    assert sess.options.performance_mode == "burst"
+    assert sess.performance_mode == "burst"  # what the native graph voted
+    assert not [r for r in caplog.records if "performance mode" in r.getMessage()]
+    np.testing.assert_array_equal(sess.run(None, f)[0], plain.run(None, f)[0])
+    saver = InferenceSession(mlp_onnx(), sess_options=SessionOptions(performance_mode="power_saver"), cache=False)
+    assert saver.performance_mode == "power_saver"
+    with pytest.raises(ValueError, match="turbo.*burst.*sustained_high_performance"):
+        InferenceSession(mlp_onnx(), provider_options=[{"htp_performance_mode": "turbo"}])
+    with pytest.raises(ValueError, match="turbo.*extreme_power_saver"):
+        InferenceSession(mlp_onnx(), sess_options=SessionOptions(performance_mode="turbo"))
+
+
 def test_run_errors_name_the_input(model_path, tmp_path):
     sess = InferenceSession(model_path, cache=False)
     f = feed()
@@ -361,6 +382,29 @@ def test_onnx_file_with_external_data(tmp_path):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w, rtol=2e-2, atol=2e-2 * float(np.abs(w).max()))
+
+
+def test_mixed_install_with_qnnx_backend_0_4_is_detected(tmp_path):
+    # qnnx and qnnx-backend 0.4 both install the import package qnnx_backend: installed over
+    # 0.4, the folder holds 0.4's metadata beside our files. Simulated with the package linked
+    # into a folder that also holds a qnnx_backend-0.4.2.dist-info.
+    import os
+    import pathlib
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "qnnx_backend").symlink_to(pathlib.Path(qnnx_backend.__file__).parent, target_is_directory=True)
+    code = "import warnings; warnings.simplefilter('always'); import qnnx_backend"
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    clean = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 0 and "qnnx-backend 0.4" not in clean.stderr, clean.stderr[-2000:]
+    meta = site / "qnnx_backend-0.4.2.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: qnnx-backend\nVersion: 0.4.2\n")
+    mixed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert mixed.returncode == 0, mixed.stderr[-2000:]
+    assert "<string>:1: RuntimeWarning: qnnx_backend: qnnx_backend-0.4.2.dist-info" in mixed.stderr, mixed.stderr
+    assert "pip uninstall -y qnnx-backend qnnx" in mixed.stderr
 
 
 def test_qnnx_backend_0_4_device_and_runtime_names(tmp_path):

@@ -55,7 +55,9 @@ def test_is_available():
     assert qnnx_backend.is_available("cpu") is True
     assert isinstance(qnnx_backend.is_available("npu"), bool)
     assert qnnx_backend.is_available() == (qnnx_backend.is_available("npu") or qnnx_backend.is_available("gpu"))
-    with pytest.raises(ValueError):
+    # "auto", the device option's default, asks the same as no argument (it raised ValueError).
+    assert qnnx_backend.is_available("auto") == qnnx_backend.is_available()
+    with pytest.raises(ValueError, match="'auto', 'npu', 'gpu' or 'cpu'"):
         qnnx_backend.is_available("tpu")
 
 

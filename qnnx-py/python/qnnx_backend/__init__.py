@@ -36,6 +36,40 @@ def _name_onnxruntime_qnn() -> None:
 
 _name_onnxruntime_qnn()
 
+
+def _other_distribution() -> Optional[str]:
+    """The ``qnnx-backend`` distribution (0.4, someone else's name on PyPI) installed beside this
+    one: both install the import package ``qnnx_backend``, so installing one over the other mixes
+    their files in one folder. Its metadata folder sits beside the package (one listdir, no
+    importlib.metadata scan of every path entry)."""
+    site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        names = os.listdir(site)
+    except OSError:
+        return None
+    for name in names:
+        if name.lower().startswith("qnnx_backend-") and name.endswith(".dist-info"):
+            return name
+    return None
+
+
+def _warn_other_distribution() -> None:
+    other = _other_distribution()
+    if other is not None:
+        import warnings
+
+        warnings.warn(
+            f"qnnx_backend: {other} (the qnnx-backend 0.4 package) is installed in the same place as qnnx; "
+            "both install the import package qnnx_backend, so their files are now mixed. Keep one: "
+            "pip uninstall -y qnnx-backend qnnx && pip install --force-reinstall qnnx "
+            "(docs/migrating.md)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+_warn_other_distribution()
+
 from . import exceptions
 from ._native import versions
 from .compatibility import QNNDevice, QNNRuntime
@@ -108,15 +142,15 @@ __all__ = [
 
 def is_available(device: Optional[str] = None) -> bool:
     """Whether a QNN accelerator can be used here: ``"npu"``, ``"gpu"``, ``"cpu"`` (always), or
-    with no argument either accelerator."""
+    with no argument or ``"auto"`` (the ``device`` option's default) either accelerator."""
     from . import _native
 
-    if device is None:
+    if device is None or device == "auto":
         return _native.is_available("npu") or _native.is_available("gpu")
     if device == "cpu":
         return True
     if device not in ("npu", "gpu"):
-        raise ValueError(f"device={device!r}: use 'npu', 'gpu' or 'cpu'")
+        raise ValueError(f"device={device!r}: use 'auto', 'npu', 'gpu' or 'cpu'")
     return _native.is_available(device)
 
 

@@ -11,6 +11,18 @@ use crate::errors::{engine_error, qnn_error, with_attrs, Attrs, InputError};
 #[pyclass(frozen, module = "qnnx_backend._native")]
 pub struct Compiled {
     pub inner: qnnx_engine::Compiled,
+    /// The HTP performance mode voted for this graph's runtime (`set_performance_mode`), held
+    /// while the object lives.
+    performance: std::sync::Mutex<Option<qnnx_engine::power::PerformanceVote>>,
+}
+
+impl From<qnnx_engine::Compiled> for Compiled {
+    fn from(inner: qnnx_engine::Compiled) -> Compiled {
+        Compiled {
+            inner,
+            performance: std::sync::Mutex::new(None),
+        }
+    }
 }
 
 /// One graph input or output: (name, graph dtype, graph shape, model dtype), dtypes spelled as
@@ -163,6 +175,33 @@ impl Compiled {
             .collect();
         let trace = p.chrome_trace(self.inner.emitted.graph.name(), &stages);
         Ok((p.to_json().to_string(), trace.to_string()))
+    }
+
+    /// Votes HTP performance mode `mode` (ONNX Runtime's `htp_performance_mode` names:
+    /// `"burst"`, `"balanced"`, ...; an unknown one raises ValueError listing them) for as long
+    /// as this object lives, replacing an earlier vote of it. Returns whether the QNN library
+    /// accepted the vote: one that refuses it is warned about once (with the QNN code) and the
+    /// graph runs at the default clocks.
+    fn set_performance_mode(&self, py: Python<'_>, mode: &str) -> PyResult<bool> {
+        let mode: qnn::HtpPerformanceMode = mode
+            .parse()
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let vote = py
+            .detach(|| qnnx_engine::power::vote(&self.inner.runtime, mode))
+            .map_err(|e| engine_error(py, e))?;
+        let applied = vote.applied();
+        let mut held = self.performance.lock().unwrap_or_else(|e| e.into_inner());
+        // The new vote is made before the old one is withdrawn, so the HTP never falls back to
+        // the default clocks in between.
+        *held = Some(vote);
+        Ok(applied)
+    }
+
+    /// The HTP performance mode voted by `set_performance_mode`, or None.
+    #[getter]
+    fn performance_mode(&self) -> Option<&'static str> {
+        let held = self.performance.lock().unwrap_or_else(|e| e.into_inner());
+        held.as_ref().map(|v| v.mode().name())
     }
 
     /// The context binary (for inspection or an offline cache).

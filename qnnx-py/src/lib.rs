@@ -127,6 +127,13 @@ fn dtype_names() -> Vec<&'static str> {
     DType::ALL.iter().map(|d| d.name()).collect()
 }
 
+/// HTP performance mode names (ONNX Runtime QNN EP's `htp_performance_mode` values), as
+/// `Compiled.set_performance_mode` takes them.
+#[pyfunction]
+fn performance_modes() -> Vec<&'static str> {
+    qnn::HtpPerformanceMode::ALL.map(|m| m.name()).to_vec()
+}
+
 fn default_runtime(device: &str) -> PyResult<Result<std::sync::Arc<registry::Runtime>, String>> {
     let t = Target::host_default(backend_kind(device)?);
     Ok(registry::for_target(&t, None, false).map_err(|e| e.to_string()))
@@ -264,7 +271,7 @@ fn compile(
         .detach(|| qnnx_engine::compile(&t, onnx, &opts, cache.as_ref()))
         .map_err(|e| engine_error(py, e))?;
     warn_all(&compiled.warnings);
-    Ok(Compiled { inner: compiled })
+    Ok(Compiled::from(compiled))
 }
 
 /// Per-layer accuracy ([`qnnx_engine::compare::compare`]): `test` (a float model, fp16 when
@@ -503,7 +510,7 @@ fn compile_many(
     Ok(compiled
         .into_compiled()
         .into_iter()
-        .map(|inner| Compiled { inner })
+        .map(Compiled::from)
         .collect())
 }
 
@@ -525,7 +532,7 @@ fn load_cached(
     let t = target(device, soc_model, htp_arch)?;
     from_cache(py, key, cache_dir, &t, opt_level, |rt, cache, key| {
         let hit = qnnx_engine::compile::load_cached(rt, cache, key, name)?;
-        Ok(hit.map(|inner| Compiled { inner }))
+        Ok(hit.map(Compiled::from))
     })
 }
 
@@ -548,12 +555,7 @@ fn load_cached_many(
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     from_cache(py, key, cache_dir, &t, opt_level, |rt, cache, key| {
         let hit = qnnx_engine::compile::multi::load_cached_graphs(rt, cache, key, &names)?;
-        Ok(hit.map(|m| {
-            m.into_compiled()
-                .into_iter()
-                .map(|inner| Compiled { inner })
-                .collect()
-        }))
+        Ok(hit.map(|m| m.into_compiled().into_iter().map(Compiled::from).collect()))
     })
 }
 
@@ -695,7 +697,7 @@ fn saved_to_py(
     loaded: qnnx_engine::saved::Loaded,
 ) -> PyResult<(Vec<Compiled>, String)> {
     let json = manifest_json(py, &loaded.manifest)?;
-    let graphs = loaded.graphs.into_iter().map(|inner| Compiled { inner });
+    let graphs = loaded.graphs.into_iter().map(Compiled::from);
     Ok((graphs.collect(), json))
 }
 
@@ -735,7 +737,7 @@ fn load_context_binary(
     let c = py
         .detach(|| qnnx_engine::saved::load_context_binary(&path, graph.as_deref()))
         .map_err(|e| engine_error(py, e))?;
-    Ok(Compiled { inner: c })
+    Ok(Compiled::from(c))
 }
 
 /// The manifest of the saved model at `path` as JSON, checked (binary hash included) without
@@ -795,5 +797,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(known_socs, m)?)?;
     m.add_function(wrap_pyfunction!(htp_archs, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
+    m.add_function(wrap_pyfunction!(performance_modes, m)?)?;
     Ok(())
 }

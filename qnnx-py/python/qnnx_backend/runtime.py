@@ -146,8 +146,12 @@ class SessionOptions:
     ``cache``/``cache_dir``: keep compiled ONNX models in the context-binary cache (default on,
     in ``$QNNX_CACHE_DIR`` or the platform cache folder). ``log_level``: QNN's log level
     (``error``, ``warn``, ``info``, ``verbose``, ``debug``). ``input_shapes``: static shapes for
-    inputs with symbolic dims (``{"x": [1, 3, 224, 224]}``; graphs are compiled static). Settings
-    other than ``log_level`` apply to ONNX models only: a saved model is already compiled."""
+    inputs with symbolic dims (``{"x": [1, 3, 224, 224]}``; graphs are compiled static).
+    ``performance_mode``: the HTP performance mode voted while the session lives, by ONNX
+    Runtime's ``htp_performance_mode`` names (``"burst"``, ``"balanced"``, ...:
+    ``_native.performance_modes()``); a QNN library that refuses it is warned about once and the
+    model runs at the default clocks. Settings other than ``log_level`` and ``performance_mode``
+    apply to ONNX models only: a saved model is already compiled."""
 
     soc_model: Union[int, str, None] = None
     htp_arch: Optional[int] = None
@@ -157,10 +161,16 @@ class SessionOptions:
     cache_dir: Optional[str] = None
     log_level: Optional[str] = None
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None
+    performance_mode: Optional[str] = None
 
 
 # QNN EP provider options (onnxruntime-qnn) with a meaning here, by their ORT names.
 _EP_OPTIONS = {"soc_model", "htp_arch", "enable_htp_fp16_precision", "backend_path", "backend_type", "htp_performance_mode"}
+
+
+def _check_performance_mode(mode: Optional[str]) -> None:
+    if mode is not None and mode not in _native.performance_modes():
+        raise ValueError(f"htp_performance_mode {mode!r}: valid ones are {', '.join(_native.performance_modes())}")
 
 
 def _from_provider_options(opts: SessionOptions, provider_options: Optional[Sequence[Mapping[str, Any]]]) -> SessionOptions:
@@ -174,8 +184,12 @@ def _from_provider_options(opts: SessionOptions, provider_options: Optional[Sequ
             opts = dataclasses.replace(opts, htp_arch=int(po["htp_arch"]))
         if str(po.get("enable_htp_fp16_precision", "0")) == "1":
             opts = dataclasses.replace(opts, precision="fp16")
+        if "htp_performance_mode" in po:
+            mode = str(po["htp_performance_mode"])
+            _check_performance_mode(mode)
+            opts = dataclasses.replace(opts, performance_mode=mode)
         # backend_path / backend_type name ORT's way of finding the HTP library: qnnx finds it
-        # itself (qnn-sys/README.md); the performance mode is a device setting not exposed yet.
+        # itself (qnn-sys/README.md).
     return opts
 
 
@@ -188,7 +202,7 @@ class InferenceSession:
     ``sess_options``: a ``SessionOptions``; keyword arguments override its fields.
     ``providers`` is accepted for porting and must name QNN or CPU execution providers (the model
     runs on the HTP either way); ``provider_options`` takes the QNN EP's ``soc_model``,
-    ``htp_arch`` and ``enable_htp_fp16_precision``.
+    ``htp_arch``, ``enable_htp_fp16_precision`` and ``htp_performance_mode``.
 
     Errors are ``qnnx_backend.exceptions`` classes: ``QnnApiError`` carries QNN's ``.code`` and
     ``.call``, ``InputError`` names the input and the shape or dtype the model takes,
@@ -215,6 +229,7 @@ class InferenceSession:
         opts = dataclasses.replace(opts, **options)
         if opts.precision not in ("fp32", "fp16"):
             raise ValueError(f"precision={opts.precision!r}: use 'fp32' or 'fp16'")
+        _check_performance_mode(opts.performance_mode)
         if opts.log_level is not None:
             _native.set_log_level(str(opts.log_level))
         self.options = opts
@@ -239,6 +254,8 @@ class InferenceSession:
                 # A plain context binary (qnnx compile, QNN's tools): no manifest, so its graph
                 # I/O is the model's as it stands (int64 I/O is the graph's int32).
                 native = _native.load_context_binary(path)
+        if opts.performance_mode is not None:
+            native.set_performance_mode(opts.performance_mode)
         self._graph = _Graph(native)
         self._native = native
 
@@ -258,6 +275,11 @@ class InferenceSession:
             input_shapes=None if o.input_shapes is None else {k: [int(d) for d in v] for k, v in o.input_shapes.items()},
             base_dir=base_dir,
         )
+
+    @property
+    def performance_mode(self) -> Optional[str]:
+        """The HTP performance mode this session voted (``performance_mode``), or None."""
+        return self._native.performance_mode
 
     @property
     def from_cache(self) -> bool:

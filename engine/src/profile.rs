@@ -6,7 +6,8 @@
 //! are cycles only, and events carry no timestamps, so the trace lays ops end to end in
 //! execution order, each as long as its share of the accelerator time.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
 use lowering::plan::Plan;
 use qnn::{Event, EventUnit, ProfileLevel};
@@ -91,6 +92,125 @@ impl NodeOrigins {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+/// Which ONNX node and QNN op each QNN node of a plain context binary came from, kept beside it
+/// in `<binary>.nodes.json` by `qnnx compile` (a binary carries QNN node names only, so its
+/// profile could not name op types otherwise). It is a file of its own rather than bytes added
+/// to the binary because the binary is QNN's format, read by QNN's loaders on devices and by
+/// other tools, and has no section for our data; a saved model keeps the same map in its
+/// manifest. The sha256 of the binary it describes is recorded, so a sidecar left beside a
+/// binary compiled again (or replaced) is never applied to it.
+pub mod sidecar {
+    use super::*;
+    use sha2::{Digest, Sha256};
+
+    const FORMAT: &str = "qnnx-node-origins";
+
+    /// What [`read`] found beside a binary.
+    #[derive(Debug, PartialEq)]
+    pub enum Found {
+        /// No sidecar (a binary from QNN's tools, or copied without it).
+        Missing,
+        /// A sidecar of another binary (the binary was compiled again or replaced since), or
+        /// one that does not parse: not used.
+        Stale(String),
+        /// The origins of each graph, by graph name.
+        Graphs(BTreeMap<String, NodeOrigins>),
+    }
+
+    /// `<binary>.nodes.json`, beside the binary.
+    pub fn path(binary: &Path) -> PathBuf {
+        let mut name = binary.as_os_str().to_owned();
+        name.push(".nodes.json");
+        PathBuf::from(name)
+    }
+
+    fn sha256_hex(bytes: &[u8]) -> String {
+        Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// The sidecar's text for `binary` with its `graphs`.
+    pub fn to_json(binary: &[u8], graphs: &[(&str, &NodeOrigins)]) -> String {
+        let graphs: serde_json::Map<String, Value> = graphs
+            .iter()
+            .map(|(name, o)| {
+                let map: serde_json::Map<String, Value> =
+                    o.0.iter()
+                        .map(|(k, o)| (k.clone(), json!([o.qnn_op, o.onnx_node])))
+                        .collect();
+                (name.to_string(), Value::Object(map))
+            })
+            .collect();
+        let v = json!({
+            "format": FORMAT,
+            "version": 1,
+            "binary_sha256": sha256_hex(binary),
+            "graphs": graphs,
+        });
+        serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+    }
+
+    /// Writes the sidecar of the binary at `binary_path` (atomically). Graphs without origins
+    /// are left out; with none at all, a stale sidecar there is removed and none is written.
+    pub fn write(
+        binary_path: &Path,
+        binary: &[u8],
+        graphs: &[(&str, &NodeOrigins)],
+    ) -> std::io::Result<()> {
+        let graphs: Vec<(&str, &NodeOrigins)> = graphs
+            .iter()
+            .filter(|(_, o)| !o.is_empty())
+            .copied()
+            .collect();
+        let path = path(binary_path);
+        if graphs.is_empty() {
+            return match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            };
+        }
+        qnn::write_atomic(&path, to_json(binary, &graphs).as_bytes()).map_err(|e| match e {
+            qnn::Error::Io { source, .. } => source,
+            other => std::io::Error::other(other.to_string()),
+        })
+    }
+
+    /// The origins of `text` if it is the sidecar of `binary`.
+    pub fn parse(text: &str, binary: &[u8]) -> Found {
+        let Ok(v) = serde_json::from_str::<Value>(text) else {
+            return Found::Stale("not JSON".into());
+        };
+        if v["format"] != FORMAT || v["version"] != 1 {
+            return Found::Stale("not a qnnx node-origins file of version 1".into());
+        }
+        if v["binary_sha256"].as_str() != Some(sha256_hex(binary).as_str()) {
+            return Found::Stale("written for another binary (compiled again since?)".into());
+        }
+        let Some(graphs) = v["graphs"].as_object() else {
+            return Found::Stale("no graphs".into());
+        };
+        let mut out = BTreeMap::new();
+        for (name, map) in graphs {
+            match NodeOrigins::from_json(&map.to_string()) {
+                Some(o) => out.insert(name.clone(), o),
+                None => return Found::Stale(format!("graph {name:?} does not parse")),
+            };
+        }
+        Found::Graphs(out)
+    }
+
+    /// The sidecar beside the binary at `binary_path`, whose bytes are `binary`.
+    pub fn read(binary_path: &Path, binary: &[u8]) -> Found {
+        match std::fs::read_to_string(path(binary_path)) {
+            Ok(text) => parse(&text, binary),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Found::Missing,
+            Err(e) => Found::Stale(e.to_string()),
+        }
     }
 }
 
@@ -430,5 +550,42 @@ mod tests {
         let p = ExecutionProfile::from_events(ProfileLevel::Basic, events, &origins());
         assert!(p.ops.is_empty() && p.by_onnx_node().is_empty());
         assert_eq!(p.execute_us, Some(250));
+    }
+
+    #[test]
+    fn a_sidecar_is_read_back_only_for_its_binary() {
+        let o = origins();
+        let (bin, other) = (b"binary bytes".as_slice(), b"another binary".as_slice());
+        let text = sidecar::to_json(bin, &[("g", &o)]);
+        let sidecar::Found::Graphs(g) = sidecar::parse(&text, bin) else {
+            panic!("{text}");
+        };
+        assert_eq!(g.get("g"), Some(&o));
+        assert!(matches!(
+            sidecar::parse(&text, other),
+            sidecar::Found::Stale(_)
+        ));
+        assert!(matches!(
+            sidecar::parse("{}", bin),
+            sidecar::Found::Stale(_)
+        ));
+        assert_eq!(
+            sidecar::path(Path::new("dir/m.bin")),
+            Path::new("dir/m.bin.nodes.json")
+        );
+
+        let dir = std::env::temp_dir().join(format!("qnnx-sidecar-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.bin");
+        assert_eq!(sidecar::read(&path, bin), sidecar::Found::Missing);
+        sidecar::write(&path, bin, &[("g", &o)]).unwrap();
+        assert!(matches!(
+            sidecar::read(&path, bin),
+            sidecar::Found::Graphs(_)
+        ));
+        // Nothing to record removes what an earlier compile left.
+        sidecar::write(&path, bin, &[("g", &NodeOrigins::default())]).unwrap();
+        assert_eq!(sidecar::read(&path, bin), sidecar::Found::Missing);
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use lowering::{LowerError, Model, Unsupported};
 use qnnx_engine::cache::{Cache, CacheKey};
+use qnnx_engine::profile::{sidecar, NodeOrigins};
 use qnnx_engine::{CompileOptions, Compiled, Error, Stage, Target};
 use qnnx_types::{tensor_type_name, BackendKind};
 use serde_json::{json, Value};
@@ -401,15 +402,25 @@ pub(crate) struct Written {
 }
 
 impl Written {
-    /// Writes `binary` to `output` and reads what it targets.
+    /// Writes `binary` to `output`, and beside it which ONNX node and QNN op each node of its
+    /// `graphs` came from (for profiles: [`qnnx_engine::profile::sidecar`]), and reads what it
+    /// targets.
     pub fn write(
         output: &Path,
         binary: &[u8],
+        graphs: &[(&str, &NodeOrigins)],
         backend: &qnn::Backend,
         target: &Target,
     ) -> Result<Written, Failure> {
         qnn::write_atomic(output, binary)
             .map_err(|e| Failure::new(format!("cannot write {}: {e}", output.display())))?;
+        if let Err(e) = sidecar::write(output, binary, graphs) {
+            eprintln!(
+                "qnnx: warning: cannot write {}: {e} (profiles of this binary will show QNN node \
+                 names only)",
+                sidecar::path(output).display()
+            );
+        }
         let info = backend
             .system()
             .ok()
@@ -639,7 +650,19 @@ pub(crate) fn compile_one(
     };
     stages.push((what, start.elapsed().as_secs_f64() * 1e3));
     let start = std::time::Instant::now();
-    let written = Written::write(output, &binary, &c.runtime.backend, &built.target)?;
+    // A graph loaded from a cache entry without them is lowered again to name its nodes.
+    let origins = if c.origins.is_empty() {
+        NodeOrigins::by_lowering(built.target.backend, &built.onnx, &built.opts).unwrap_or_default()
+    } else {
+        c.origins.clone()
+    };
+    let written = Written::write(
+        output,
+        &binary,
+        &[(graph_name.as_str(), &origins)],
+        &c.runtime.backend,
+        &built.target,
+    )?;
     stages.push(("write", start.elapsed().as_secs_f64() * 1e3));
     let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let (inputs, outputs) = io_json(&c.emitted);

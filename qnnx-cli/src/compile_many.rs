@@ -181,7 +181,18 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
         cache.as_ref(),
         compiled.cache_key.as_ref(),
     )?;
-    let written = Written::write(&output, &binary, &compiled.runtime.backend, &target)?;
+    let origins: Vec<(&str, &qnnx_engine::profile::NodeOrigins)> = compiled
+        .graphs
+        .iter()
+        .map(|g| (g.name.as_str(), &g.origins))
+        .collect();
+    let written = Written::write(
+        &output,
+        &binary,
+        &origins,
+        &compiled.runtime.backend,
+        &target,
+    )?;
     let (info, soc_model, soc) = (&written.info, written.soc_model, written.soc);
     let shared_bytes = info
         .as_ref()

@@ -262,6 +262,7 @@ fn profile_text(p: &ExecutionProfile) -> String {
             None => ("?".to_string(), format!("{} (QNN node)", o.qnn_node), o),
         })
         .collect();
+    let unnamed = rows.iter().any(|r| r.0 == "?");
     let op_w = rows
         .iter()
         .map(|r| r.0.len())
@@ -287,7 +288,29 @@ fn profile_text(p: &ExecutionProfile) -> String {
         );
     }
     s += "(~us: each op's share of the accelerator time; the HTP reports node cycles)\n";
+    if unnamed {
+        s += "(?: a QNN node of a binary without the .nodes.json file that `qnnx compile` \
+              writes beside it, which names each node's QNN op and ONNX node)\n";
+    }
     s
+}
+
+/// The ONNX node and QNN op of each node of graph `graph` of the context binary at `path`
+/// (whose bytes are `binary`), from the sidecar `qnnx compile` wrote beside it; none without
+/// one, or with one written for another binary (said once on stderr).
+fn binary_origins(path: &Path, binary: &[u8], graph: &str) -> NodeOrigins {
+    use qnnx_engine::profile::sidecar::{self, Found};
+    match sidecar::read(path, binary) {
+        Found::Graphs(mut g) => g.remove(graph).unwrap_or_default(),
+        Found::Missing => NodeOrigins::default(),
+        Found::Stale(why) => {
+            eprintln!(
+                "qnnx: warning: {} is not used: {why}; ops are named by QNN node only",
+                sidecar::path(path).display()
+            );
+            NodeOrigins::default()
+        }
+    }
 }
 
 /// Prints or reports the profile and writes the trace, when asked for.
@@ -603,10 +626,14 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         .map(|a| (a.dtype, Cow::Borrowed(&a.data[..])))
         .collect();
     let (timing, outs) = execute(&graph, &ins, args.runs)?;
-    // A binary carries no plan: its ops are shown by QNN node name.
+    // A binary carries QNN node names only: the ONNX nodes and QNN ops are in the sidecar
+    // `qnnx compile` wrote beside it, when there is one for this binary.
     let profile = profile_and_trace(
         args,
-        |level| profiled(&rt.backend, &graph, &ins, level, &NodeOrigins::default()),
+        |level| {
+            let origins = binary_origins(&args.model, &bytes, &name);
+            profiled(&rt.backend, &graph, &ins, level, &origins)
+        },
         &name,
         &[("load", load_ms)],
     )?;

@@ -156,6 +156,59 @@ fn run_profiles_per_op_and_writes_a_trace() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A context binary's profile names each op's QNN type and ONNX node, as the ONNX model's does,
+/// from the file `qnnx compile` writes beside it; without that file (or with one of another
+/// binary) the ops are QNN node names, and the text says why.
+#[test]
+fn a_compiled_binary_profiles_with_op_types_and_onnx_nodes() {
+    if !htp_available() {
+        return;
+    }
+    let dir = temp_dir("bin");
+    let cache = dir.join("cache");
+    let m = model(&dir);
+    let bin = dir.join("m.bin");
+    ok(&["compile", s(&m), "-o", s(&bin)], &cache);
+    let sidecar = dir.join("m.bin.nodes.json");
+    assert!(sidecar.is_file());
+    let v = ok_json(
+        &["run", s(&bin), "--runs", "0", "--profile", "--json"],
+        &cache,
+    );
+    let nodes = onnx_nodes(&v);
+    for n in ["MatMul_0", "Relu_1", "Sigmoid_2"] {
+        assert!(nodes.iter().any(|x| x == n), "{n} missing: {v}");
+    }
+    let ops = v["profile"]["ops"].as_array().unwrap();
+    assert!(ops.iter().any(|o| o["qnn_op"] == "Relu"), "{v}");
+    let text = ok(&["run", s(&bin), "--runs", "0", "--profile"], &cache);
+    assert!(!text.contains(" ? "), "{text}");
+
+    // The same binary without the file: QNN node names, and a note saying what is missing.
+    let alone = dir.join("alone.bin");
+    std::fs::copy(&bin, &alone).unwrap();
+    let text = ok(&["run", s(&alone), "--runs", "0", "--profile"], &cache);
+    assert!(text.contains(".nodes.json"), "{text}");
+    // A file left beside a binary compiled again is not applied to it.
+    ok(
+        &["compile", s(&m), "-o", s(&alone), "--precision", "fp16"],
+        &cache,
+    );
+    std::fs::copy(&sidecar, dir.join("alone.bin.nodes.json")).unwrap();
+    let out = qnnx(
+        &["run", s(&alone), "--runs", "0", "--profile", "--json"],
+        &cache,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains("another binary"),
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(onnx_nodes(&v).is_empty(), "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn compile_timings_list_every_stage() {
     if !htp_available() {

@@ -27,6 +27,14 @@ def test_module_paths_from_exporter_names():
     assert module_path("/features/features.0/Conv") == "features.0"
     assert module_path("/fc/Gemm") == "fc"
     assert module_path("/Sigmoid") == ""
+    assert module_path("/layer4/layer4.0/downsample/downsample.0/Conv") == "layer4.0.downsample.0"
+    assert module_path("/features/features.1/features.1.conv/features.1.conv.0/Conv") == "features.1.conv.0"
+    assert module_path("/c.0/Conv") == "c.0"
+    # A module's second call is scoped fc_1: the module, when the model's modules are known.
+    assert module_path("/fc_1/Gemm", {"", "fc"}) == "fc"
+    assert module_path("/layer1/layer1.0/relu_1/Relu", {"layer1", "layer1.0", "layer1.0.relu"}) == "layer1.0.relu"
+    assert module_path("/block_1/Relu", {"block_1"}) == "block_1"
+    assert module_path("/fc_1/Gemm") == "fc_1"
     assert module_path("node_conv2d") is None
     assert module_path("x_nhwc") is None
 
@@ -52,6 +60,54 @@ def test_profile_maps_ops_to_modules():
     assert "head" in p.table()
     ops = [e for e in p.trace["traceEvents"] if e.get("cat") == "op"]
     assert len(ops) == len(p.ops)
+
+
+class FunctionalActivations(nn.Module):
+    """Convolutions whose activations are functional calls of the top module (so the HTP's
+    fused Conv+Relu kernels report their cycles on ONNX nodes of no submodule), top-level
+    reductions, and a Linear called twice (the exporter scopes its second call ``/fc_1/``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        y = y * torch.sigmoid(y.mean((2, 3), keepdim=True))
+        return self.fc(torch.relu(self.fc(y.mean((2, 3)))))
+
+
+@pytest.mark.htp
+def test_by_module_charges_fused_kernels_to_their_module_and_names_every_bucket():
+    torch.manual_seed(0)
+    net = FunctionalActivations().eval()
+    p = qnnx_backend.profile(net, torch.randn(1, 3, 24, 24))
+    by_module = dict((m, share) for m, _, share in p.by_module())
+    assert "" not in by_module, by_module
+    names = {name for name, _ in net.named_modules()} - {""}
+    unscoped = {f"(no module: {o.onnx_node})" for o in p.ops if o.qnn_op is not None and o.module is None}
+    assert unscoped == {"(no module: input_0_nhwc)"}, unscoped  # the lowering's NCHW -> NHWC input
+    assert set(by_module) <= names | {"(top)", "[Input]", "[Output]"} | unscoped, by_module
+    # The HTP reports each fused Conv+Relu (Gemm+Relu) kernel's cycles on the Relu, a node of
+    # the top module; they are the conv's (the Linear's).
+    kernel = dict(zip((o.onnx_node for o in p.ops), p.kernel_modules()))
+    assert [kernel[n] for n in ("/Relu", "/Relu_1", "/Relu_2")] == ["c1", "c2", "fc"], kernel
+    relus = {o.onnx_node: o.share for o in p.ops if o.qnn_op == "Relu"}
+    assert by_module["c1"] == pytest.approx(relus["/Relu"]) and by_module["c1"] > 0, by_module
+    # The top module's own ops: the reductions, the sigmoid and the product.
+    assert {n for n, k in kernel.items() if k == "(top)"} == {"/ReduceMean", "/Sigmoid", "/Mul", "/ReduceMean_1"}, kernel
+    # Both calls of fc are fc's, not a module "fc_1".
+    assert [o.module for o in p.ops if o.onnx_node and "Gemm" in o.onnx_node] == ["fc", "fc"], p.ops
+    assert abs(sum(by_module.values()) - 1.0) < 1e-6
+
+
+@pytest.mark.htp
+def test_printing_a_profile_prints_its_table():
+    p = qnnx_backend.profile(Net().eval(), torch.randn(1, 3, 16, 16))
+    assert str(p) == p.table() and "head" in str(p)
+    assert repr(p).startswith("<Profile detailed: execute ") and str(len(p.ops)) in repr(p)
 
 
 @pytest.mark.htp

@@ -203,3 +203,93 @@ def test_a_missing_library_is_named_once_at_the_users_line(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "<string>:5: RuntimeWarning: qnn backend" in out.stderr, out.stderr[-3000:]
     assert "npu: QNN library libQnnHtp.so not found" in out.stderr and "npu: npu:" not in out.stderr
+
+
+def _threads(n, fn):
+    """Runs fn(i) in n threads started together; returns (results, errors) by thread."""
+    import threading
+
+    barrier = threading.Barrier(n)
+    results, errors = [None] * n, [None] * n
+
+    def work(i):
+        barrier.wait()
+        try:
+            results[i] = fn(i)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors[i] = e
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=600)
+    return results, errors
+
+
+def _small_cnn(seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1)).eval()
+
+
+def test_first_calls_from_four_threads_compile_once():
+    # A threaded app's first requests: before, 3 of 4 threads raised "GLOBALS.in_onnx_export
+    # must be False" (two ONNX exports at once); now one compiles and the others wait for it.
+    m = _small_cnn(0)
+    compiled = torch.compile(m, backend="qnn", options={"device": "npu", "soc_model": 60, "strict": True})
+    x = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        want = m(x)
+    results, errors = _threads(4, lambda i: compiled(x))
+    assert errors == [None] * 4, errors
+    assert qnnx_backend.STATS["compiles"] == 1 and qnnx_backend.STATS["fallbacks"] == 0, qnnx_backend.STATS
+    for r in results:
+        assert torch.equal(r, results[0])
+        assert (r - want).abs().max().item() < 1e-2 * want.abs().max().item()
+
+
+def test_first_calls_of_different_models_in_threads_do_not_collide():
+    models = [_small_cnn(s) for s in range(2)]
+    compiled = [torch.compile(m, backend="qnn", options={"device": "npu", "soc_model": 60, "strict": True}) for m in models]
+    x = torch.randn(1, 3, 16, 16)
+    results, errors = _threads(2, lambda i: compiled[i](x))
+    assert errors == [None, None], errors
+    assert qnnx_backend.STATS["compiles"] == 2, qnnx_backend.STATS
+    with torch.no_grad():
+        for m, r in zip(models, results):
+            want = m(x)
+            assert (r - want).abs().max().item() < 1e-2 * want.abs().max().item()
+
+
+def test_steady_calls_from_threads_agree_with_one_thread():
+    m = _small_cnn(1)
+    compiled = torch.compile(m, backend="qnn", options={"device": "npu", "soc_model": 60, "strict": True})
+    inputs = [torch.randn(1, 3, 16, 16) for _ in range(8)]
+    with torch.no_grad():
+        alone = [compiled(x) for x in inputs]
+        results, errors = _threads(4, lambda i: [compiled(inputs[k % 8]) for k in range(i, i + 200)])
+    assert errors == [None] * 4, errors
+    for i, outs in enumerate(results):
+        for k, out in zip(range(i, i + 200), outs):
+            assert torch.equal(out, alone[k % 8]), (i, k)
+
+
+def _rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
+def test_a_3000_call_soak_keeps_rss_flat():
+    m = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)).eval()
+    compiled = torch.compile(m, backend="qnn", options={"device": "npu", "soc_model": 60, "strict": True})
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        for _ in range(300):  # warm: allocator pools and the emulator's buffers settle
+            compiled(x)
+        before = _rss_mb()
+        for _ in range(3000):
+            compiled(x)
+        after = _rss_mb()
+    # A leak of one 1 KiB output per call would be 3 MB; the emulator's own noise is below 1 MB.
+    assert after - before < 2.0, f"RSS grew {after - before:.1f} MB over 3000 calls ({before:.0f} -> {after:.0f} MB)"

@@ -4,11 +4,13 @@ the exporter chosen by the ``exporter`` setting."""
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
+import threading
 import time
 import warnings
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import torch
 
@@ -19,6 +21,25 @@ logger = logging.getLogger("qnnx_backend")
 
 # What the exporters raise for graphs they cannot express.
 EXPORT_ERRORS = (RuntimeError, TypeError, ValueError, ImportError, AttributeError)
+
+# torch's exporters (torch.onnx.export, torch.export.export) keep process-wide state
+# (GLOBALS.in_onnx_export, the tracing context): two exports in two threads at once corrupt each
+# other ("GLOBALS.in_onnx_export must be False"). Every export, and the quantization that runs
+# torch.export, holds this lock; re-entrant, since quantizing exports inside its own hold.
+EXPORT_LOCK = threading.RLock()
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def exclusive(fn: _F) -> _F:
+    """``fn`` run under ``EXPORT_LOCK``."""
+
+    @functools.wraps(fn)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with EXPORT_LOCK:
+            return fn(*args, **kwargs)
+
+    return locked  # type: ignore[return-value]
 
 
 def is_static(value: Any) -> bool:
@@ -81,6 +102,7 @@ class Interpreted(Frozen):
         return torch.fx.Interpreter(self.gm).run(*self.arguments(runtime_args))
 
 
+@exclusive
 def _export_with(
     exporter: str,
     frozen: torch.nn.Module,

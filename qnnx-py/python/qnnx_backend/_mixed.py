@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from . import _native, _quantize
+from . import _export, _native, _quantize
 from ._accuracy import _DTYPE_NAMES, AccuracyReport
 from ._modpaths import module_paths
 from .exceptions import LoweringError, QnnApiError
@@ -75,6 +75,7 @@ class _Graph:
     """Clamp node name -> its input's name, where the input has no other reader."""
 
 
+@_export.exclusive
 def _float_graph(traced: torch.nn.Module, example: Sequence[torch.Tensor]) -> tuple[bytes, _Graph]:
     from torch.fx import traceback as fx_traceback
 

@@ -21,7 +21,9 @@ import copy
 import dataclasses
 import json
 import logging
+import threading
 import time
+import weakref
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -51,6 +53,21 @@ except ImportError:  # older torch: no AOT path
 # Prefix of what serialize_compile_artifacts returns: then a u64 length, a JSON header and the
 # bytes of a saved model (the file qnnx_backend.export writes).
 _AOT_MAGIC = b"qnnx-aot-1\0"
+
+
+# Graphs by what determines them (QnnCallable._share_key), while some QnnCallable holds them:
+# dynamo calls the backend once per thread that makes the first call of a compiled model at
+# once, and those QnnCallables share one compile. Per-key locks exist while a compile runs.
+_SHARED: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()
+_KEY_LOCKS: dict[tuple, threading.Lock] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_outcome(graph: Any) -> dict:
+    """The outcome (``QnnCallable.outcome``) of a graph another QnnCallable compiled."""
+    if isinstance(graph, Partitioned):
+        return {"device": graph.device, "whole": False, "plan": graph.plan, "reasons": []}
+    return {"device": graph.device, "whole": True, "plan": None, "reasons": []}
 
 
 class QnnCallable(_Serializable):
@@ -103,6 +120,7 @@ class QnnCallable(_Serializable):
         self.statics = [a for a in example_inputs if _export.is_static(a)]
         self.returns_tuple = _runtime.returns_sequence(gm)
         self.graphs: dict[Any, Optional[CompiledGraph | Partitioned]] = {}
+        self.compile_lock = threading.Lock()
         self.warned = False
         #: The calibration samples of the last quantized compile (runtime tensors) and their
         #: digest: a split graph calibrates its partitions on them.
@@ -122,6 +140,64 @@ class QnnCallable(_Serializable):
         #: (input names, output names) the compiled graph's I/O is given instead of the export's
         #: (qnnx_backend.export names a saved model's I/O after the forward's parameters).
         self.io_names: Optional[tuple[list[str], list[str]]] = None
+
+    def compile_once(self, sig: tuple, args: Sequence[Any]) -> None:
+        """Compiles the graph of signature ``sig`` unless another thread has meanwhile. Threads
+        making the first call of one compiled model at once (a threaded server starting up) wait
+        for one compile and use its graph: dynamo calls the backend once per such thread, so the
+        graph is shared by what determines it (``_share_key``) between those QnnCallables too.
+        A failed strict compile is not recorded, so each waiting thread raises it in turn."""
+        key = self._share_key(sig)
+        with _SHARED_LOCK:
+            lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+        with lock, self.compile_lock:
+            if sig in self.graphs:
+                return
+            shared = _SHARED.get(key)
+            if shared is not None:
+                self.graphs[sig] = shared
+                self.outcome = shared_outcome(shared)
+                STATS["shared_graphs"] += 1
+                return
+            if self.graphs and self.settings.strict:
+                logger.warning(
+                    "qnn backend: input signature %s differs from the compiled one(s); compiling a new graph",
+                    sig,
+                )
+            failure = None
+            try:
+                graph = self.compile(args)
+                self.graphs[sig] = graph
+                if graph is not None:
+                    _SHARED[key] = graph
+            except QnnxError as e:
+                if not self.settings.strict:
+                    raise
+                # Also a BackendCompilerFailed, as the 0.4 package's strict errors were; raised
+                # outside the handler so that it carries no context.
+                failure = _strict.as_backend_failure(e)
+            finally:
+                with _SHARED_LOCK:
+                    # Later arrivals find the graph in _SHARED; threads already waiting hold the lock.
+                    _KEY_LOCKS.pop(key, None)
+            if failure is not None:
+                raise failure
+
+    def _share_key(self, sig: tuple) -> tuple:
+        """What makes two QnnCallables' graphs for ``sig`` the same: the graph's code, the very
+        parameter and buffer tensors (by identity: alive as long as a callable holding the shared
+        graph holds them, so an id cannot be reused meanwhile), the settings and the
+        calibration data object."""
+        return (
+            self.gm.code,
+            tuple(id(a) for a in self.statics),
+            tuple((i, id(v)) for i, v in self.example_statics.items() if not isinstance(v, (bool, int, float, str, type(None)))),
+            tuple((i, v) for i, v in self.example_statics.items() if isinstance(v, (bool, int, float, str, type(None)))),
+            sig,
+            repr(self.settings),
+            id(self.settings.calibration),
+            self.may_partition,
+        )
 
     def signature(self, args: Sequence[Any]) -> tuple:
         sig = []
@@ -592,22 +668,7 @@ class QnnCallable(_Serializable):
     def __call__(self, *args):
         sig = self.signature(args)
         if sig not in self.graphs:
-            if self.graphs and self.settings.strict:
-                logger.warning(
-                    "qnn backend: input signature %s differs from the compiled one(s); compiling a new graph",
-                    sig,
-                )
-            failure = None
-            try:
-                self.graphs[sig] = self.compile(args)
-            except QnnxError as e:
-                if not self.settings.strict:
-                    raise
-                # Also a BackendCompilerFailed, as the 0.4 package's strict errors were; raised
-                # outside the handler so that it carries no context.
-                failure = _strict.as_backend_failure(e)
-            if failure is not None:
-                raise failure
+            self.compile_once(sig, args)
         graph = self.graphs[sig]
         if graph is None:
             return self.gm(*args)

@@ -49,6 +49,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 import torch
 
+from . import _export
 from .exceptions import LoweringError
 
 logger = logging.getLogger("qnnx_backend")
@@ -356,6 +357,7 @@ def _sdpa_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
     return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
+@_export.exclusive
 def quantize(
     traced: torch.nn.Module,
     example: Sequence[torch.Tensor],

@@ -129,6 +129,30 @@ def test_htp_performance_mode_reaches_the_htp(caplog):
         InferenceSession(mlp_onnx(), sess_options=SessionOptions(performance_mode="turbo"))
 
 
+def test_ort_settings_without_effect_are_said_once():
+    # 0.4 / ONNX Runtime users pass these; they used to be accepted silently. Naming the HTP
+    # library or backend is what qnnx does anyway (no warning); the rest is said once, at the
+    # user's line.
+    import warnings
+
+    from qnnx_backend import _warn
+
+    _warn._ONCE.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        InferenceSession(mlp_onnx(), provider_options=[{"backend_path": "libQnnHtp.so", "backend_type": "htp"}], cache=False)
+        assert caught == [], [str(w.message) for w in caught]
+        for _ in range(2):
+            line = sys._getframe().f_lineno + 1
+            InferenceSession(mlp_onnx(), providers=["CPUExecutionProvider"], provider_options=[{"backend_path": "/opt/qnn/libQnnCpu.so", "backend_type": "cpu"}], cache=False)
+    texts = [str(w.message) for w in caught]
+    assert len(texts) == 3, texts
+    assert any("no CPU execution provider" in t for t in texts)
+    assert any("backend_path='/opt/qnn/libQnnCpu.so' has no effect" in t and "QNN_HTP_LIB" in t for t in texts)
+    assert any("backend_type='cpu' has no effect" in t for t in texts)
+    assert {(w.filename, w.lineno) for w in caught} == {(__file__, line)}
+
+
 def test_run_errors_name_the_input(model_path, tmp_path):
     sess = InferenceSession(model_path, cache=False)
     f = feed()

@@ -50,3 +50,15 @@ def user_stacklevel() -> int:
 def warn(message: str, category: type = RuntimeWarning) -> None:
     """``warnings.warn(message, category)`` attributed to the user's line (``user_stacklevel``)."""
     warnings.warn(message, category, stacklevel=user_stacklevel())
+
+
+_ONCE: set = set()
+
+
+def once(key: str, message: str, category: type = UserWarning) -> None:
+    """``warn`` the first time ``key`` is seen in this process (settings ported from ONNX Runtime
+    that have no effect here are said once, not at every session)."""
+    if key in _ONCE:
+        return
+    _ONCE.add(key)
+    warnings.warn(message, category, stacklevel=user_stacklevel())

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _native
+from . import _native, _warn
 from .exceptions import InputError, QnnxError
 
 __all__ = ["InferenceSession", "SessionOptions", "NodeArg", "SavedModel", "load"]
@@ -188,9 +188,33 @@ def _from_provider_options(opts: SessionOptions, provider_options: Optional[Sequ
             mode = str(po["htp_performance_mode"])
             _check_performance_mode(mode)
             opts = dataclasses.replace(opts, performance_mode=mode)
-        # backend_path / backend_type name ORT's way of finding the HTP library: qnnx finds it
-        # itself (qnn-sys/README.md).
+        _check_backend(po)
     return opts
+
+
+# ONNX Runtime's names of the HTP library and backend: asking for them is what qnnx does anyway.
+_HTP_LIBRARIES = {"qnnhtp.dll", "libqnnhtp.so"}
+
+
+def _check_backend(po: Mapping[str, Any]) -> None:
+    """``backend_path`` / ``backend_type`` choose ORT's QNN backend library. qnnx finds and opens
+    the HTP library itself (qnn-sys/src/loader); naming the HTP is what it does anyway, anything
+    else (another file, the CPU or GPU backend) has no effect here, said once."""
+    path = po.get("backend_path")
+    if path is not None and (os.path.dirname(str(path)) or os.path.basename(str(path)).lower() not in _HTP_LIBRARIES):
+        _warn.once(
+            f"backend_path={path}",
+            f"provider option backend_path={path!r} has no effect: qnnx opens the QNN HTP library it finds "
+            "itself (`qnnx doctor` says which); to choose the file, set QNN_HTP_LIB=<path> (or QNN_LIB_DIR=<folder>) "
+            "before the first session",
+        )
+    kind = po.get("backend_type")
+    if kind is not None and str(kind).lower() != "htp":
+        _warn.once(
+            f"backend_type={kind}",
+            f"provider option backend_type={kind!r} has no effect: qnnx_backend.runtime.InferenceSession runs on "
+            "QNN's HTP (for the GPU, compile with `qnnx compile --backend gpu` on a device)",
+        )
 
 
 class InferenceSession:
@@ -221,10 +245,16 @@ class InferenceSession:
         opts = sess_options or SessionOptions()
         if not isinstance(opts, SessionOptions):
             raise TypeError(f"sess_options must be qnnx_backend.runtime.SessionOptions, got {type(opts).__name__}")
-        for p in providers or []:
-            name = p[0] if isinstance(p, (tuple, list)) else p
+        names = [p[0] if isinstance(p, (tuple, list)) else p for p in providers or []]
+        for name in names:
             if name not in ("QNNExecutionProvider", "CPUExecutionProvider"):
                 raise ValueError(f"provider {name!r}: this session runs on QNN's HTP (QNNExecutionProvider)")
+        if names and "QNNExecutionProvider" not in names:
+            # ORT would run the model on the CPU; qnnx has no CPU provider (and no fallback).
+            _warn.once(
+                "providers=cpu",
+                f"providers={names}: qnnx has no CPU execution provider; this session runs on QNN's HTP",
+            )
         opts = _from_provider_options(opts, provider_options)
         opts = dataclasses.replace(opts, **options)
         if opts.precision not in ("fp32", "fp16"):

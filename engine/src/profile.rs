@@ -13,8 +13,6 @@ use lowering::plan::Plan;
 use qnn::{Event, EventUnit, ProfileLevel};
 use serde_json::{json, Value};
 
-use crate::compile::CompileOptions;
-use crate::error::Result;
 
 /// The plan op behind a QNN node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,19 +42,6 @@ impl NodeOrigins {
                 })
                 .collect(),
         )
-    }
-
-    /// The origins of the graph `onnx` compiles to with `opts` on `backend`, by lowering it
-    /// again (a graph loaded from the cache or a binary has no plan; lowering is deterministic,
-    /// so the node names are the ones the binary was built with).
-    pub fn by_lowering(
-        backend: qnnx_types::BackendKind,
-        onnx: &[u8],
-        opts: &CompileOptions,
-    ) -> Result<NodeOrigins> {
-        let model = lowering::Model::from_bytes(onnx, opts.base_dir.as_deref())?;
-        let lower_opts = opts.model_io().lower_options(backend, opts.fp16);
-        Ok(NodeOrigins::of_plan(&lowering::lower(model, &lower_opts)?))
     }
 
     /// As stored beside a cached binary: `{"<QNN node>": ["<QNN op>", "<ONNX node>"], ...}`.

@@ -858,7 +858,7 @@ fn a_planted_binary_for_another_soc_is_not_loaded() {
     let foreign = qnnx_engine::compile(&other, &onnx, &opts, Some(&cache)).unwrap();
     let foreign_key = foreign.cache_key.clone().unwrap();
     let runtime = registry::for_target(&here, None, false).unwrap();
-    let key = qnnx_engine::cache::model_key(&runtime.backend, &onnx, &opts).unwrap();
+    let key = qnnx_engine::compile::key::model_key(&runtime.backend, &onnx, &opts).unwrap();
     std::fs::create_dir_all(cache.bin_path(&key).parent().unwrap()).unwrap();
     std::fs::copy(cache.bin_path(&foreign_key), cache.bin_path(&key)).unwrap();
     let mut meta: serde_json::Value =

@@ -303,11 +303,11 @@ fn multi_graph_compile_uses_the_cache() {
     // Other names, order or settings are other entries.
     let swapped: Vec<GraphSpec> = specs.iter().rev().cloned().collect();
     let rt = qnnx_engine::registry::for_target(&target(), None, false).unwrap();
-    let other = qnnx_engine::cache::multi_key(&rt.backend, &swapped, &opts).unwrap();
+    let other = qnnx_engine::compile::key::multi_key(&rt.backend, &swapped, &opts).unwrap();
     assert_ne!(other, key);
     let fp16 = MultiOptions { fp16: true, ..opts };
     assert_ne!(
-        qnnx_engine::cache::multi_key(&rt.backend, &specs, &fp16).unwrap(),
+        qnnx_engine::compile::key::multi_key(&rt.backend, &specs, &fp16).unwrap(),
         key
     );
     if cfg!(target_arch = "x86_64") {

@@ -5,7 +5,7 @@
 use lowering::tensor::Tensor;
 use lowering::testing::{rand_f32, ModelBuilder};
 use lowering::DType;
-use qnnx_engine::profile::{ExecutionProfile, NodeOrigins};
+use qnnx_engine::profile::ExecutionProfile;
 use qnnx_engine::{compile, CompileOptions, HostTensor, Target, Timed};
 
 mod common;
@@ -76,7 +76,7 @@ fn profiles_are_off_by_default_and_name_onnx_nodes() {
     assert!(prof.execute_us.is_some_and(|us| us > 0));
 
     // A graph without its plan (a binary) finds the same origins by lowering.
-    let again = NodeOrigins::by_lowering(qnn::BackendKind::Htp, &bytes, &opts).unwrap();
+    let again = qnnx_engine::compile::node_origins(qnn::BackendKind::Htp, &bytes, &opts).unwrap();
     assert_eq!(again, c.origins);
 
     // A cache entry keeps them, and a cache hit's stages are the lookup and the load.

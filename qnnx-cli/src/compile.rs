@@ -652,7 +652,8 @@ pub(crate) fn compile_one(
     let start = std::time::Instant::now();
     // A graph loaded from a cache entry without them is lowered again to name its nodes.
     let origins = if c.origins.is_empty() {
-        NodeOrigins::by_lowering(built.target.backend, &built.onnx, &built.opts).unwrap_or_default()
+        qnnx_engine::compile::node_origins(built.target.backend, &built.onnx, &built.opts)
+            .unwrap_or_default()
     } else {
         c.origins.clone()
     };

@@ -698,7 +698,7 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
         prepare_text,
         &stages,
         &|| {
-            NodeOrigins::by_lowering(built.target.backend, &built.onnx, &built.opts)
+            qnnx_engine::compile::node_origins(built.target.backend, &built.onnx, &built.opts)
                 .map_err(|e| Failure::new(format!("naming the profiled ops: {e}")))
         },
     )

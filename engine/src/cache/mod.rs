@@ -1,12 +1,11 @@
-//! The persistent context-binary cache ([`store`]: files, integrity, locking, eviction), shared
-//! by the `qnnx` command and the Python package, and its key policy ([`key`]: what a compiled
-//! binary depends on), so both compute the same keys and read each other's entries.
+//! The persistent context-binary cache ([`store`]: files, integrity, locking, eviction, and the
+//! key encoding, [`KeyBuilder`]), shared by the `qnnx` command and the Python package, so both
+//! read each other's entries. What a key is made of (the key policy) is the compile driver's:
+//! [`crate::compile::key`].
 
 mod alias;
-pub mod key;
 mod private;
 mod store;
 
 pub use alias::{parse_alias, parse_split_alias};
-pub use key::{model_key, multi_key, shapes_setting};
 pub use store::*;

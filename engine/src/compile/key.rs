@@ -1,13 +1,15 @@
-//! What a compiled context binary depends on, as a [`CacheKey`]. The encoding is
-//! [`KeyBuilder`]'s; the choice of fields is here, once, for single- and multi-model compiles.
+//! What a compiled context binary depends on, as a [`CacheKey`]: the key policy of the compile
+//! driver. The encoding is the cache's [`KeyBuilder`]; the choice of fields is here, once, for
+//! single- and multi-model compiles, beside the options they are taken from (the cache below
+//! stores keys and knows nothing of compile options).
 
 use std::collections::BTreeMap;
 
 use qnnx_types::{BackendKind, HtpArch};
 
-use super::{CacheKey, KeyBuilder};
-use crate::compile::multi::{GraphSpec, MultiOptions};
-use crate::compile::CompileOptions;
+use super::multi::{GraphSpec, MultiOptions};
+use super::CompileOptions;
+use crate::cache::{CacheKey, KeyBuilder};
 use crate::error::Result;
 
 /// What a key takes from the backend a binary is compiled on.

@@ -16,6 +16,7 @@ use crate::profile::NodeOrigins;
 use crate::registry::{self, Runtime};
 use crate::target::Target;
 
+pub mod key;
 pub mod multi;
 
 /// What [`compile`] builds besides the model. Every field but `base_dir` and
@@ -168,13 +169,26 @@ pub struct Compiled {
     /// empty otherwise and on a cache hit.
     pub finalize_phases: Vec<(String, f64)>,
     /// The plan op behind each QNN node, for profiles; a cache entry keeps them (one stored
-    /// before they were recorded has none: [`NodeOrigins::by_lowering`] finds them again).
+    /// before they were recorded has none: [`node_origins`] finds them again).
     pub origins: NodeOrigins,
     /// The cache key, when a cache was used.
     pub cache_key: Option<CacheKey>,
     /// Cache problems that cost time, not correctness (an entry that could not be loaded and
     /// was dropped, an entry that could not be stored), for the caller to log.
     pub warnings: Vec<String>,
+}
+
+/// The origins of the graph `onnx` compiles to with `opts` on `backend`, by lowering it again
+/// (a graph loaded from the cache or a binary has no plan; lowering is deterministic, so the node
+/// names are the ones the binary was built with).
+pub fn node_origins(
+    backend: BackendKind,
+    onnx: &[u8],
+    opts: &CompileOptions,
+) -> Result<NodeOrigins> {
+    let model = lowering::Model::from_bytes(onnx, opts.base_dir.as_deref())?;
+    let lower_opts = opts.model_io().lower_options(backend, opts.fp16);
+    Ok(NodeOrigins::of_plan(&lowering::lower(model, &lower_opts)?))
 }
 
 fn ms_since(start: Instant) -> f64 {
@@ -443,7 +457,7 @@ fn compile_lowered(
     let cache = cache_unless_external(cache, models, "the model", &mut warnings);
     let lookup = Instant::now();
     let key = match cache {
-        Some(_) => Some(crate::cache::model_key(backend, onnx, opts)?),
+        Some(_) => Some(key::model_key(backend, onnx, opts)?),
         None => None,
     };
     if let (Some(cache), Some(key)) = (cache, &key) {

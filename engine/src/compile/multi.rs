@@ -354,7 +354,7 @@ pub fn compile_multi_with_progress(
     let models = specs.iter().map(|s| (s.onnx, s.base_dir.as_deref()));
     let cache = cache_unless_external(cache, models, "a model", &mut warnings);
     let key = match cache {
-        Some(_) => Some(crate::cache::multi_key(&runtime.backend, specs, opts).map_err(whole)?),
+        Some(_) => Some(super::key::multi_key(&runtime.backend, specs, opts).map_err(whole)?),
         None => None,
     };
     if let (Some(cache), Some(key)) = (cache, &key) {

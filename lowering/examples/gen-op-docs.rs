@@ -1,4 +1,4 @@
-//! Regenerates `docs/operators.md` from `op-tables/*.toml`.
+//! Regenerates `docs/operators.md` from `lowering/op-tables/*.toml`.
 //! Usage: `cargo run -p lowering --example gen-op-docs` (add `-- --check` to only compare).
 
 use std::path::Path;

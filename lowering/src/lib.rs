@@ -29,7 +29,7 @@ pub use error::{LowerError, Unsupported};
 pub use frontend::load::{Model, ModelSource};
 pub use plan::Plan;
 
-/// The QNN backend a plan is lowered for (each has its op table, `op-tables/<name>.toml`).
+/// The QNN backend a plan is lowered for (each has its op table, `lowering/op-tables/<name>.toml`).
 pub use qnnx_types::BackendKind as Backend;
 
 #[derive(Clone, Debug)]

@@ -95,7 +95,7 @@ fn htp_meta_records_sdk() {
 
 #[test]
 fn htp_qnn_ops_are_in_the_backend_list() {
-    let list: BTreeSet<&str> = include_str!("../../op-tables/htp-supported-ops-2.51.txt")
+    let list: BTreeSet<&str> = include_str!("../op-tables/htp-supported-ops-2.51.txt")
         .lines()
         .map(str::trim)
         .collect();

@@ -195,7 +195,7 @@ fn check(
         .collect())
 }
 
-/// The op table of `device`'s backend (`op-tables/<backend>.toml`): for each ONNX op type, a
+/// The op table of `device`'s backend (`lowering/op-tables/<backend>.toml`): for each ONNX op type, a
 /// dict with `status`, `family`, `opset` (min, max), `dtypes`, `qnn` ops, `layout` and
 /// `constraints`. For programs that plan around support (the partitioner); the per-node
 /// decision for a model is [`check`].

@@ -2,7 +2,7 @@
 
 The support queries the backend asks the native module, as structured records: the lowering's
 own per-node decision for a model (``unsupported_nodes``, the ``qnnx check`` answer) and the
-backend's op table (``op_support``, ``op-tables/<backend>.toml``). Neither opens QNN.
+backend's op table (``op_support``, ``lowering/op-tables/<backend>.toml``). Neither opens QNN.
 
 The partitioner (``scoped``, ``map_unsupported``, ``plan``, ``weigh``, ``split``) maps the ONNX
 nodes the lowering refuses back to the FX nodes they come from and splits the FX graph into QNN
@@ -66,7 +66,7 @@ def unsupported_error(nodes: Iterable[Any], device: str) -> UnsupportedOpError:
 
 @dataclasses.dataclass(frozen=True)
 class OpSupport:
-    """One entry of a backend's op table: the fields of ``op-tables/<backend>.toml``, plus ``runs``."""
+    """One entry of a backend's op table: the fields of ``lowering/op-tables/<backend>.toml``, plus ``runs``."""
 
     op_type: str
     status: str

@@ -1,7 +1,7 @@
 # /// script
 # dependencies = ["onnx==1.22.0", "numpy"]
 # ///
-"""Single-op models for the ops in op-tables/htp.toml that no ONNX node test covers as we run
+"""Single-op models for the ops in lowering/op-tables/htp.toml that no ONNX node test covers as we run
 them (the node tests pass weights, scales, K, repeats... as graph inputs, which the lowering
 requires to be constant). One folder per case under OUT_DIR: model.onnx with the parameters as
 initializers, input_<i>.npy, and output_<i>.npy computed by onnx's reference evaluator.

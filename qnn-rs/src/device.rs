@@ -6,7 +6,8 @@ use std::sync::Arc;
 use qnn_sys::Handle;
 
 use crate::api::qnn_call;
-use crate::backend::{with_missing_device_files, Backend, BackendInner};
+use crate::backend::{Backend, BackendInner};
+use crate::diagnostics::with_missing_device_files;
 use crate::error::Result;
 
 pub(crate) struct DeviceInner {

@@ -33,6 +33,7 @@ mod backend;
 mod config;
 mod context;
 mod device;
+pub mod diagnostics;
 mod error;
 mod graph;
 pub mod log;
@@ -43,7 +44,7 @@ mod system;
 mod tensor;
 
 #[cfg(test)]
-mod fault_tests;
+mod tests;
 
 pub use backend::{
     probe, Backend, BackendKind, BackendOptions, HardwareDevice, HtpDeviceInfo, OperationName,

@@ -403,10 +403,11 @@ fn soc_lines(b: &Value) -> String {
 /// device's, from platform info) are listed, or of every arch whose stub sits beside the
 /// library when the arch is unknown.
 fn htp_device_files(library: Option<&Path>, arch: Option<u32>) -> (Value, String) {
-    use qnn::qnn_sys::loader::{
+    use qnn::diagnostics::{
         htp_companions, missing_htp_companions_in, needs_device_files, stub_archs, CompanionEnv,
-        Files, Os, RealFiles,
+        Files, RealFiles,
     };
+    use qnn::qnn_sys::loader::Os;
     let cpu = std::env::consts::ARCH;
     if !needs_device_files(cpu) {
         let why = format!("not needed on {cpu}: the HTP library is the emulator (no stub or skel)");

@@ -1,9 +1,9 @@
 //! Finding and opening QNN libraries at run time.
 //!
-//! `search.rs` holds the search order, `device_files.rs` the device-side files of the HTP library,
-//! `quiet.rs` the silencing of stdout around `dlopen`, and this file the library kinds,
-//! [`LoadError`], opening a library and selecting its provider; their public items are
-//! re-exported here.
+//! `search.rs` holds the search order, `quiet.rs` the silencing of stdout around `dlopen`, and
+//! this file the library kinds, [`LoadError`], opening a library and selecting its provider;
+//! their public items are re-exported here. What the HTP library needs beside it on a device
+//! (stub, skel, catalog) is installation diagnostics, not loading: `qnn::diagnostics`.
 //!
 //! # Search order
 //!
@@ -31,28 +31,13 @@
 //!
 //! File names: `libQnnHtp.so` on Linux and Android, `QnnHtp.dll` on Windows.
 //!
-//! # Device-side files of the HTP library
-//!
-//! On a device (every CPU but x86_64, whose `libQnnHtp` is an emulator), the HTP library also
-//! needs, per HTP architecture (v68, v73, ...), the stub, the skel and on Windows the skel's
-//! signed catalog; [`htp_companion_names`] names them, [`companion_search`] states where each is
-//! looked for on each OS, and [`htp_companions_in`] / [`missing_htp_companions_in`] report which
-//! are missing, for any OS, environment and (fake) filesystem.
-//!
 //! The x86_64 HTP library prints a banner to **stdout** from a constructor while it is being
 //! opened; on Unix we point fd 1 at `/dev/null` for the duration of `dlopen` so that programs
 //! whose stdout carries data stay clean.
 
-mod device_files;
 mod quiet;
 mod search;
 
-pub use device_files::{
-    companion_search, htp_companion_names, htp_companions, htp_companions_in,
-    missing_htp_companions_in, needs_device_files, split_dsp_search_path, stub_archs, stub_name,
-    stub_pattern, Companion, CompanionEnv, CompanionReport, CompanionRole, CompanionSearch,
-    FileList, Files, RealFiles, FASTRPC_DEFAULT_SEARCH_PATH,
-};
 pub use search::{
     candidates, candidates_in, python_package_dir, sdk_lib_targets, search_in, Candidate, Search,
     SearchEnv, ONNXRUNTIME_QNN_DIR_VAR,
@@ -61,11 +46,9 @@ pub use search::{
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
-use crate::interface::{CoreFunctions, GetProvidersFn, Interface, GET_PROVIDERS_SYMBOL};
-use crate::system::{
-    GetSystemProvidersFn, SystemFunctions, SystemInterface, GET_SYSTEM_PROVIDERS_SYMBOL,
-};
-use crate::types::{ApiVersion, Version};
+use crate::interface::{CoreFunctions, Interface, GET_PROVIDERS_SYMBOL};
+use crate::system::{SystemFunctions, SystemInterface, GET_SYSTEM_PROVIDERS_SYMBOL};
+use crate::types::{ApiVersion, ErrorHandle, Version};
 use quiet::open_quietly;
 pub use quiet::{stdout_to_stderr, StdoutSilencer};
 
@@ -201,33 +184,13 @@ impl BackendLibrary {
     /// equals ours and whose minor is at least ours.
     pub fn open(path: &Path) -> Result<BackendLibrary, LoadError> {
         let lib = open_quietly(path)?;
-        // SAFETY: the symbol has this C signature in every QNN release.
-        let get: libloading::Symbol<GetProvidersFn> = unsafe { lib.get(GET_PROVIDERS_SYMBOL) }
-            .map_err(|_| LoadError::MissingSymbol {
-                path: path.to_path_buf(),
-                what: "backend",
-                symbol: "QnnInterface_getProviders",
-            })?;
-        let mut list: *const *const Interface = std::ptr::null();
-        let mut n = 0u32;
-        // SAFETY: both out-pointers are valid for writes.
-        let rc = unsafe { get(&mut list, &mut n) };
-        if rc != 0 || list.is_null() || n == 0 {
-            return Err(LoadError::NoProviders {
-                path: path.to_path_buf(),
-                symbol: "QnnInterface_getProviders",
-                code: rc,
-                count: n,
-            });
-        }
         let required = crate::consts::CORE_API_VERSION;
-        let mut found = Vec::new();
-        for i in 0..n as usize {
-            // SAFETY: the library returned `n` valid provider pointers that live as long as it.
-            let p = unsafe { *list.add(i) };
-            if p.is_null() {
-                continue;
-            }
+        let entry = ProviderEntry {
+            symbol: GET_PROVIDERS_SYMBOL,
+            name: "QnnInterface_getProviders",
+            what: "backend",
+        };
+        let picked = select_provider(&lib, path, &entry, required, |p: *const Interface| {
             // Read the header fields first: the function table may only be read as our 68-slot
             // prefix once the version says the library's table is at least that long.
             // SAFETY: every provider record starts with these fields.
@@ -240,32 +203,25 @@ impl BackendLibrary {
             };
             let name = cstr_or(name_ptr, "<unnamed>");
             let core = api.core_api_version;
-            found.push(format!(
-                "{name} core {}.{}.{}",
-                core.major, core.minor, core.patch
-            ));
             if core.major == required.major && core.minor >= required.minor {
                 // SAFETY: version checked above: the record holds at least our table.
                 let functions = unsafe { std::ptr::addr_of!((*p).functions).read() };
-                return Ok(BackendLibrary {
-                    path: path.to_path_buf(),
-                    provider_name: name,
-                    backend_id,
-                    api_version: api,
-                    functions,
-                    _lib: lib,
-                });
-            }
-        }
-        Err(LoadError::NoCompatibleProvider {
-            path: path.to_path_buf(),
-            required_major: required.major,
-            required_minor: required.minor,
-            found: if found.is_empty() {
-                "none".into()
+                Ok((backend_id, name, api, functions))
             } else {
-                found.join(", ")
-            },
+                Err(format!(
+                    "{name} core {}.{}.{}",
+                    core.major, core.minor, core.patch
+                ))
+            }
+        })?;
+        let (backend_id, provider_name, api_version, functions) = picked;
+        Ok(BackendLibrary {
+            path: path.to_path_buf(),
+            provider_name,
+            backend_id,
+            api_version,
+            functions,
+            _lib: lib,
         })
     }
 
@@ -315,54 +271,29 @@ impl SystemLibrary {
     /// Opens a `QnnSystem` library and selects a provider with system API 1.x (>= 1.4).
     pub fn open(path: &Path) -> Result<SystemLibrary, LoadError> {
         let lib = open_quietly(path)?;
-        // SAFETY: the symbol has this C signature in every QNN release.
-        let get: libloading::Symbol<GetSystemProvidersFn> = unsafe {
-            lib.get(GET_SYSTEM_PROVIDERS_SYMBOL)
-        }
-        .map_err(|_| LoadError::MissingSymbol {
-            path: path.to_path_buf(),
-            what: "system",
-            symbol: "QnnSystemInterface_getProviders",
-        })?;
-        let mut list: *const *const SystemInterface = std::ptr::null();
-        let mut n = 0u32;
-        // SAFETY: both out-pointers are valid for writes.
-        let rc = unsafe { get(&mut list, &mut n) };
-        if rc != 0 || list.is_null() || n == 0 {
-            return Err(LoadError::NoProviders {
-                path: path.to_path_buf(),
-                symbol: "QnnSystemInterface_getProviders",
-                code: rc,
-                count: n,
-            });
-        }
         let required = crate::consts::SYSTEM_API_VERSION;
-        let mut found = Vec::new();
-        for i in 0..n as usize {
-            // SAFETY: the library returned `n` provider pointers.
-            let p = unsafe { *list.add(i) };
-            if p.is_null() {
-                continue;
-            }
+        let entry = ProviderEntry {
+            symbol: GET_SYSTEM_PROVIDERS_SYMBOL,
+            name: "QnnSystemInterface_getProviders",
+            what: "system",
+        };
+        let picked = select_provider(&lib, path, &entry, required, |p: *const SystemInterface| {
             // SAFETY: every provider record starts with these fields.
             let v = unsafe { std::ptr::addr_of!((*p).system_api_version).read() };
-            found.push(format!("system {}.{}.{}", v.major, v.minor, v.patch));
             if v.major == required.major && v.minor >= required.minor {
                 // SAFETY: version checked: the record holds at least our 13-slot table.
                 let functions = unsafe { std::ptr::addr_of!((*p).functions).read() };
-                return Ok(SystemLibrary {
-                    path: path.to_path_buf(),
-                    api_version: v,
-                    functions,
-                    _lib: lib,
-                });
+                Ok((v, functions))
+            } else {
+                Err(format!("system {}.{}.{}", v.major, v.minor, v.patch))
             }
-        }
-        Err(LoadError::NoCompatibleProvider {
+        })?;
+        let (api_version, functions) = picked;
+        Ok(SystemLibrary {
             path: path.to_path_buf(),
-            required_major: required.major,
-            required_minor: required.minor,
-            found: found.join(", "),
+            api_version,
+            functions,
+            _lib: lib,
         })
     }
 
@@ -384,6 +315,71 @@ impl SystemLibrary {
     pub fn functions(&self) -> &SystemFunctions {
         &self.functions
     }
+}
+
+/// The provider entry point of one kind of library.
+struct ProviderEntry {
+    /// The symbol, NUL-terminated.
+    symbol: &'static [u8],
+    /// The symbol, for messages.
+    name: &'static str,
+    /// What a library lacking it is not ("backend", "system").
+    what: &'static str,
+}
+
+/// Calls `entry` of `lib` (`*_getProviders(&providerList, &numProviders)`, the same C signature
+/// for every provider record `P`) and returns the first provider `pick` accepts, in the list's
+/// order. `pick` reads a non-NULL record and returns what to keep, or a description of the
+/// provider ("HTP_QTI_AISW core 2.26.0") for the error when none is compatible with `required`.
+fn select_provider<P, T>(
+    lib: &libloading::Library,
+    path: &Path,
+    entry: &ProviderEntry,
+    required: Version,
+    mut pick: impl FnMut(*const P) -> Result<T, String>,
+) -> Result<T, LoadError> {
+    type GetProviders<P> = unsafe extern "C" fn(*mut *const *const P, *mut u32) -> ErrorHandle;
+    // SAFETY: the symbol has this C signature in every QNN release.
+    let get: libloading::Symbol<GetProviders<P>> =
+        unsafe { lib.get(entry.symbol) }.map_err(|_| LoadError::MissingSymbol {
+            path: path.to_path_buf(),
+            what: entry.what,
+            symbol: entry.name,
+        })?;
+    let mut list: *const *const P = std::ptr::null();
+    let mut n = 0u32;
+    // SAFETY: both out-pointers are valid for writes.
+    let rc = unsafe { get(&mut list, &mut n) };
+    if rc != 0 || list.is_null() || n == 0 {
+        return Err(LoadError::NoProviders {
+            path: path.to_path_buf(),
+            symbol: entry.name,
+            code: rc,
+            count: n,
+        });
+    }
+    let mut found = Vec::new();
+    for i in 0..n as usize {
+        // SAFETY: the library returned `n` valid provider pointers that live as long as it.
+        let p = unsafe { *list.add(i) };
+        if p.is_null() {
+            continue;
+        }
+        match pick(p) {
+            Ok(picked) => return Ok(picked),
+            Err(described) => found.push(described),
+        }
+    }
+    Err(LoadError::NoCompatibleProvider {
+        path: path.to_path_buf(),
+        required_major: required.major,
+        required_minor: required.minor,
+        found: if found.is_empty() {
+            "none".into()
+        } else {
+            found.join(", ")
+        },
+    })
 }
 
 /// The first existing candidate for `kind`, or the bare name for the system loader when nothing

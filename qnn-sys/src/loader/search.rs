@@ -261,7 +261,15 @@ pub fn search_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loader::{FileList, Files};
+
+    /// A fixed list of file paths standing in for the filesystem.
+    struct FileList(Vec<PathBuf>);
+
+    impl FileList {
+        fn is_file(&self, path: &Path) -> bool {
+            self.0.iter().any(|p| p == path)
+        }
+    }
 
     fn files(paths: &[&str]) -> FileList {
         FileList(paths.iter().map(PathBuf::from).collect())

@@ -1,9 +1,10 @@
 //! Device-side companion files of the HTP library: their names and where QNN and FastRPC look
-//! for each of them, per OS (see the module docs of [`crate::loader`] and `qnn-sys/README.md`).
+//! for each of them, per OS (see the module docs of [`crate::diagnostics`] and
+//! `qnn-sys/README.md`).
 
 use std::path::{Path, PathBuf};
 
-use super::Os;
+use qnn_sys::loader::Os;
 
 /// The built-in skel search list of the open-source FastRPC library (`DSP_SEARCH_PATH` in
 /// quic/fastrpc `inc/apps_std_internal.h`), used when `ADSP_LIBRARY_PATH` is not set. The empty

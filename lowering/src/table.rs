@@ -1,6 +1,9 @@
 //! Op tables (`lowering/op-tables/<backend>.toml`): which ONNX ops a backend supports and how.
 //!
-//! The table decides support; the rules in `ops/` decide how and enforce the constraints.
+//! The table decides support; the rules in `ops/` decide how and enforce the constraints. A
+//! table holds only what differs per backend (status, opset range, dtypes, QNN ops,
+//! constraints); what is true of the ONNX op itself (its family, its layout behaviour, its first
+//! opset, its shape input) is on its [`crate::ops::OpDef`].
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -13,21 +16,6 @@ use crate::Backend;
 
 pub const HTP_TOML: &str = include_str!("../op-tables/htp.toml");
 pub const GPU_TOML: &str = include_str!("../op-tables/gpu.toml");
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Layout {
-    /// Needs channel-last data; the layout pass converts around it.
-    Sensitive,
-    /// Element-wise; transposes are moved through it.
-    Agnostic,
-    /// Computes along the axes it names (reductions, Concat, Slice); transposes are moved
-    /// through it with those axes permuted, so a squeeze-and-excitation mean, a DenseNet concat
-    /// of conv outputs or a slice of a conv's channels stays channel-last.
-    Axes,
-    /// Works on the model's logical layout (axes, reshapes).
-    Framework,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -50,18 +38,6 @@ impl Status {
     }
 }
 
-impl Layout {
-    /// The spelling the tables use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Layout::Sensitive => "sensitive",
-            Layout::Agnostic => "agnostic",
-            Layout::Axes => "axes",
-            Layout::Framework => "framework",
-        }
-    }
-}
-
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Meta {
@@ -75,11 +51,9 @@ pub struct Meta {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpEntry {
-    pub family: String,
     pub opset: [i64; 2],
     pub qnn: Vec<String>,
     pub dtypes: Vec<String>,
-    pub layout: Layout,
     pub status: Status,
     #[serde(default)]
     pub constraints: Vec<String>,
@@ -100,6 +74,18 @@ impl OpEntry {
 pub struct OpTable {
     pub meta: Meta,
     pub ops: BTreeMap<String, OpEntry>,
+}
+
+/// The family of `op_type`, the folder of its file in `ops/` (a fact of the op, not of a
+/// backend: the registry's); `other` for an op lowering has no entry for.
+pub fn family(op_type: &str) -> &'static str {
+    crate::ops::family(op_type).unwrap_or("other")
+}
+
+/// How the layout pass treats `op_type` (the registry's [`crate::ops::Layout`]), by name;
+/// `framework` for an op lowering has no entry for.
+pub fn layout(op_type: &str) -> &'static str {
+    crate::ops::layout(op_type).map_or("framework", crate::ops::Layout::name)
 }
 
 /// The ops of dynamic quantization, by domain: ONNX's, and the `com.microsoft` contrib ops that
@@ -156,10 +142,6 @@ impl OpTable {
 
     pub fn entry(&self, op_type: &str) -> Option<&OpEntry> {
         self.ops.get(op_type)
-    }
-
-    pub fn layout(&self, op_type: &str) -> Option<Layout> {
-        self.entry(op_type).map(|e| e.layout)
     }
 
     /// Checks a node against the table: known op, runnable status, opset range, and the
@@ -237,15 +219,14 @@ impl OpTable {
         for op in ops {
             let h = htp.entry(op);
             let g = gpu.entry(op);
-            let e = h.or(g).expect("op comes from one of the tables");
-            let layout = e.layout.name();
             s.push_str(&format!(
-                "| {op} | {} | {} | {} | {} | {} | {layout} | {} |\n",
-                e.family,
+                "| {op} | {} | {} | {} | {} | {} | {} | {} |\n",
+                family(op),
                 st(h),
                 st(g),
                 h.map(|e| e.qnn.join(", ")).unwrap_or_default(),
                 h.map(|e| e.dtypes.join(", ")).unwrap_or_default(),
+                layout(op),
                 h.map(|e| e.constraints.join("; ").replace('|', "\\|"))
                     .unwrap_or_default(),
             ));

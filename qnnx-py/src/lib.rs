@@ -208,11 +208,11 @@ fn op_table<'py>(py: Python<'py>, device: &str) -> PyResult<Bound<'py, PyDict>> 
         let d = PyDict::new(py);
         d.set_item("status", e.status.name())?;
         d.set_item("runs", e.runs())?;
-        d.set_item("family", &e.family)?;
+        d.set_item("family", lowering::table::family(op))?;
         d.set_item("opset", (e.opset[0], e.opset[1]))?;
         d.set_item("dtypes", PyList::new(py, &e.dtypes)?)?;
         d.set_item("qnn", PyList::new(py, &e.qnn)?)?;
-        d.set_item("layout", e.layout.name())?;
+        d.set_item("layout", lowering::table::layout(op))?;
         d.set_item("constraints", PyList::new(py, &e.constraints)?)?;
         out.set_item(op, d)?;
     }

@@ -8,11 +8,13 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub const CAST: OpDef = OpDef {
     op_type: "Cast",
+    since: 1,
+    layout: Layout::Agnostic,
     infer: infer_cast,
     fold: Some(Fold::Values(fold_cast)),
     expand: None,
@@ -22,6 +24,8 @@ pub const CAST: OpDef = OpDef {
 
 pub const CAST_LIKE: OpDef = OpDef {
     op_type: "CastLike",
+    since: 15,
+    layout: Layout::Agnostic,
     infer: infer_cast_like,
     fold: Some(Fold::Values(fold_cast)),
     expand: None,

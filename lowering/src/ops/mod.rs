@@ -25,7 +25,10 @@ pub mod shape;
 pub mod spatial;
 
 pub use lower_cx::{plan_shape, u32s, LowerCx};
-pub use registry::{def, defs, rule, Expander, Fold, InferFn, OpDef, Quant, Rule, Weighted};
+pub use registry::{
+    def, defs, family, layout, rule, AxesOp, Expander, Fold, InferFn, Layout, OpDef, Quant, Rule,
+    Weighted,
+};
 
 #[cfg(test)]
 pub(crate) mod test_util {

@@ -2,11 +2,14 @@
 //! family's `mod.rs` lists them; the passes and [`crate::lower`] look ops up here and keep no
 //! op lists of their own.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
-use crate::ir::Node;
+use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::{
     activation, attention, cast, conv, elementwise, folded, loss, matmul, norm, pool, quant,
@@ -82,6 +85,45 @@ pub struct Weighted {
     pub symmetric_u16: bool,
 }
 
+/// How an op meets the layout pass ([`crate::passes::layout`]), which runs the conv family
+/// channel-last with as few transposes as it can.
+#[derive(Clone, Copy, Debug)]
+pub enum Layout {
+    /// Needs channel-last data; the layout pass converts around it.
+    Sensitive,
+    /// Element-wise; transposes are moved through it.
+    Agnostic,
+    /// Computes along the axes it names (reductions, Concat, Slice); transposes are moved
+    /// through it with those axes permuted, so a squeeze-and-excitation mean, a DenseNet concat
+    /// of conv outputs or a slice of a conv's channels stays channel-last. The function reads
+    /// the node's axes (its input of rank `r`), or `None` when they cannot be permuted.
+    Axes(fn(&Graph, &Node, usize) -> Option<AxesOp>),
+    /// Works on the model's logical layout (axes, reshapes).
+    Framework,
+}
+
+impl Layout {
+    /// The spelling of `docs/operators.md` and of the Python `op_table`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Sensitive => "sensitive",
+            Layout::Agnostic => "agnostic",
+            Layout::Axes(_) => "axes",
+            Layout::Framework => "framework",
+        }
+    }
+}
+
+/// What a [`Layout::Axes`] node computes along, read from the node as it stands.
+pub enum AxesOp {
+    /// A reduction over `axes` (normalized, sorted), with `keepdims`.
+    Reduce { axes: Vec<usize>, keep: bool },
+    /// Concat along `axis`: every input is data of the output's rank.
+    Concat { axis: usize },
+    /// Slice: per sliced axis (axis, start, end, step), clamped as ONNX does.
+    Slice { ranges: Vec<(usize, i64, i64, i64)> },
+}
+
 /// Everything lowering knows about one ONNX op type. Every op is inferred; a node is lowered
 /// by `lower`, replaced by `expand` before lowering, or only folded (Shape, Size, ...). An
 /// entry with none of the three is only inferred, so that the nodes after an op no table
@@ -89,6 +131,10 @@ pub struct Weighted {
 #[derive(Clone, Copy, Debug)]
 pub struct OpDef {
     pub op_type: &'static str,
+    /// The first ONNX opset that defines the op (a table's opset range starts there or later).
+    pub since: i64,
+    /// How the layout pass treats the op.
+    pub layout: Layout,
     /// Output dtypes and shapes, computed for every node by the `const_fold` pass.
     pub infer: InferFn,
     /// Evaluates the node at compile time when it can.
@@ -109,22 +155,23 @@ impl OpDef {
     }
 }
 
-const FAMILIES: &[&[OpDef]] = &[
-    elementwise::OPS,
-    activation::OPS,
-    attention::OPS,
-    loss::OPS,
-    cast::OPS,
-    conv::OPS,
-    matmul::OPS,
-    norm::OPS,
-    pool::OPS,
-    reduce::OPS,
-    resize::OPS,
-    rnn::OPS,
-    shape::OPS,
-    folded::OPS,
-    quant::OPS,
+/// The families, by name: an op's family is the folder of its file, `ops/<family>/`.
+const FAMILIES: &[(&str, &[OpDef])] = &[
+    ("elementwise", elementwise::OPS),
+    ("activation", activation::OPS),
+    ("attention", attention::OPS),
+    ("loss", loss::OPS),
+    ("cast", cast::OPS),
+    ("conv", conv::OPS),
+    ("matmul", matmul::OPS),
+    ("norm", norm::OPS),
+    ("pool", pool::OPS),
+    ("reduce", reduce::OPS),
+    ("resize", resize::OPS),
+    ("rnn", rnn::OPS),
+    ("shape", shape::OPS),
+    ("folded", folded::OPS),
+    ("quant", quant::OPS),
 ];
 
 /// Backend-specific variants that replace the common rule of the same op type.
@@ -132,12 +179,29 @@ const GPU_RULES: &[(&str, Rule)] = &[];
 
 /// Every registry entry.
 pub fn defs() -> impl Iterator<Item = &'static OpDef> {
-    FAMILIES.iter().flat_map(|f| f.iter())
+    FAMILIES.iter().flat_map(|(_, f)| f.iter())
 }
 
 /// The entry of `op_type`.
 pub fn def(op_type: &str) -> Option<&'static OpDef> {
-    defs().find(|d| d.op_type == op_type)
+    static BY_NAME: OnceLock<HashMap<&'static str, &'static OpDef>> = OnceLock::new();
+    BY_NAME
+        .get_or_init(|| defs().map(|d| (d.op_type, d)).collect())
+        .get(op_type)
+        .copied()
+}
+
+/// The family of `op_type` (the folder of its file), when it has an entry.
+pub fn family(op_type: &str) -> Option<&'static str> {
+    FAMILIES
+        .iter()
+        .find(|(_, f)| f.iter().any(|d| d.op_type == op_type))
+        .map(|(name, _)| *name)
+}
+
+/// How the layout pass treats `op_type`; `None` for an op without an entry.
+pub fn layout(op_type: &str) -> Option<Layout> {
+    def(op_type).map(|d| d.layout)
 }
 
 /// The backend-specific rules of `backend`, by op type.

@@ -16,18 +16,18 @@
 use crate::dtype::DType;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Graph, Node, NodeId, ValueId};
-use crate::table::{Layout, OpTable};
+use crate::ops::{layout, Layout};
 
 /// Chains over bigger tensors are left alone: the check moves an index per element.
 const MAX_ELEMENTS: usize = 1 << 24;
 
-pub fn run(g: &mut Graph, table: &OpTable) {
+pub fn run(g: &mut Graph) {
     // Nodes left without readers (a folded Shape of a chain's value) would count as its uses.
     crate::passes::dce::run(g);
     let mut changed = false;
     // Each collapse removes at least one Transpose; the bound guards against a bug.
     for _ in 0..g.nodes.len() {
-        if !step(g, table) {
+        if !step(g) {
             break;
         }
         changed = true;
@@ -64,7 +64,7 @@ enum Link {
     Pointwise,
 }
 
-fn link(g: &Graph, table: &OpTable, n: &Node, v: ValueId) -> Option<Link> {
+fn link(g: &Graph, n: &Node, v: ValueId) -> Option<Link> {
     let y = n.output(0)?;
     if n.outputs.len() != 1 || !g.values[y].known || n.input(0) != Some(v) {
         return None;
@@ -75,21 +75,15 @@ fn link(g: &Graph, table: &OpTable, n: &Node, v: ValueId) -> Option<Link> {
     if n.op_type == "Reshape" {
         return Some(Link::Reshape);
     }
-    elementwise_of(g, table, n, v, true).then_some(Link::Pointwise)
+    elementwise_of(g, n, v, true).then_some(Link::Pointwise)
 }
 
 /// `n` is an element-wise op of `v` (its output has `v`'s shape and dtype) whose other inputs
 /// are float constants: scalars, or with `same_shape` also tensors of `v`'s shape (which move
 /// with `v` when the op moves).
-pub(crate) fn elementwise_of(
-    g: &Graph,
-    table: &OpTable,
-    n: &Node,
-    v: ValueId,
-    same_shape: bool,
-) -> bool {
+pub(crate) fn elementwise_of(g: &Graph, n: &Node, v: ValueId, same_shape: bool) -> bool {
     let Some(y) = n.output(0) else { return false };
-    table.layout(&n.op_type) == Some(Layout::Agnostic)
+    matches!(layout(&n.op_type), Some(Layout::Agnostic))
         && g.shape(y) == g.shape(v)
         && g.dtype(y) == g.dtype(v)
         && n.inputs[1..].iter().flatten().all(|&c| {
@@ -100,7 +94,7 @@ pub(crate) fn elementwise_of(
         })
 }
 
-fn step(g: &mut Graph, table: &OpTable) -> bool {
+fn step(g: &mut Graph) -> bool {
     let cons = g.consumers();
     let uses = g.use_counts();
     for start in 0..g.nodes.len() {
@@ -128,7 +122,7 @@ fn step(g: &mut Graph, table: &OpTable) -> bool {
             let Some(&next) = cons[cur].first() else {
                 break;
             };
-            let Some(l) = link(g, table, &g.nodes[next], cur) else {
+            let Some(l) = link(g, &g.nodes[next], cur) else {
                 break;
             };
             let y = g.nodes[next].output(0).expect("link has an output");

@@ -18,9 +18,8 @@
 
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Graph, Node, NodeId, ValueId};
-use crate::ops::reduce::reduce::{axes_are_input, reduce_params};
-use crate::ops::shape::slice::slice_params;
-use crate::table::{Layout, OpTable};
+use crate::ops::reduce::reduce::axes_are_input;
+use crate::ops::{layout, AxesOp, Layout};
 
 pub const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 pub const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
@@ -74,18 +73,18 @@ fn known(g: &Graph, n: &Node) -> bool {
         .all(|&v| g.values[v].known)
 }
 
-pub fn run(g: &mut Graph, table: &OpTable) {
-    convert_sensitive(g, table);
+pub fn run(g: &mut Graph) {
+    convert_sensitive(g);
     softmax_axis_last(g);
-    optimize(g, table);
+    optimize(g);
     let _ = g.toposort();
 }
 
-fn convert_sensitive(g: &mut Graph, table: &OpTable) {
+fn convert_sensitive(g: &mut Graph) {
     let count = g.nodes.len();
     for i in 0..count {
         let n = &g.nodes[i];
-        if table.layout(&n.op_type) != Some(Layout::Sensitive) || n.nhwc || !known(g, n) {
+        if !matches!(layout(&n.op_type), Some(Layout::Sensitive)) || n.nhwc || !known(g, n) {
             continue;
         }
         let (Some(x), Some(y)) = (n.input(0), n.output(0)) else {
@@ -160,13 +159,13 @@ fn softmax_axis_last(g: &mut Graph) {
     }
 }
 
-fn optimize(g: &mut Graph, table: &OpTable) {
+fn optimize(g: &mut Graph) {
     // Each rewrite moves a transpose strictly downstream or removes one, so this terminates;
     // the bound is a guard against a bug turning into a hang.
     for _ in 0..(g.nodes.len() + 1) * 8 {
         if !(compose_step(g)
-            || sink_step(g, table)
-            || sink_axes_step(g, table)
+            || sink_step(g)
+            || sink_axes_step(g)
             || sink_reshape_step(g)
             || regroup_reshape_step(g))
         {
@@ -216,11 +215,11 @@ fn compose_step(g: &mut Graph) -> bool {
 }
 
 /// Agnostic(T_p(a), T_p(b) | const | scalar) → T_p(Agnostic(a, b', ...)).
-fn sink_step(g: &mut Graph, table: &OpTable) -> bool {
+fn sink_step(g: &mut Graph) -> bool {
     let producers = g.producers();
     for i in 0..g.nodes.len() {
         let n = &g.nodes[i];
-        if table.layout(&n.op_type) != Some(Layout::Agnostic)
+        if !matches!(layout(&n.op_type), Some(Layout::Agnostic))
             || !known(g, n)
             || n.outputs.len() != 1
         {
@@ -334,56 +333,27 @@ fn sink_step(g: &mut Graph, table: &OpTable) -> bool {
     false
 }
 
-/// What an `axes` node computes along, read from the node as it stands.
-enum AxesOp {
-    /// A reduction over `axes` (normalized, sorted), with `keepdims`.
-    Reduce { axes: Vec<usize>, keep: bool },
-    /// Concat along `axis`: every input is data of the output's rank.
-    Concat { axis: usize },
-    /// Slice: per sliced axis (axis, start, end, step), clamped as ONNX does.
-    Slice { ranges: Vec<(usize, i64, i64, i64)> },
-}
-
-/// The axes of an `axes` node of rank `r`, or None when it cannot be permuted: axes that are
-/// not a constant (the rule reports that), `noop_with_empty_axes` with no axes (an identity),
-/// an op this pass does not know (`axes_ops_are_known` keeps the table and this match in step).
-fn axes_op(g: &Graph, n: &Node, r: usize) -> Option<AxesOp> {
-    match n.op_type.as_str() {
-        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
-            let (axes, keep) = reduce_params(g, n).ok()?;
-            Some(AxesOp::Reduce { axes: axes?, keep })
-        }
-        "Concat" => {
-            let axis = n.attr_i_opt("axis").ok()??;
-            let axis = crate::ir::attr::norm_axis(n, "axis", axis, r).ok()?;
-            Some(AxesOp::Concat { axis })
-        }
-        // Opset < 10 names its ranges in attributes; rewriting them is not worth it.
-        "Slice" if g.opset() >= 10 => Some(AxesOp::Slice {
-            ranges: slice_params(g, n).ok()?,
-        }),
-        _ => None,
-    }
-}
-
 /// Reduce(T_p(x), axes) → T_p'(Reduce(x, p[axes])), Concat(T_p(a), T_p(b) | const, axis) →
 /// T_p(Concat(a, b', p[axis])), Slice(T_p(x), axes) → T_p(Slice(x, p[axes])). A reduction's
 /// output is smaller than its input, so the transpose that comes out is never bigger than the
 /// one that went in; with keepdims and reduced H, W it only moves size-1 dims and becomes a
 /// reshape. Without keepdims the kept dims may come out in order already (NHWC mean over H, W →
 /// [N, C]), and then no transpose is left.
-fn sink_axes_step(g: &mut Graph, table: &OpTable) -> bool {
+fn sink_axes_step(g: &mut Graph) -> bool {
     let producers = g.producers();
     for i in 0..g.nodes.len() {
         let n = &g.nodes[i];
-        if table.layout(&n.op_type) != Some(Layout::Axes) || !known(g, n) || n.outputs.len() != 1 {
+        let Some(Layout::Axes(axes_of)) = layout(&n.op_type) else {
+            continue;
+        };
+        if !known(g, n) || n.outputs.len() != 1 {
             continue;
         }
         let (Some(x0), Some(y)) = (n.input(0), n.output(0)) else {
             continue;
         };
         let r = g.shape(x0).len();
-        let Some(kind) = axes_op(g, n, r) else {
+        let Some(kind) = axes_of(g, n, r) else {
             continue;
         };
         let from_t = |g: &Graph, v: ValueId| {
@@ -1166,32 +1136,6 @@ mod tests {
         let d = stft_magnitude(true);
         assert!(d.contains("-> c:f32[1, 8, 7]"), "{d}");
         assert_eq!(d.matches("Transpose(").count(), 2, "{d}");
-    }
-
-    #[test]
-    fn every_axes_op_is_known_to_the_pass() {
-        // An op the tables mark `axes` that axes_op cannot read would silently keep its
-        // transposes.
-        use crate::table::{Layout, OpTable};
-        for backend in [Backend::Htp, Backend::Gpu] {
-            let t = OpTable::get(backend).unwrap();
-            for (op, e) in &t.ops {
-                if e.layout == Layout::Axes {
-                    assert!(
-                        matches!(
-                            op.as_str(),
-                            "ReduceMean"
-                                | "ReduceSum"
-                                | "ReduceMax"
-                                | "ReduceMin"
-                                | "Concat"
-                                | "Slice"
-                        ),
-                        "{op} is marked axes in the {backend:?} table"
-                    );
-                }
-            }
-        }
     }
 
     #[test]

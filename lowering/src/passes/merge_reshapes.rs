@@ -15,17 +15,10 @@
 
 use crate::ir::{Graph, NodeId, ValueId};
 use crate::passes::collapse_moves::elementwise_of;
-use crate::table::OpTable;
 
 /// The links of a chain reading `x`: nodes that each read the previous link's output (a value
 /// with no other reader, not a graph output), with at least one reshape among them.
-fn chain_from(
-    g: &Graph,
-    table: &OpTable,
-    cons: &[Vec<NodeId>],
-    uses: &[usize],
-    start: NodeId,
-) -> Vec<NodeId> {
+fn chain_from(g: &Graph, cons: &[Vec<NodeId>], uses: &[usize], start: NodeId) -> Vec<NodeId> {
     let mut chain = Vec::new();
     let mut cur = start;
     loop {
@@ -37,7 +30,7 @@ fn chain_from(
             && g.values[v].known
             && !g.values[y].quant.as_ref().is_some_and(|q| q.axis.is_some())
             // An element-wise op of `v` alone (scalar operands) runs on any shape of it.
-            && (n.only_reshapes() || elementwise_of(g, table, n, v, false));
+            && (n.only_reshapes() || elementwise_of(g, n, v, false));
         if !ok {
             break;
         }
@@ -53,10 +46,10 @@ fn chain_from(
     chain
 }
 
-pub fn run(g: &mut Graph, table: &OpTable) {
+pub fn run(g: &mut Graph) {
     // Each rewrite removes a reshape or gives an op a larger last dim; the bound is a guard.
     for _ in 0..g.nodes.len() {
-        if !step(g, table) {
+        if !step(g) {
             return;
         }
     }
@@ -66,7 +59,7 @@ fn last_dim(s: &[usize]) -> usize {
     s.last().copied().unwrap_or(1)
 }
 
-fn step(g: &mut Graph, table: &OpTable) -> bool {
+fn step(g: &mut Graph) -> bool {
     let cons = g.consumers();
     let uses = g.use_counts();
     let producers = g.producers();
@@ -79,11 +72,11 @@ fn step(g: &mut Graph, table: &OpTable) -> bool {
         }
         // Only from the first link: a chain is rewritten once, whole.
         if let Some(p) = producers[x] {
-            if uses[x] == 1 && !g.is_output(x) && chain_from(g, table, &cons, &uses, p).len() > 1 {
+            if uses[x] == 1 && !g.is_output(x) && chain_from(g, &cons, &uses, p).len() > 1 {
                 continue;
             }
         }
-        let chain = chain_from(g, table, &cons, &uses, start);
+        let chain = chain_from(g, &cons, &uses, start);
         let moves = chain
             .iter()
             .filter(|&&k| g.nodes[k].only_reshapes())

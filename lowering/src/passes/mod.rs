@@ -246,13 +246,13 @@ fn prepare_inferred(
     // pattern unmatched (timm's ConvNeXt, FastViT and EfficientFormerV2 MLPs).
     fold_conv::run(&mut g);
     dce::run(&mut g);
-    layout::run(&mut g, table);
+    layout::run(&mut g);
     let mut errs = const_fold::run(&mut g);
     declared_shapes::annotate(&g, &mut errs);
     simplify::run(&mut g);
     // After the folds: a Reshape's shape computed from its input's Shape reads the input too.
-    collapse_moves::run(&mut g, table);
-    merge_reshapes::run(&mut g, table);
+    collapse_moves::run(&mut g);
+    merge_reshapes::run(&mut g);
     tile_batch_broadcast::run(&mut g);
     dce::run(&mut g);
     let settle_errors = qdq::settle(&mut g, opts.quantized_io);

@@ -9,12 +9,14 @@ use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const CLIP: OpDef = OpDef {
     op_type: "Clip",
+    since: 1,
+    layout: Layout::Agnostic,
     infer: same,
     fold: Some(Fold::Values(fold)),
     expand: None,

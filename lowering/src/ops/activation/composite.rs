@@ -16,11 +16,13 @@ use crate::ir::builder::Builder;
 use crate::ir::{Attr, Node, ValueId};
 use crate::ops::elementwise::{infer_mask, infer_variadic};
 use crate::ops::infer::same;
-use crate::ops::OpDef;
 use crate::ops::Quant;
+use crate::ops::{Layout, OpDef};
 
 pub const SELU: OpDef = OpDef {
     op_type: "Selu",
+    since: 1,
+    layout: Layout::Agnostic,
     infer: same,
     fold: None,
     expand: Some(selu),
@@ -30,6 +32,8 @@ pub const SELU: OpDef = OpDef {
 
 pub const THRESHOLDED_RELU: OpDef = OpDef {
     op_type: "ThresholdedRelu",
+    since: 10,
+    layout: Layout::Agnostic,
     infer: same,
     fold: None,
     expand: Some(thresholded_relu),
@@ -39,6 +43,8 @@ pub const THRESHOLDED_RELU: OpDef = OpDef {
 
 pub const SWISH: OpDef = OpDef {
     op_type: "Swish",
+    since: 24,
+    layout: Layout::Agnostic,
     infer: same,
     fold: None,
     expand: Some(swish),
@@ -48,6 +54,8 @@ pub const SWISH: OpDef = OpDef {
 
 pub const TAN: OpDef = OpDef {
     op_type: "Tan",
+    since: 7,
+    layout: Layout::Agnostic,
     infer: same,
     fold: None,
     expand: Some(tan),
@@ -57,6 +65,8 @@ pub const TAN: OpDef = OpDef {
 
 pub const MEAN: OpDef = OpDef {
     op_type: "Mean",
+    since: 1,
+    layout: Layout::Agnostic,
     infer: infer_variadic,
     fold: None,
     expand: Some(mean),
@@ -66,6 +76,8 @@ pub const MEAN: OpDef = OpDef {
 
 pub const IS_NAN: OpDef = OpDef {
     op_type: "IsNaN",
+    since: 9,
+    layout: Layout::Agnostic,
     infer: infer_mask,
     fold: None,
     expand: Some(is_nan),

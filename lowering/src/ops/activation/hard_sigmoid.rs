@@ -8,12 +8,14 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{neuron, op, param};
 
 pub const HARD_SIGMOID: OpDef = OpDef {
     op_type: "HardSigmoid",
+    since: 1,
+    layout: Layout::Agnostic,
     infer: same,
     fold: None,
     expand: None,

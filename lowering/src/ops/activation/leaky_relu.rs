@@ -6,11 +6,13 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub const LEAKY_RELU: OpDef = OpDef {
     op_type: "LeakyRelu",
+    since: 1,
+    layout: Layout::Agnostic,
     infer: same,
     fold: None,
     expand: None,

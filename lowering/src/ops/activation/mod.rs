@@ -1,8 +1,8 @@
 //! Activations with attributes or decompositions (the plain ones are rows in `elementwise`).
 
 use crate::ops::infer::same;
-use crate::ops::OpDef;
 use crate::ops::Quant;
+use crate::ops::{Layout, OpDef};
 
 pub mod clip;
 pub mod composite;
@@ -18,6 +18,8 @@ pub mod softplus;
 /// after them are still checked.
 pub const CELU: OpDef = OpDef {
     op_type: "Celu",
+    since: 12,
+    layout: Layout::Framework,
     infer: same,
     fold: None,
     expand: None,
@@ -27,6 +29,8 @@ pub const CELU: OpDef = OpDef {
 
 pub const SOFTSIGN: OpDef = OpDef {
     op_type: "Softsign",
+    since: 1,
+    layout: Layout::Framework,
     infer: same,
     fold: None,
     expand: None,

@@ -5,12 +5,14 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::elementwise::infer_binary;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::ops::{Quant, Weighted};
 use crate::qnn_names::op;
 
 pub const PRELU: OpDef = OpDef {
     op_type: "PRelu",
+    since: 1,
+    layout: Layout::Agnostic,
     infer: infer_binary,
     fold: None,
     expand: None,

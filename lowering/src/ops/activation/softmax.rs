@@ -13,7 +13,7 @@ use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -22,6 +22,8 @@ pub const BETA: &str = "qnnx_beta";
 
 pub const SOFTMAX: OpDef = OpDef {
     op_type: "Softmax",
+    since: 1,
+    layout: Layout::Framework,
     infer: same,
     fold: None,
     expand: None,
@@ -31,6 +33,8 @@ pub const SOFTMAX: OpDef = OpDef {
 
 pub const LOG_SOFTMAX: OpDef = OpDef {
     op_type: "LogSoftmax",
+    since: 1,
+    layout: Layout::Framework,
     infer: same,
     fold: None,
     expand: None,

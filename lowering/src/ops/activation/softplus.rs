@@ -9,12 +9,14 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::TensorId;
 use crate::qnn_names::op;
 
 pub const SOFTPLUS: OpDef = OpDef {
     op_type: "Softplus",
+    since: 1,
+    layout: Layout::Agnostic,
     infer: same,
     fold: None,
     expand: None,
@@ -24,6 +26,8 @@ pub const SOFTPLUS: OpDef = OpDef {
 
 pub const MISH: OpDef = OpDef {
     op_type: "Mish",
+    since: 18,
+    layout: Layout::Agnostic,
     infer: same,
     fold: None,
     expand: None,

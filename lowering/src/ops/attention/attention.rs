@@ -18,11 +18,13 @@ use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node, ValueId};
 use crate::ops::infer::{In, Out};
-use crate::ops::OpDef;
 use crate::ops::Quant;
+use crate::ops::{Layout, OpDef};
 
 pub const ATTENTION: OpDef = OpDef {
     op_type: "Attention",
+    since: 23,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(attention),

@@ -16,11 +16,13 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::{Attr, Node, ValueId};
 use crate::ops::infer::{same, In, Out};
-use crate::ops::OpDef;
 use crate::ops::Quant;
+use crate::ops::{Layout, OpDef};
 
 pub const ROTARY_EMBEDDING: OpDef = OpDef {
     op_type: "RotaryEmbedding",
+    since: 23,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(rotary_embedding),

@@ -11,11 +11,13 @@ use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
 use crate::ops::infer::{In, Out};
-use crate::ops::OpDef;
 use crate::ops::Quant;
+use crate::ops::{Layout, OpDef};
 
 pub const CAUSAL_CONV_WITH_STATE: OpDef = OpDef {
     op_type: "CausalConvWithState",
+    since: 27,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(causal_conv_with_state),

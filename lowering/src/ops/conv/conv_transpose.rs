@@ -13,13 +13,15 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc, spatial_params, Spatial};
-use crate::ops::{u32s, LowerCx, OpDef};
+use crate::ops::{u32s, Layout, LowerCx, OpDef};
 use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const CONV_TRANSPOSE: OpDef = OpDef {
     op_type: "ConvTranspose",
+    since: 1,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),

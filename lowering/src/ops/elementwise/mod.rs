@@ -15,7 +15,7 @@ use crate::ir::tensor::{broadcast_map, numel, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub mod mod_;
@@ -88,9 +88,11 @@ fn tanh_encoding(storage: DType) -> Option<(f32, i32)> {
 }
 
 /// The entry of a [`UNARY`] row that is evaluated on the host when its input is constant.
-const fn unary_op(op_type: &'static str) -> OpDef {
+const fn unary_op(op_type: &'static str, since: i64) -> OpDef {
     OpDef {
         op_type,
+        since,
+        layout: Layout::Agnostic,
         infer: same,
         fold: Some(Fold::Values(fold_unary)),
         expand: None,
@@ -100,9 +102,11 @@ const fn unary_op(op_type: &'static str) -> OpDef {
 }
 
 /// The entry of a [`UNARY`] row with no host evaluation.
-const fn device_unary_op(op_type: &'static str) -> OpDef {
+const fn device_unary_op(op_type: &'static str, since: i64) -> OpDef {
     OpDef {
         op_type,
+        since,
+        layout: Layout::Agnostic,
         infer: same,
         fold: None,
         expand: None,
@@ -112,9 +116,11 @@ const fn device_unary_op(op_type: &'static str) -> OpDef {
 }
 
 /// The entry of a two-input arithmetic [`BINARY`] row.
-const fn binary_op(op_type: &'static str) -> OpDef {
+const fn binary_op(op_type: &'static str, since: i64) -> OpDef {
     OpDef {
         op_type,
+        since,
+        layout: Layout::Agnostic,
         infer: infer_binary,
         fold: Some(Fold::Values(fold_arith)),
         expand: None,
@@ -124,9 +130,11 @@ const fn binary_op(op_type: &'static str) -> OpDef {
 }
 
 /// The entry of a variadic [`BINARY`] row (a chain of the binary op).
-const fn variadic_op(op_type: &'static str) -> OpDef {
+const fn variadic_op(op_type: &'static str, since: i64) -> OpDef {
     OpDef {
         op_type,
+        since,
+        layout: Layout::Agnostic,
         infer: infer_variadic,
         fold: Some(Fold::Values(fold_arith)),
         expand: None,
@@ -136,9 +144,11 @@ const fn variadic_op(op_type: &'static str) -> OpDef {
 }
 
 /// The entry of a comparison or logical [`BINARY`] row.
-const fn compare_op(op_type: &'static str) -> OpDef {
+const fn compare_op(op_type: &'static str, since: i64) -> OpDef {
     OpDef {
         op_type,
+        since,
+        layout: Layout::Agnostic,
         infer: infer_compare,
         fold: Some(Fold::Values(fold_compare)),
         expand: None,
@@ -149,6 +159,8 @@ const fn compare_op(op_type: &'static str) -> OpDef {
 
 pub const WHERE: OpDef = OpDef {
     op_type: "Where",
+    since: 9,
+    layout: Layout::Agnostic,
     infer: infer_where,
     fold: Some(Fold::Values(fold_where)),
     expand: None,
@@ -158,6 +170,8 @@ pub const WHERE: OpDef = OpDef {
 
 pub const RECIPROCAL: OpDef = OpDef {
     op_type: "Reciprocal",
+    since: 1,
+    layout: Layout::Agnostic,
     infer: same,
     fold: Some(Fold::Values(fold_unary)),
     expand: None,
@@ -168,6 +182,8 @@ pub const RECIPROCAL: OpDef = OpDef {
 /// Inferred only: no op table lists them.
 pub const BIT_SHIFT: OpDef = OpDef {
     op_type: "BitShift",
+    since: 11,
+    layout: Layout::Framework,
     infer: infer_binary,
     fold: None,
     expand: None,
@@ -177,6 +193,8 @@ pub const BIT_SHIFT: OpDef = OpDef {
 
 pub const IS_INF: OpDef = OpDef {
     op_type: "IsInf",
+    since: 10,
+    layout: Layout::Framework,
     infer: infer_mask,
     fold: None,
     expand: None,
@@ -185,41 +203,41 @@ pub const IS_INF: OpDef = OpDef {
 };
 
 pub const OPS: &[OpDef] = &[
-    unary_op("Abs").with_quant(Quant::Direct),
-    unary_op("Neg").with_quant(Quant::Direct),
-    unary_op("Exp").with_quant(Quant::Direct),
-    unary_op("Log"),
-    unary_op("Sqrt").with_quant(Quant::Direct),
-    unary_op("Floor"),
-    unary_op("Ceil"),
-    unary_op("Round"),
-    unary_op("Sign"),
-    unary_op("Sin"),
-    unary_op("Cos"),
-    device_unary_op("Asin"),
-    device_unary_op("Atan"),
-    unary_op("Not"),
-    unary_op("Relu").with_quant(Quant::Direct),
-    unary_op("Sigmoid").with_quant(Quant::Fixed(sigmoid_encoding)),
-    unary_op("Tanh").with_quant(Quant::Fixed(tanh_encoding)),
-    device_unary_op("HardSwish").with_quant(Quant::Direct),
-    device_unary_op("Erf"),
-    binary_op("Add").with_quant(Quant::Direct),
-    binary_op("Sub").with_quant(Quant::Direct),
-    binary_op("Mul").with_quant(Quant::Direct),
-    binary_op("Div").with_quant(Quant::Direct),
-    binary_op("Pow"),
-    variadic_op("Max").with_quant(Quant::Direct),
-    variadic_op("Min").with_quant(Quant::Direct),
-    variadic_op("Sum").with_quant(Quant::Direct),
-    compare_op("And"),
-    compare_op("Or"),
-    compare_op("Xor"),
-    compare_op("Equal"),
-    compare_op("Less"),
-    compare_op("Greater"),
-    compare_op("LessOrEqual"),
-    compare_op("GreaterOrEqual"),
+    unary_op("Abs", 1).with_quant(Quant::Direct),
+    unary_op("Neg", 1).with_quant(Quant::Direct),
+    unary_op("Exp", 1).with_quant(Quant::Direct),
+    unary_op("Log", 1),
+    unary_op("Sqrt", 1).with_quant(Quant::Direct),
+    unary_op("Floor", 1),
+    unary_op("Ceil", 1),
+    unary_op("Round", 11),
+    unary_op("Sign", 9),
+    unary_op("Sin", 7),
+    unary_op("Cos", 7),
+    device_unary_op("Asin", 7),
+    device_unary_op("Atan", 7),
+    unary_op("Not", 1),
+    unary_op("Relu", 1).with_quant(Quant::Direct),
+    unary_op("Sigmoid", 1).with_quant(Quant::Fixed(sigmoid_encoding)),
+    unary_op("Tanh", 1).with_quant(Quant::Fixed(tanh_encoding)),
+    device_unary_op("HardSwish", 14).with_quant(Quant::Direct),
+    device_unary_op("Erf", 9),
+    binary_op("Add", 1).with_quant(Quant::Direct),
+    binary_op("Sub", 1).with_quant(Quant::Direct),
+    binary_op("Mul", 1).with_quant(Quant::Direct),
+    binary_op("Div", 1).with_quant(Quant::Direct),
+    binary_op("Pow", 1),
+    variadic_op("Max", 1).with_quant(Quant::Direct),
+    variadic_op("Min", 1).with_quant(Quant::Direct),
+    variadic_op("Sum", 1).with_quant(Quant::Direct),
+    compare_op("And", 1),
+    compare_op("Or", 1),
+    compare_op("Xor", 1),
+    compare_op("Equal", 1),
+    compare_op("Less", 1),
+    compare_op("Greater", 1),
+    compare_op("LessOrEqual", 12),
+    compare_op("GreaterOrEqual", 12),
     WHERE,
     RECIPROCAL,
     mod_::MOD,

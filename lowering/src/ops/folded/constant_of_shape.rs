@@ -8,10 +8,12 @@ use crate::ir::attr::to_usizes;
 use crate::ir::tensor::{numel, Tensor};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, OpDef};
+use crate::ops::{Fold, Layout, OpDef};
 
 pub const CONSTANT_OF_SHAPE: OpDef = OpDef {
     op_type: "ConstantOfShape",
+    since: 9,
+    layout: Layout::Framework,
     infer,
     fold: Some(Fold::Shapes(fold)),
     expand: None,

@@ -6,10 +6,12 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, OpDef};
+use crate::ops::{Fold, Layout, OpDef};
 
 pub const RANGE: OpDef = OpDef {
     op_type: "Range",
+    since: 11,
+    layout: Layout::Framework,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

@@ -7,10 +7,12 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, OpDef};
+use crate::ops::{Fold, Layout, OpDef};
 
 pub const SHAPE: OpDef = OpDef {
     op_type: "Shape",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: Some(Fold::Shapes(fold)),
     expand: None,

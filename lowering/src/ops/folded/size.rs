@@ -6,10 +6,12 @@ use crate::error::Result;
 use crate::ir::tensor::{numel, Tensor};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, OpDef};
+use crate::ops::{Fold, Layout, OpDef};
 
 pub const SIZE: OpDef = OpDef {
     op_type: "Size",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: Some(Fold::Shapes(fold)),
     expand: None,

@@ -12,11 +12,13 @@ use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Node, ValueId};
 use crate::ops::infer::{In, Out};
-use crate::ops::OpDef;
 use crate::ops::Quant;
+use crate::ops::{Layout, OpDef};
 
 pub const NEGATIVE_LOG_LIKELIHOOD_LOSS: OpDef = OpDef {
     op_type: "NegativeLogLikelihoodLoss",
+    since: 12,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(nll_loss),

@@ -7,14 +7,16 @@
 use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
-use crate::ops::OpDef;
 use crate::ops::Quant;
+use crate::ops::{Layout, OpDef};
 
 use super::nll_loss::{loss_shape, nll_into};
 use crate::ops::infer::{In, Out};
 
 pub const SOFTMAX_CROSS_ENTROPY_LOSS: OpDef = OpDef {
     op_type: "SoftmaxCrossEntropyLoss",
+    since: 12,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(softmax_cross_entropy),

@@ -11,12 +11,14 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
 pub const EINSUM: OpDef = OpDef {
     op_type: "Einsum",
+    since: 12,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: None,

@@ -9,13 +9,15 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const GEMM: OpDef = OpDef {
     op_type: "Gemm",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: None,

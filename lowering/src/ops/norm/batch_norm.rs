@@ -11,12 +11,14 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const BATCH_NORMALIZATION: OpDef = OpDef {
     op_type: "BatchNormalization",
+    since: 1,
+    layout: Layout::Sensitive,
     infer: same,
     fold: None,
     expand: None,

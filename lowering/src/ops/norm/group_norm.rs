@@ -16,12 +16,14 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
 pub const GROUP_NORMALIZATION: OpDef = OpDef {
     op_type: "GroupNormalization",
+    since: 18,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: None,

@@ -17,12 +17,14 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const INSTANCE_NORMALIZATION: OpDef = OpDef {
     op_type: "InstanceNormalization",
+    since: 1,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: None,

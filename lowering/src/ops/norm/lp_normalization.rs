@@ -15,12 +15,14 @@ use crate::ir::builder::Builder;
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const LP_NORMALIZATION: OpDef = OpDef {
     op_type: "LpNormalization",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(lp_normalization_l1),

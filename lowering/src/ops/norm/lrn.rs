@@ -9,12 +9,14 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{lrn_region, op, param};
 
 pub const LRN: OpDef = OpDef {
     op_type: "LRN",
+    since: 1,
+    layout: Layout::Sensitive,
     infer: same,
     fold: None,
     expand: None,

@@ -11,12 +11,14 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const RMS_NORMALIZATION: OpDef = OpDef {
     op_type: "RMSNormalization",
+    since: 23,
+    layout: Layout::Framework,
     infer: same,
     fold: None,
     expand: None,

@@ -7,12 +7,14 @@ use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const GLOBAL_AVERAGE_POOL: OpDef = OpDef {
     op_type: "GlobalAveragePool",
+    since: 1,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: None,
@@ -22,6 +24,8 @@ pub const GLOBAL_AVERAGE_POOL: OpDef = OpDef {
 
 pub const GLOBAL_MAX_POOL: OpDef = OpDef {
     op_type: "GlobalMaxPool",
+    since: 1,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: None,

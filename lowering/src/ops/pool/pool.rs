@@ -24,12 +24,14 @@ use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, pool_out, require_2d_nhwc, spatial_params, Spatial};
 use crate::ops::Quant;
-use crate::ops::{u32s, LowerCx, OpDef};
+use crate::ops::{u32s, Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param, rounding};
 
 pub const MAX_POOL: OpDef = OpDef {
     op_type: "MaxPool",
+    since: 1,
+    layout: Layout::Sensitive,
     infer: infer_max_pool,
     fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),
@@ -39,6 +41,8 @@ pub const MAX_POOL: OpDef = OpDef {
 
 pub const AVERAGE_POOL: OpDef = OpDef {
     op_type: "AveragePool",
+    since: 1,
+    layout: Layout::Sensitive,
     infer: infer_pool,
     fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),
@@ -49,6 +53,8 @@ pub const AVERAGE_POOL: OpDef = OpDef {
 /// Inferred only: no op table lists it.
 pub const LP_POOL: OpDef = OpDef {
     op_type: "LpPool",
+    since: 1,
+    layout: Layout::Framework,
     infer: infer_pool,
     fold: None,
     expand: None,

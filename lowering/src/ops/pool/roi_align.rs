@@ -12,12 +12,14 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const ROI_ALIGN: OpDef = OpDef {
     op_type: "RoiAlign",
+    since: 10,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: None,

@@ -7,10 +7,12 @@
 use crate::error::Result;
 use crate::ops::infer::{In, Out};
 use crate::ops::quant::unpaired;
-use crate::ops::{OpDef, Quant};
+use crate::ops::{Layout, OpDef, Quant};
 
 pub const DEQUANTIZE_LINEAR: OpDef = OpDef {
     op_type: "DequantizeLinear",
+    since: 10,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: None,

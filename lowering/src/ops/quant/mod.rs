@@ -9,7 +9,7 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
-use crate::ops::{LowerCx, OpDef, Quant};
+use crate::ops::{Layout, LowerCx, OpDef, Quant};
 use crate::qnn_names::op;
 
 pub mod dequantize_linear;
@@ -37,6 +37,8 @@ pub const OPS: &[OpDef] = &[
 const fn internal(op_type: &'static str, lower: fn(&mut LowerCx, &Node) -> Result<()>) -> OpDef {
     OpDef {
         op_type,
+        since: 1,
+        layout: Layout::Framework,
         infer: same,
         fold: None,
         expand: None,

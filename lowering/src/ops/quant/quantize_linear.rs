@@ -9,10 +9,12 @@ use crate::ir::quant::quantize_tensor;
 use crate::ir::tensor::Tensor;
 use crate::ops::infer::{In, Out};
 use crate::ops::quant::{node_encoding, unpaired};
-use crate::ops::{Fold, OpDef, Quant};
+use crate::ops::{Fold, Layout, OpDef, Quant};
 
 pub const QUANTIZE_LINEAR: OpDef = OpDef {
     op_type: "QuantizeLinear",
+    since: 10,
+    layout: Layout::Framework,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

@@ -12,12 +12,14 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const ARG_MAX: OpDef = OpDef {
     op_type: "ArgMax",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(last_index),
@@ -27,6 +29,8 @@ pub const ARG_MAX: OpDef = OpDef {
 
 pub const ARG_MIN: OpDef = OpDef {
     op_type: "ArgMin",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(last_index),

@@ -9,12 +9,14 @@ use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const CUM_SUM: OpDef = OpDef {
     op_type: "CumSum",
+    since: 11,
+    layout: Layout::Framework,
     infer: same,
     fold: None,
     expand: None,

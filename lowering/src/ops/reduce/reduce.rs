@@ -10,12 +10,14 @@ use crate::ir::tensor::{map_indices, numel, strides, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, LowerCx, OpDef};
+use crate::ops::{AxesOp, Fold, Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const REDUCE_MEAN: OpDef = OpDef {
     op_type: "ReduceMean",
+    since: 1,
+    layout: Layout::Axes(layout_axes),
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,
@@ -25,6 +27,8 @@ pub const REDUCE_MEAN: OpDef = OpDef {
 
 pub const REDUCE_SUM: OpDef = OpDef {
     op_type: "ReduceSum",
+    since: 1,
+    layout: Layout::Axes(layout_axes),
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,
@@ -34,6 +38,8 @@ pub const REDUCE_SUM: OpDef = OpDef {
 
 pub const REDUCE_MAX: OpDef = OpDef {
     op_type: "ReduceMax",
+    since: 1,
+    layout: Layout::Axes(layout_axes),
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,
@@ -43,6 +49,8 @@ pub const REDUCE_MAX: OpDef = OpDef {
 
 pub const REDUCE_MIN: OpDef = OpDef {
     op_type: "ReduceMin",
+    since: 1,
+    layout: Layout::Axes(layout_axes),
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,
@@ -79,6 +87,13 @@ fn reduce_axes(x: &In, n: &Node, rank: usize) -> Result<Option<Vec<usize>>> {
 }
 
 /// The reduced axes (`None`: none, with `noop_with_empty_axes`) and `keepdims`.
+/// The reduction's axes for the layout pass ([`Layout::Axes`]); `None` when they are not a
+/// constant (the rule reports that) or `noop_with_empty_axes` is set with no axes (an identity).
+fn layout_axes(g: &Graph, n: &Node, _r: usize) -> Option<AxesOp> {
+    let (axes, keep) = reduce_params(g, n).ok()?;
+    Some(AxesOp::Reduce { axes: axes?, keep })
+}
+
 pub fn reduce_params(g: &Graph, n: &Node) -> Result<(Option<Vec<usize>>, bool)> {
     let x = In { g, n };
     let rank = x.rank(0)?;

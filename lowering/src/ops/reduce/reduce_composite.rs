@@ -26,10 +26,12 @@ use crate::ir::tensor::{numel, Tensor};
 use crate::ir::{Attr, Node, ValueId};
 use crate::ops::reduce::reduce::{fold, infer, reduce_params};
 use crate::ops::Quant;
-use crate::ops::{Fold, OpDef};
+use crate::ops::{Fold, Layout, OpDef};
 
 pub const REDUCE_L1: OpDef = OpDef {
     op_type: "ReduceL1",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(reduce_composite),
@@ -39,6 +41,8 @@ pub const REDUCE_L1: OpDef = OpDef {
 
 pub const REDUCE_L2: OpDef = OpDef {
     op_type: "ReduceL2",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(reduce_composite),
@@ -48,6 +52,8 @@ pub const REDUCE_L2: OpDef = OpDef {
 
 pub const REDUCE_SUM_SQUARE: OpDef = OpDef {
     op_type: "ReduceSumSquare",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(reduce_composite),
@@ -57,6 +63,8 @@ pub const REDUCE_SUM_SQUARE: OpDef = OpDef {
 
 pub const REDUCE_LOG_SUM: OpDef = OpDef {
     op_type: "ReduceLogSum",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(reduce_composite),
@@ -66,6 +74,8 @@ pub const REDUCE_LOG_SUM: OpDef = OpDef {
 
 pub const REDUCE_LOG_SUM_EXP: OpDef = OpDef {
     op_type: "ReduceLogSumExp",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(reduce_composite),
@@ -75,6 +85,8 @@ pub const REDUCE_LOG_SUM_EXP: OpDef = OpDef {
 
 pub const REDUCE_PROD: OpDef = OpDef {
     op_type: "ReduceProd",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: Some(reduce_composite),

@@ -7,12 +7,14 @@ use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::{DType, Param};
 use crate::qnn_names::{op, param};
 
 pub const TOP_K: OpDef = OpDef {
     op_type: "TopK",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: None,

@@ -7,12 +7,14 @@ use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{d2s_mode, op, param};
 
 pub const DEPTH_TO_SPACE: OpDef = OpDef {
     op_type: "DepthToSpace",
+    since: 1,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: None,
@@ -22,6 +24,8 @@ pub const DEPTH_TO_SPACE: OpDef = OpDef {
 
 pub const SPACE_TO_DEPTH: OpDef = OpDef {
     op_type: "SpaceToDepth",
+    since: 1,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: None,

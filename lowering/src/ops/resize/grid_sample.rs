@@ -13,12 +13,14 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{grid_sample, op, param};
 
 pub const GRID_SAMPLE: OpDef = OpDef {
     op_type: "GridSample",
+    since: 16,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: None,

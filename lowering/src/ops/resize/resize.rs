@@ -13,12 +13,14 @@ use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param, resize as rv};
 
 pub const RESIZE: OpDef = OpDef {
     op_type: "Resize",
+    since: 10,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: None,
@@ -28,6 +30,8 @@ pub const RESIZE: OpDef = OpDef {
 
 pub const UPSAMPLE: OpDef = OpDef {
     op_type: "Upsample",
+    since: 1,
+    layout: Layout::Sensitive,
     infer,
     fold: None,
     expand: None,

@@ -20,11 +20,13 @@ use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
 use crate::ops::infer::{In, Out};
-use crate::ops::OpDef;
 use crate::ops::Quant;
+use crate::ops::{Layout, OpDef};
 
 pub const GRU: OpDef = OpDef {
     op_type: "GRU",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(gru),

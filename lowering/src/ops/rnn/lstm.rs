@@ -36,12 +36,14 @@ use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
-use crate::ops::{LowerCx, OpDef, Quant};
+use crate::ops::{Layout, LowerCx, OpDef, Quant};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
 pub const LSTM: OpDef = OpDef {
     op_type: "LSTM",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(lstm),

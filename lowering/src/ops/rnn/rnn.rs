@@ -12,11 +12,13 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::OpDef;
 use crate::ops::Quant;
+use crate::ops::{Layout, OpDef};
 
 pub const RNN: OpDef = OpDef {
     op_type: "RNN",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(rnn),

@@ -4,21 +4,30 @@
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::tensor::{map_indices, numel, strides, Tensor};
-use crate::ir::Node;
+use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, LowerCx, OpDef};
+use crate::ops::{AxesOp, Fold, Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const CONCAT: OpDef = OpDef {
     op_type: "Concat",
+    since: 1,
+    layout: Layout::Axes(layout_axes),
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,
     lower: Some(concat),
     quant: Quant::Direct,
 };
+
+/// The concat axis for the layout pass ([`Layout::Axes`]).
+fn layout_axes(_g: &Graph, n: &Node, r: usize) -> Option<AxesOp> {
+    let axis = n.attr_i_opt("axis").ok()??;
+    let axis = norm_axis(n, "axis", axis, r).ok()?;
+    Some(AxesOp::Concat { axis })
+}
 
 fn infer(x: &In) -> Result<Vec<Out>> {
     let n = x.n;

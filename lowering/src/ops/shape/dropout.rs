@@ -10,10 +10,12 @@ use crate::ir::{Graph, Node};
 use crate::ops::infer::{same, In, Out};
 use crate::ops::shape::reshape::reshape;
 use crate::ops::Quant;
-use crate::ops::{Fold, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef};
 
 pub const DROPOUT: OpDef = OpDef {
     op_type: "Dropout",
+    since: 1,
+    layout: Layout::Agnostic,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

@@ -9,12 +9,14 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const GATHER_ND: OpDef = OpDef {
     op_type: "GatherND",
+    since: 11,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: None,

@@ -8,12 +8,14 @@ use crate::ir::attr::norm_axes;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, pad_scheme, param};
 
 pub const PAD: OpDef = OpDef {
     op_type: "Pad",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: None,

@@ -11,11 +11,13 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef};
 use crate::qnn_names::op;
 
 pub const RESHAPE: OpDef = OpDef {
     op_type: "Reshape",
+    since: 1,
+    layout: Layout::Framework,
     infer: infer_reshape,
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
@@ -25,6 +27,8 @@ pub const RESHAPE: OpDef = OpDef {
 
 pub const FLATTEN: OpDef = OpDef {
     op_type: "Flatten",
+    since: 1,
+    layout: Layout::Framework,
     infer: infer_flatten,
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
@@ -34,6 +38,8 @@ pub const FLATTEN: OpDef = OpDef {
 
 pub const IDENTITY: OpDef = OpDef {
     op_type: "Identity",
+    since: 1,
+    layout: Layout::Agnostic,
     infer: same,
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,

@@ -25,12 +25,14 @@ use crate::ir::tensor::{numel, strides, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param, scatter_reduction};
 
 pub const SCATTER_ELEMENTS: OpDef = OpDef {
     op_type: "ScatterElements",
+    since: 11,
+    layout: Layout::Framework,
     infer: infer_elements,
     fold: None,
     expand: None,
@@ -40,6 +42,8 @@ pub const SCATTER_ELEMENTS: OpDef = OpDef {
 
 pub const SCATTER: OpDef = OpDef {
     op_type: "Scatter",
+    since: 9,
+    layout: Layout::Framework,
     infer: infer_elements,
     fold: None,
     expand: None,
@@ -49,6 +53,8 @@ pub const SCATTER: OpDef = OpDef {
 
 pub const SCATTER_ND: OpDef = OpDef {
     op_type: "ScatterND",
+    since: 11,
+    layout: Layout::Framework,
     infer: infer_nd,
     fold: Some(crate::ops::Fold::Values(fold_nd)),
     expand: None,

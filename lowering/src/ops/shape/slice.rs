@@ -10,10 +10,12 @@ use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, LowerCx, OpDef};
+use crate::ops::{AxesOp, Fold, Layout, LowerCx, OpDef};
 
 pub const SLICE: OpDef = OpDef {
     op_type: "Slice",
+    since: 1,
+    layout: Layout::Axes(layout_axes),
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,
@@ -22,6 +24,15 @@ pub const SLICE: OpDef = OpDef {
 };
 
 /// Slice parameters resolved to per-axis (start, end, step) with ONNX clamping.
+/// The sliced ranges for the layout pass ([`Layout::Axes`]). Opset < 10 names its ranges in
+/// attributes; rewriting them is not worth it.
+fn layout_axes(g: &Graph, n: &Node, _r: usize) -> Option<AxesOp> {
+    (g.opset() >= 10).then_some(())?;
+    Some(AxesOp::Slice {
+        ranges: slice_params(g, n).ok()?,
+    })
+}
+
 pub fn slice_params(g: &Graph, n: &Node) -> Result<Vec<(usize, i64, i64, i64)>> {
     let x = In { g, n };
     let shape = x.shape(0)?;

@@ -7,12 +7,14 @@ use crate::ir::attr::{norm_axis, to_usizes};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const SPLIT: OpDef = OpDef {
     op_type: "Split",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: None,

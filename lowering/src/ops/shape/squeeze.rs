@@ -9,10 +9,12 @@ use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::shape::reshape::{fold_reshape, reshape};
 use crate::ops::Quant;
-use crate::ops::{Fold, OpDef};
+use crate::ops::{Fold, Layout, OpDef};
 
 pub const SQUEEZE: OpDef = OpDef {
     op_type: "Squeeze",
+    since: 1,
+    layout: Layout::Framework,
     infer: infer_squeeze,
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
@@ -22,6 +24,8 @@ pub const SQUEEZE: OpDef = OpDef {
 
 pub const UNSQUEEZE: OpDef = OpDef {
     op_type: "Unsqueeze",
+    since: 1,
+    layout: Layout::Framework,
     infer: infer_unsqueeze,
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,

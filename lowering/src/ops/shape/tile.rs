@@ -10,12 +10,14 @@ use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const TILE: OpDef = OpDef {
     op_type: "Tile",
+    since: 1,
+    layout: Layout::Framework,
     infer: infer_tile,
     fold: Some(Fold::Values(fold_tile)),
     expand: None,
@@ -25,6 +27,8 @@ pub const TILE: OpDef = OpDef {
 
 pub const EXPAND: OpDef = OpDef {
     op_type: "Expand",
+    since: 8,
+    layout: Layout::Framework,
     infer: infer_expand,
     fold: Some(Fold::Values(fold_expand)),
     expand: None,

@@ -7,12 +7,14 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
 pub const TRANSPOSE: OpDef = OpDef {
     op_type: "Transpose",
+    since: 1,
+    layout: Layout::Framework,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

@@ -9,10 +9,12 @@ use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::{OpDef, Quant};
+use crate::ops::{Layout, OpDef, Quant};
 
 pub const TRILU: OpDef = OpDef {
     op_type: "Trilu",
+    since: 14,
+    layout: Layout::Framework,
     infer,
     fold: None,
     expand: Some(expand),

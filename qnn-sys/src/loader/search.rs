@@ -64,50 +64,53 @@ impl SearchEnv {
     /// process spawn (100 ms and more), so it is done here only when `probe_python` is set; see
     /// [`python_package_dir`].
     pub fn from_process(kind: LibraryKind, probe_python: bool) -> SearchEnv {
-        let var = |k: &str| {
-            std::env::var_os(k)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        };
+        let mut env = SearchEnv::from_vars(kind, Os::current(), &|k| std::env::var_os(k));
+        if probe_python && env.ask_python {
+            env.python_probe = python_package_dir();
+        }
+        env
+    }
+
+    /// [`SearchEnv::from_process`] for the variables `var` returns on `os`, without asking
+    /// `python3`: the Windows rules (`%LOCALAPPDATA%`, a venv's `Lib\site-packages`) are
+    /// unit-tested on any host.
+    pub fn from_vars(
+        kind: LibraryKind,
+        os: Os,
+        var: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> SearchEnv {
+        let set = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
         let mut python_package_dirs = Vec::new();
-        python_package_dirs.extend(var(ONNXRUNTIME_QNN_DIR_VAR));
-        if let Some(venv) = var("VIRTUAL_ENV") {
+        python_package_dirs.extend(set(ONNXRUNTIME_QNN_DIR_VAR));
+        if let Some(venv) = set("VIRTUAL_ENV") {
             python_package_dirs.extend(site_packages_under(&venv));
         }
-        let ask_python = std::env::var_os(ONNXRUNTIME_QNN_DIR_VAR).is_none();
+        let ask_python = var(ONNXRUNTIME_QNN_DIR_VAR).is_none();
         let mut runtime_dirs = Vec::new();
-        if let Some(d) = var("QNNX_RUNTIME_DIR") {
+        if let Some(d) = set("QNNX_RUNTIME_DIR") {
             runtime_dirs.push(d);
         }
-        if let Some(d) = user_data_dir() {
+        if let Some(d) = user_data_dir(os, &set) {
             runtime_dirs.push(d.join("qnnx").join("runtime"));
         }
         SearchEnv {
-            kind_lib: var(kind.env_var()),
-            lib_dir: var("QNN_LIB_DIR"),
-            sdk_root: var("QNN_SDK_ROOT"),
+            kind_lib: set(kind.env_var()),
+            lib_dir: set("QNN_LIB_DIR"),
+            sdk_root: set("QNN_SDK_ROOT"),
             python_package_dirs,
             runtime_dirs,
             ask_python,
-            python_probe: if probe_python && ask_python {
-                python_package_dir()
-            } else {
-                None
-            },
+            python_probe: None,
         }
     }
 }
 
-fn user_data_dir() -> Option<PathBuf> {
-    let var = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if cfg!(target_os = "windows") {
-        var("LOCALAPPDATA")
-    } else {
-        var("XDG_DATA_HOME").or_else(|| var("HOME").map(|h| h.join(".local").join("share")))
+fn user_data_dir(os: Os, var: &dyn Fn(&str) -> Option<PathBuf>) -> Option<PathBuf> {
+    match os {
+        Os::Windows => var("LOCALAPPDATA"),
+        Os::Linux | Os::Android => {
+            var("XDG_DATA_HOME").or_else(|| var("HOME").map(|h| h.join(".local").join("share")))
+        }
     }
 }
 

@@ -161,7 +161,7 @@ fn the_sdk_wins_over_the_wheel_and_its_arm64x_folder_is_tried() {
     assert_eq!(asked, 0);
     let (found, _) = search(&[wheel.clone(), arm64x.clone()], None);
     assert_eq!(found.map(|c| c.path), Some(arm64x));
-    let (found, asked) = search(&[wheel.clone()], None);
+    let (found, asked) = search(std::slice::from_ref(&wheel), None);
     assert_eq!(
         found.map(|c| (c.source, c.path)),
         Some(("onnxruntime_qnn", wheel))

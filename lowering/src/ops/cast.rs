@@ -8,13 +8,14 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef, ShapeInput};
 use crate::qnn_names::op;
 
 pub const CAST: OpDef = OpDef {
     op_type: "Cast",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::Kept,
     infer: infer_cast,
     fold: Some(Fold::Values(fold_cast)),
     expand: None,
@@ -26,6 +27,7 @@ pub const CAST_LIKE: OpDef = OpDef {
     op_type: "CastLike",
     since: 15,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::Kept,
     infer: infer_cast_like,
     fold: Some(Fold::Values(fold_cast)),
     expand: None,

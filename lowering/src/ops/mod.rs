@@ -27,7 +27,7 @@ pub mod spatial;
 pub use lower_cx::{plan_shape, u32s, LowerCx};
 pub use registry::{
     def, defs, family, layout, rule, AxesOp, Expander, Fold, InferFn, Layout, OpDef, Quant, Rule,
-    Weighted,
+    ShapeInput, Weighted,
 };
 
 #[cfg(test)]

@@ -9,12 +9,13 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
-use crate::ir::{Graph, Node};
+use crate::ir::{Graph, Node, ValueId};
 use crate::ops::infer::{In, Out};
 use crate::ops::{
     activation, attention, cast, conv, elementwise, folded, loss, matmul, norm, pool, quant,
     reduce, resize, rnn, shape, LowerCx,
 };
+use crate::plan::Accept;
 use crate::Backend;
 
 /// Shape and dtype inference: the outputs of one node (see [`crate::ops::infer`]).
@@ -124,6 +125,78 @@ pub enum AxesOp {
     Slice { ranges: Vec<(usize, i64, i64, i64)> },
 }
 
+/// What an op's inputs say about its output's shape, for the `declared_shapes` pass: it
+/// resolves a shape-defining input given at run time from the shapes the model declares.
+#[derive(Clone, Copy, Debug)]
+pub enum ShapeInput {
+    /// No input defines the output's shape by its value.
+    None,
+    /// Output 0 has input 0's shape (unary element-wise ops, Cast, Identity): a shape declared
+    /// for the output is the input's too.
+    Kept,
+    /// The input at `slot(opset, node)` (when that opset has it) defines the output's shape;
+    /// `resolve` finds its value from the declared outputs.
+    Slot {
+        slot: fn(i64, &Node) -> Option<usize>,
+        resolve: fn(&ShapeQuery) -> Option<Resolved>,
+    },
+}
+
+/// A resolved shape input: its value, how a value passed at run time is compared, and the
+/// declared output it came from.
+pub type Resolved = (Tensor, Accept, String);
+
+/// A node whose shape input is a graph input of `dtype` and static `shape` (`len` values), with
+/// the declared output shapes.
+pub struct ShapeQuery<'a> {
+    pub g: &'a Graph,
+    pub n: &'a Node,
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub len: usize,
+    pub declared: &'a HashMap<ValueId, Vec<usize>>,
+}
+
+impl ShapeQuery<'_> {
+    /// The inferred shape of input `i`.
+    pub fn known(&self, i: usize) -> Option<Vec<usize>> {
+        self.n
+            .input(i)
+            .filter(|&v| self.g.values[v].known)
+            .map(|v| self.g.shape(v).to_vec())
+    }
+
+    /// The declared shape of output `i`, and its name.
+    pub fn out(&self, i: usize) -> Option<(Vec<usize>, String)> {
+        let o = self.n.output(i)?;
+        Some((
+            self.declared.get(&o)?.clone(),
+            self.g.values[o].name.clone(),
+        ))
+    }
+
+    /// `v` as the input's value, when it has the input's length and the input is integer.
+    pub fn ints(&self, v: &[i64]) -> Option<Tensor> {
+        (v.len() == self.len && self.dtype.is_int())
+            .then(|| Tensor::from_i64_as(self.dtype, self.shape.to_vec(), v))
+    }
+}
+
+/// A shape's dims as ONNX shape values.
+pub fn shape_i64(v: &[usize]) -> Vec<i64> {
+    v.iter().map(|&d| d as i64).collect()
+}
+
+/// Input 1 at every opset.
+pub fn slot_1(_: i64, _: &Node) -> Option<usize> {
+    Some(1)
+}
+
+/// Input 1 from opset 13 (an attribute before).
+pub fn slot_1_from_13(v: i64, _: &Node) -> Option<usize> {
+    (v >= 13).then_some(1)
+}
+
 /// Everything lowering knows about one ONNX op type. Every op is inferred; a node is lowered
 /// by `lower`, replaced by `expand` before lowering, or only folded (Shape, Size, ...). An
 /// entry with none of the three is only inferred, so that the nodes after an op no table
@@ -135,6 +208,8 @@ pub struct OpDef {
     pub since: i64,
     /// How the layout pass treats the op.
     pub layout: Layout,
+    /// The input that defines the output's shape, if any.
+    pub shape_input: ShapeInput,
     /// Output dtypes and shapes, computed for every node by the `const_fold` pass.
     pub infer: InferFn,
     /// Evaluates the node at compile time when it can.
@@ -226,6 +301,74 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+
+    /// ONNX's shape-defining inputs (named `shape`, `axes`, `repeats`, `sizes`, `scales`, `K` or
+    /// `split` in onnx.defs 1.22) of the ops with an entry: (op, first opset, slot).
+    const ONNX_SHAPE_INPUTS: &[(&str, i64, usize)] = &[
+        ("Expand", 8, 1),
+        ("Reshape", 5, 1),
+        ("Tile", 6, 1),
+        ("Squeeze", 13, 1),
+        ("Unsqueeze", 13, 1),
+        ("Split", 13, 1),
+        ("TopK", 10, 1),
+        ("Upsample", 9, 1),
+        ("Resize", 11, 2),
+        ("Resize", 11, 3),
+        ("ReduceSum", 13, 1),
+        ("ReduceMean", 18, 1),
+        ("ReduceMax", 18, 1),
+        ("ReduceMin", 18, 1),
+        ("ReduceProd", 18, 1),
+        ("ReduceL1", 18, 1),
+        ("ReduceL2", 18, 1),
+        ("ReduceLogSum", 18, 1),
+        ("ReduceLogSumExp", 18, 1),
+        ("ReduceSumSquare", 18, 1),
+    ];
+
+    /// Named so but not resolved from declared shapes: Attention's `K` is the key tensor; Pad's
+    /// and Slice's `axes` say which axes `pads` or `starts`/`ends` apply to, which decide the
+    /// output shape with them; Resize's opset-10 `scales` (slot 1) and Split's opset-1/2
+    /// `split` are older forms kept out of the resolver.
+    const NOT_RESOLVED: &[(&str, i64, usize)] = &[
+        ("Attention", 23, 1),
+        ("Pad", 18, 3),
+        ("Slice", 10, 3),
+        ("Resize", 10, 1),
+        ("Split", 1, 1),
+    ];
+
+    #[test]
+    fn every_op_with_a_shape_input_declares_it() {
+        for &(op, opset, slot) in ONNX_SHAPE_INPUTS {
+            let d = def(op).unwrap_or_else(|| panic!("{op} has no entry"));
+            let ShapeInput::Slot { slot: of, .. } = d.shape_input else {
+                panic!("{op}: input {slot} defines the output shape; its entry declares none");
+            };
+            let mut n = Node::new("n", op);
+            n.inputs = vec![Some(0); slot + 1];
+            assert_eq!(of(opset, &n), Some(slot), "{op} at opset {opset}");
+        }
+        for &(op, opset, slot) in NOT_RESOLVED {
+            let mut n = Node::new("n", op);
+            n.inputs = vec![Some(0); slot + 1];
+            if let ShapeInput::Slot { slot: of, .. } = def(op).expect("entry").shape_input {
+                assert_ne!(of(opset, &n), Some(slot), "{op} at opset {opset}");
+            }
+        }
+        // And nothing else declares one.
+        for d in defs() {
+            if matches!(d.shape_input, ShapeInput::Slot { .. }) {
+                assert!(
+                    d.op_type == "ConstantOfShape"
+                        || ONNX_SHAPE_INPUTS.iter().any(|(o, ..)| *o == d.op_type),
+                    "{} declares a shape input ONNX does not name",
+                    d.op_type
+                );
+            }
+        }
+    }
 
     #[test]
     fn op_types_are_unique() {

@@ -22,12 +22,10 @@ use std::collections::HashMap;
 use crate::dtype::DType;
 use crate::error::LowerError;
 use crate::frontend::load::Model;
-use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node, ValueId};
-use crate::plan::assumed::{
-    expand_shape, reduce_key, reduce_shape, reshape_shape, squeeze_shape, unsqueeze_shape,
-};
-use crate::plan::{Accept, AssumedInput, Source};
+use crate::ops::registry::{Resolved, ShapeQuery};
+use crate::ops::{def, ShapeInput};
+use crate::plan::{AssumedInput, Source};
 
 /// Static declared shapes by value: the model's, carried back through shape-keeping ops.
 pub fn declared(model: &Model, g: &Graph) -> HashMap<ValueId, Vec<usize>> {
@@ -54,40 +52,17 @@ pub fn declared(model: &Model, g: &Graph) -> HashMap<ValueId, Vec<usize>> {
     out
 }
 
-/// What a Reduce computes ([`reduce_key`]).
-type ReduceKey = (Vec<usize>, bool);
-
+/// Whether output 0 of `op` has its input 0's shape ([`ShapeInput::Kept`]).
 fn keeps_shape(op: &str) -> bool {
-    matches!(op, "Cast" | "CastLike" | "Identity")
-        || crate::ops::elementwise::UNARY.iter().any(|(o, _)| *o == op)
+    def(op).is_some_and(|d| matches!(d.shape_input, ShapeInput::Kept))
 }
 
 /// The input slot of `n` that defines its output shape and may be resolved, if `n` has one.
 fn shape_slot(g: &Graph, n: &Node) -> Option<usize> {
-    let v = g.opset();
-    Some(match n.op_type.as_str() {
-        "Reshape" | "Expand" | "Tile" => 1,
-        "Unsqueeze" | "Squeeze" | "Split" if v >= 13 => 1,
-        "ReduceSum" if v >= 13 => 1,
-        "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
-        | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare"
-            if v >= 18 =>
-        {
-            1
-        }
-        "TopK" if v >= 10 => 1,
-        "ConstantOfShape" => 0,
-        "Upsample" if v >= 9 => 1,
-        "Resize" if v >= 11 => {
-            // `sizes` when given, else `scales`.
-            if n.input(3).is_some() {
-                3
-            } else {
-                2
-            }
-        }
-        _ => return None,
-    })
+    match def(&n.op_type)?.shape_input {
+        ShapeInput::Slot { slot, .. } => slot(g.opset(), n),
+        ShapeInput::None | ShapeInput::Kept => None,
+    }
 }
 
 /// The value of `n`'s shape slot that gives its declared outputs, and how a value passed at
@@ -99,193 +74,23 @@ fn resolve_node(
     dtype: DType,
     shape: &[usize],
     declared: &HashMap<ValueId, Vec<usize>>,
-) -> Option<(Tensor, Accept, String)> {
-    let known = |i: usize| {
-        n.input(i)
-            .filter(|&v| g.values[v].known)
-            .map(|v| g.shape(v).to_vec())
-    };
-    let out = |i: usize| {
-        let o = n.output(i)?;
-        Some((declared.get(&o)?.clone(), g.values[o].name.clone()))
+) -> Option<Resolved> {
+    let ShapeInput::Slot { resolve, .. } = def(&n.op_type)?.shape_input else {
+        return None;
     };
     let len = match shape {
         [l] => *l,
         [] => 1,
         _ => return None,
     };
-    let ints = |v: &[i64]| -> Option<Tensor> {
-        (v.len() == len && dtype.is_int()).then(|| Tensor::from_i64_as(dtype, shape.to_vec(), v))
-    };
-    let usizes = |v: &[usize]| -> Vec<i64> { v.iter().map(|&d| d as i64).collect() };
-    match n.op_type.as_str() {
-        "Reshape" => {
-            let input = known(0)?;
-            let (d, name) = out(0)?;
-            let allowzero = n.attr_i("allowzero", 0).ok()? != 0;
-            let value = usizes(&d);
-            (reshape_shape(&input, &value, allowzero).as_ref() == Some(&d)).then_some(())?;
-            let accept = Accept::Reshape {
-                input,
-                allowzero,
-                output: d,
-            };
-            Some((ints(&value)?, accept, name))
-        }
-        "Unsqueeze" => {
-            let input = known(0)?;
-            let (d, name) = out(0)?;
-            let mut axes = Vec::new();
-            let mut i = 0;
-            for (j, &dj) in d.iter().enumerate() {
-                if i < input.len() && dj == input[i] {
-                    i += 1;
-                } else if dj == 1 {
-                    axes.push(j as i64);
-                } else {
-                    return None;
-                }
-            }
-            (i == input.len() && unsqueeze_shape(&input, &axes).as_ref() == Some(&d))
-                .then_some(())?;
-            let accept = Accept::Unsqueeze { input, output: d };
-            Some((ints(&axes)?, accept, name))
-        }
-        "Squeeze" => {
-            let input = known(0)?;
-            let (d, name) = out(0)?;
-            let mut removed = Vec::new();
-            let mut k = 0;
-            for (j, &ij) in input.iter().enumerate() {
-                if k < d.len() && ij == d[k] {
-                    k += 1;
-                } else if ij == 1 {
-                    removed.push(j as i64);
-                } else {
-                    return None;
-                }
-            }
-            (k == d.len()).then_some(())?;
-            let value = if len == 0 && squeeze_shape(&input, &[]).as_ref() == Some(&d) {
-                vec![]
-            } else {
-                removed
-            };
-            let accept = Accept::Squeeze { input, output: d };
-            Some((ints(&value)?, accept, name))
-        }
-        "Expand" => {
-            let input = known(0)?;
-            let (d, name) = out(0)?;
-            let value = usizes(d.get(d.len().checked_sub(len)?..)?);
-            (expand_shape(&input, &value).as_ref() == Some(&d)).then_some(())?;
-            let accept = Accept::Expand { input, output: d };
-            Some((ints(&value)?, accept, name))
-        }
-        "ConstantOfShape" => {
-            let (d, name) = out(0)?;
-            Some((ints(&usizes(&d))?, Accept::Equal, name))
-        }
-        "Tile" => {
-            let input = known(0)?;
-            let (d, name) = out(0)?;
-            (input.len() == d.len()).then_some(())?;
-            let reps = input
-                .iter()
-                .zip(&d)
-                .map(|(&i, &o)| (i > 0 && o % i == 0).then(|| (o / i) as i64))
-                .collect::<Option<Vec<i64>>>()?;
-            Some((ints(&reps)?, Accept::Equal, name))
-        }
-        "TopK" => {
-            let input = known(0)?;
-            let (d, name) = out(0).or_else(|| out(1))?;
-            let axis = crate::plan::assumed::norm_axis(n.attr_i("axis", -1).ok()?, input.len())?;
-            (d.len() == input.len()).then_some(())?;
-            Some((ints(&[d[axis] as i64])?, Accept::Equal, name))
-        }
-        "Split" => {
-            let input = known(0)?;
-            let axis = crate::plan::assumed::norm_axis(n.attr_i("axis", 0).ok()?, input.len())?;
-            let mut parts = Vec::new();
-            let mut name = String::new();
-            for i in 0..n.outputs.len() {
-                let (d, nm) = out(i)?;
-                (d.len() == input.len()).then_some(())?;
-                parts.push(d[axis] as i64);
-                if name.is_empty() {
-                    name = nm;
-                }
-            }
-            (parts.iter().sum::<i64>() == input[axis] as i64).then_some(())?;
-            Some((ints(&parts)?, Accept::Equal, name))
-        }
-        "Resize" | "Upsample" => {
-            let input = known(0)?;
-            let (d, name) = out(0)?;
-            (d.len() == input.len() && !n.has_attr("axes")).then_some(())?;
-            if n.op_type == "Resize" && n.input(3).is_some() {
-                return Some((ints(&usizes(&d))?, Accept::Equal, name));
-            }
-            let scales: Vec<f64> = input
-                .iter()
-                .zip(&d)
-                .map(|(&i, &o)| (i > 0).then(|| o as f64 / i as f64))
-                .collect::<Option<_>>()?;
-            // The scale the output size came from is not known when it is not exact: only a
-            // scale that reproduces the size exactly is assumed.
-            let exact = input
-                .iter()
-                .zip(&scales)
-                .zip(&d)
-                .all(|((&i, &s), &o)| (i as f64 * s as f32 as f64).floor() as usize == o);
-            (exact && dtype.is_float() && scales.len() == len).then_some(())?;
-            Some((
-                Tensor::from_f64_as(dtype, shape.to_vec(), &scales),
-                Accept::Equal,
-                name,
-            ))
-        }
-        op if op.starts_with("Reduce") => {
-            let input = known(0)?;
-            let (d, name) = out(0)?;
-            let keepdims = n.attr_i("keepdims", 1).ok()? != 0;
-            let noop = n.attr_i("noop_with_empty_axes", 0).ok()? != 0;
-            let r = input.len();
-            // Every axes value of the slot's length that gives the declared shape, grouped by
-            // what it reduces; exactly one group is needed.
-            let mut keys: Vec<(ReduceKey, Vec<i64>)> = Vec::new();
-            if len == 0 {
-                if reduce_shape(&input, &[], keepdims, noop).as_ref() == Some(&d) {
-                    keys.push((reduce_key(&input, &[], keepdims, noop)?, vec![]));
-                }
-            } else if r <= 12 {
-                for mask in 0u32..(1 << r) {
-                    if mask.count_ones() as usize != len {
-                        continue;
-                    }
-                    let axes: Vec<i64> = (0..r)
-                        .filter(|i| mask & (1 << i) != 0)
-                        .map(|i| i as i64)
-                        .collect();
-                    if reduce_shape(&input, &axes, keepdims, noop).as_ref() == Some(&d) {
-                        let key = reduce_key(&input, &axes, keepdims, noop)?;
-                        if !keys.iter().any(|(k, _)| *k == key) {
-                            keys.push((key, axes));
-                        }
-                    }
-                }
-            }
-            let [(_, axes)] = &keys[..] else { return None };
-            let accept = Accept::Reduce {
-                input,
-                keepdims,
-                noop_with_empty_axes: noop,
-            };
-            Some((ints(axes)?, accept, name))
-        }
-        _ => None,
-    }
+    resolve(&ShapeQuery {
+        g,
+        n,
+        dtype,
+        shape,
+        len,
+        declared,
+    })
 }
 
 /// Resolves what it can (see the module docs): each graph input that only feeds shape slots
@@ -406,6 +211,8 @@ pub fn annotate(g: &Graph, errors: &mut [LowerError]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::tensor::Tensor;
+    use crate::plan::Accept;
     use crate::testing::{value_info, ModelBuilder, A};
     use crate::{lower, LowerOptions};
 

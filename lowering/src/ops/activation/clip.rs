@@ -9,7 +9,7 @@ use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -17,6 +17,7 @@ pub const CLIP: OpDef = OpDef {
     op_type: "Clip",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: Some(Fold::Values(fold)),
     expand: None,

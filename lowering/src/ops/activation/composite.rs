@@ -17,12 +17,13 @@ use crate::ir::{Attr, Node, ValueId};
 use crate::ops::elementwise::{infer_mask, infer_variadic};
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{Layout, OpDef};
+use crate::ops::{Layout, OpDef, ShapeInput};
 
 pub const SELU: OpDef = OpDef {
     op_type: "Selu",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: Some(selu),
@@ -34,6 +35,7 @@ pub const THRESHOLDED_RELU: OpDef = OpDef {
     op_type: "ThresholdedRelu",
     since: 10,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: Some(thresholded_relu),
@@ -45,6 +47,7 @@ pub const SWISH: OpDef = OpDef {
     op_type: "Swish",
     since: 24,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: Some(swish),
@@ -56,6 +59,7 @@ pub const TAN: OpDef = OpDef {
     op_type: "Tan",
     since: 7,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: Some(tan),
@@ -67,6 +71,7 @@ pub const MEAN: OpDef = OpDef {
     op_type: "Mean",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: infer_variadic,
     fold: None,
     expand: Some(mean),
@@ -78,6 +83,7 @@ pub const IS_NAN: OpDef = OpDef {
     op_type: "IsNaN",
     since: 9,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: infer_mask,
     fold: None,
     expand: Some(is_nan),

@@ -9,13 +9,14 @@ use crate::ir::builder::Builder;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::qnn_names::op;
 
 pub const GELU: OpDef = OpDef {
     op_type: "Gelu",
     since: 20,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: Some(gelu_tanh),

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{neuron, op, param};
 
@@ -16,6 +16,7 @@ pub const HARD_SIGMOID: OpDef = OpDef {
     op_type: "HardSigmoid",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,

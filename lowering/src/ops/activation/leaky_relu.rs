@@ -6,13 +6,14 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::qnn_names::op;
 
 pub const LEAKY_RELU: OpDef = OpDef {
     op_type: "LeakyRelu",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,

@@ -2,7 +2,7 @@
 
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{Layout, OpDef};
+use crate::ops::{Layout, OpDef, ShapeInput};
 
 pub mod clip;
 pub mod composite;
@@ -20,6 +20,7 @@ pub const CELU: OpDef = OpDef {
     op_type: "Celu",
     since: 12,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,
@@ -31,6 +32,7 @@ pub const SOFTSIGN: OpDef = OpDef {
     op_type: "Softsign",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,

@@ -5,7 +5,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::elementwise::infer_binary;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::ops::{Quant, Weighted};
 use crate::qnn_names::op;
 
@@ -13,6 +13,7 @@ pub const PRELU: OpDef = OpDef {
     op_type: "PRelu",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: infer_binary,
     fold: None,
     expand: None,

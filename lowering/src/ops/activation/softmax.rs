@@ -13,7 +13,7 @@ use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -24,6 +24,7 @@ pub const SOFTMAX: OpDef = OpDef {
     op_type: "Softmax",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,
@@ -35,6 +36,7 @@ pub const LOG_SOFTMAX: OpDef = OpDef {
     op_type: "LogSoftmax",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::TensorId;
 use crate::qnn_names::op;
 
@@ -17,6 +17,7 @@ pub const SOFTPLUS: OpDef = OpDef {
     op_type: "Softplus",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,
@@ -28,6 +29,7 @@ pub const MISH: OpDef = OpDef {
     op_type: "Mish",
     since: 18,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,

@@ -19,12 +19,13 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node, ValueId};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, OpDef};
+use crate::ops::{Layout, OpDef, ShapeInput};
 
 pub const ATTENTION: OpDef = OpDef {
     op_type: "Attention",
     since: 23,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(attention),

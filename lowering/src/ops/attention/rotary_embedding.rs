@@ -17,12 +17,13 @@ use crate::ir::builder::Builder;
 use crate::ir::{Attr, Node, ValueId};
 use crate::ops::infer::{same, In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, OpDef};
+use crate::ops::{Layout, OpDef, ShapeInput};
 
 pub const ROTARY_EMBEDDING: OpDef = OpDef {
     op_type: "RotaryEmbedding",
     since: 23,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(rotary_embedding),

@@ -12,12 +12,13 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, OpDef};
+use crate::ops::{Layout, OpDef, ShapeInput};
 
 pub const CAUSAL_CONV_WITH_STATE: OpDef = OpDef {
     op_type: "CausalConvWithState",
     since: 27,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(causal_conv_with_state),

@@ -14,7 +14,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, pool_out, require_2d_nhwc, spatial_params, Spatial};
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -23,6 +23,7 @@ pub const CONV: OpDef = OpDef {
     op_type: "Conv",
     since: 1,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(super::conv1d::as_2d),

@@ -13,7 +13,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc, spatial_params, Spatial};
-use crate::ops::{u32s, Layout, LowerCx, OpDef};
+use crate::ops::{u32s, Layout, LowerCx, OpDef, ShapeInput};
 use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -22,6 +22,7 @@ pub const CONV_TRANSPOSE: OpDef = OpDef {
     op_type: "ConvTranspose",
     since: 1,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),

@@ -15,7 +15,7 @@ use crate::ir::tensor::{broadcast_map, numel, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef, ShapeInput};
 use crate::qnn_names::op;
 
 pub mod mod_;
@@ -93,6 +93,7 @@ const fn unary_op(op_type: &'static str, since: i64) -> OpDef {
         op_type,
         since,
         layout: Layout::Agnostic,
+        shape_input: ShapeInput::Kept,
         infer: same,
         fold: Some(Fold::Values(fold_unary)),
         expand: None,
@@ -107,6 +108,7 @@ const fn device_unary_op(op_type: &'static str, since: i64) -> OpDef {
         op_type,
         since,
         layout: Layout::Agnostic,
+        shape_input: ShapeInput::Kept,
         infer: same,
         fold: None,
         expand: None,
@@ -121,6 +123,7 @@ const fn binary_op(op_type: &'static str, since: i64) -> OpDef {
         op_type,
         since,
         layout: Layout::Agnostic,
+        shape_input: ShapeInput::None,
         infer: infer_binary,
         fold: Some(Fold::Values(fold_arith)),
         expand: None,
@@ -135,6 +138,7 @@ const fn variadic_op(op_type: &'static str, since: i64) -> OpDef {
         op_type,
         since,
         layout: Layout::Agnostic,
+        shape_input: ShapeInput::None,
         infer: infer_variadic,
         fold: Some(Fold::Values(fold_arith)),
         expand: None,
@@ -149,6 +153,7 @@ const fn compare_op(op_type: &'static str, since: i64) -> OpDef {
         op_type,
         since,
         layout: Layout::Agnostic,
+        shape_input: ShapeInput::None,
         infer: infer_compare,
         fold: Some(Fold::Values(fold_compare)),
         expand: None,
@@ -161,6 +166,7 @@ pub const WHERE: OpDef = OpDef {
     op_type: "Where",
     since: 9,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: infer_where,
     fold: Some(Fold::Values(fold_where)),
     expand: None,
@@ -172,6 +178,7 @@ pub const RECIPROCAL: OpDef = OpDef {
     op_type: "Reciprocal",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: Some(Fold::Values(fold_unary)),
     expand: None,
@@ -184,6 +191,7 @@ pub const BIT_SHIFT: OpDef = OpDef {
     op_type: "BitShift",
     since: 11,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: infer_binary,
     fold: None,
     expand: None,
@@ -195,6 +203,7 @@ pub const IS_INF: OpDef = OpDef {
     op_type: "IsInf",
     since: 10,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: infer_mask,
     fold: None,
     expand: None,

@@ -11,12 +11,13 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, OpDef};
+use crate::ops::{Fold, Layout, OpDef, ShapeInput};
 
 pub const MOD: OpDef = OpDef {
     op_type: "Mod",
     since: 10,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer: super::infer_binary,
     fold: Some(Fold::Values(super::fold_arith)),
     expand: Some(mod_),

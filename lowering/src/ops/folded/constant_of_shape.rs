@@ -6,14 +6,21 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::attr::to_usizes;
 use crate::ir::tensor::{numel, Tensor};
+use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::registry::{shape_i64, Resolved, ShapeQuery};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, OpDef};
+use crate::ops::{Fold, Layout, OpDef, ShapeInput};
+use crate::plan::Accept;
 
 pub const CONSTANT_OF_SHAPE: OpDef = OpDef {
     op_type: "ConstantOfShape",
     since: 9,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_0,
+        resolve: resolve_shape,
+    },
     infer,
     fold: Some(Fold::Shapes(fold)),
     expand: None,
@@ -38,4 +45,14 @@ fn fold(x: &In, outs: &[Out]) -> Result<Vec<Tensor>> {
         shape0.clone(),
         &vec![v; numel(&shape0)],
     )])
+}
+/// The shape is input 0.
+fn slot_0(_: i64, _: &Node) -> Option<usize> {
+    Some(0)
+}
+
+/// The `input` shape that gives the declared output.
+fn resolve_shape(q: &ShapeQuery) -> Option<Resolved> {
+    let (d, name) = q.out(0)?;
+    Some((q.ints(&shape_i64(&d))?, Accept::Equal, name))
 }

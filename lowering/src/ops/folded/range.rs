@@ -6,12 +6,13 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, OpDef};
+use crate::ops::{Fold, Layout, OpDef, ShapeInput};
 
 pub const RANGE: OpDef = OpDef {
     op_type: "Range",
     since: 11,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

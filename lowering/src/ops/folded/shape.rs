@@ -7,12 +7,13 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, OpDef};
+use crate::ops::{Fold, Layout, OpDef, ShapeInput};
 
 pub const SHAPE: OpDef = OpDef {
     op_type: "Shape",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: Some(Fold::Shapes(fold)),
     expand: None,

@@ -6,12 +6,13 @@ use crate::error::Result;
 use crate::ir::tensor::{numel, Tensor};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, OpDef};
+use crate::ops::{Fold, Layout, OpDef, ShapeInput};
 
 pub const SIZE: OpDef = OpDef {
     op_type: "Size",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: Some(Fold::Shapes(fold)),
     expand: None,

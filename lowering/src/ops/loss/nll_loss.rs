@@ -13,12 +13,13 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Node, ValueId};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, OpDef};
+use crate::ops::{Layout, OpDef, ShapeInput};
 
 pub const NEGATIVE_LOG_LIKELIHOOD_LOSS: OpDef = OpDef {
     op_type: "NegativeLogLikelihoodLoss",
     since: 12,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(nll_loss),

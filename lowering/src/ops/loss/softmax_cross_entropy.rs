@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::ir::builder::Builder;
 use crate::ir::Node;
 use crate::ops::Quant;
-use crate::ops::{Layout, OpDef};
+use crate::ops::{Layout, OpDef, ShapeInput};
 
 use super::nll_loss::{loss_shape, nll_into};
 use crate::ops::infer::{In, Out};
@@ -17,6 +17,7 @@ pub const SOFTMAX_CROSS_ENTROPY_LOSS: OpDef = OpDef {
     op_type: "SoftmaxCrossEntropyLoss",
     since: 12,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(softmax_cross_entropy),

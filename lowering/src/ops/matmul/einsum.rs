@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
@@ -19,6 +19,7 @@ pub const EINSUM: OpDef = OpDef {
     op_type: "Einsum",
     since: 12,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: None,

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -18,6 +18,7 @@ pub const GEMM: OpDef = OpDef {
     op_type: "Gemm",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: None,

@@ -12,7 +12,7 @@ use crate::ir::shape::broadcast;
 use crate::ir::tensor::{broadcast_map, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::{Fold, Layout, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef, ShapeInput};
 use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -21,6 +21,7 @@ pub const MATMUL: OpDef = OpDef {
     op_type: "MatMul",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

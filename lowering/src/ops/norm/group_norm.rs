@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
@@ -24,6 +24,7 @@ pub const GROUP_NORMALIZATION: OpDef = OpDef {
     op_type: "GroupNormalization",
     since: 18,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: None,

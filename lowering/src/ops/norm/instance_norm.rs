@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -25,6 +25,7 @@ pub const INSTANCE_NORMALIZATION: OpDef = OpDef {
     op_type: "InstanceNormalization",
     since: 1,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: None,

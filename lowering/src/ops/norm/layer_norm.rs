@@ -21,7 +21,7 @@ use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{same, In, Out};
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
@@ -30,6 +30,7 @@ pub const LAYER_NORMALIZATION: OpDef = OpDef {
     op_type: "LayerNormalization",
     since: 17,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(layer_norm_with_stats),

@@ -15,7 +15,7 @@ use crate::ir::builder::Builder;
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -23,6 +23,7 @@ pub const LP_NORMALIZATION: OpDef = OpDef {
     op_type: "LpNormalization",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(lp_normalization_l1),

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{lrn_region, op, param};
 
@@ -17,6 +17,7 @@ pub const LRN: OpDef = OpDef {
     op_type: "LRN",
     since: 1,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,

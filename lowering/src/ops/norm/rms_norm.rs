@@ -11,7 +11,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -19,6 +19,7 @@ pub const RMS_NORMALIZATION: OpDef = OpDef {
     op_type: "RMSNormalization",
     since: 23,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,

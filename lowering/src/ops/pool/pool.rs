@@ -24,7 +24,7 @@ use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, pool_out, require_2d_nhwc, spatial_params, Spatial};
 use crate::ops::Quant;
-use crate::ops::{u32s, Layout, LowerCx, OpDef};
+use crate::ops::{u32s, Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param, rounding};
 
@@ -32,6 +32,7 @@ pub const MAX_POOL: OpDef = OpDef {
     op_type: "MaxPool",
     since: 1,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::None,
     infer: infer_max_pool,
     fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),
@@ -43,6 +44,7 @@ pub const AVERAGE_POOL: OpDef = OpDef {
     op_type: "AveragePool",
     since: 1,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::None,
     infer: infer_pool,
     fold: None,
     expand: Some(crate::ops::conv::conv1d::as_2d),
@@ -55,6 +57,7 @@ pub const LP_POOL: OpDef = OpDef {
     op_type: "LpPool",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: infer_pool,
     fold: None,
     expand: None,

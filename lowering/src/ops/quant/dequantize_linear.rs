@@ -7,12 +7,13 @@
 use crate::error::Result;
 use crate::ops::infer::{In, Out};
 use crate::ops::quant::unpaired;
-use crate::ops::{Layout, OpDef, Quant};
+use crate::ops::{Layout, OpDef, Quant, ShapeInput};
 
 pub const DEQUANTIZE_LINEAR: OpDef = OpDef {
     op_type: "DequantizeLinear",
     since: 10,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: None,

@@ -9,7 +9,7 @@
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
-use crate::ops::{Layout, LowerCx, OpDef, Quant};
+use crate::ops::{Layout, LowerCx, OpDef, Quant, ShapeInput};
 use crate::qnn_names::op;
 
 pub mod dequantize_linear;
@@ -39,6 +39,7 @@ const fn internal(op_type: &'static str, lower: fn(&mut LowerCx, &Node) -> Resul
         op_type,
         since: 1,
         layout: Layout::Framework,
+        shape_input: ShapeInput::None,
         infer: same,
         fold: None,
         expand: None,

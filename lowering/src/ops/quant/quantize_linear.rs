@@ -9,12 +9,13 @@ use crate::ir::quant::quantize_tensor;
 use crate::ir::tensor::Tensor;
 use crate::ops::infer::{In, Out};
 use crate::ops::quant::{node_encoding, unpaired};
-use crate::ops::{Fold, Layout, OpDef, Quant};
+use crate::ops::{Fold, Layout, OpDef, Quant, ShapeInput};
 
 pub const QUANTIZE_LINEAR: OpDef = OpDef {
     op_type: "QuantizeLinear",
     since: 10,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

@@ -12,7 +12,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -20,6 +20,7 @@ pub const ARG_MAX: OpDef = OpDef {
     op_type: "ArgMax",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(last_index),
@@ -31,6 +32,7 @@ pub const ARG_MIN: OpDef = OpDef {
     op_type: "ArgMin",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(last_index),

@@ -9,7 +9,7 @@ use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::infer::same;
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -17,6 +17,7 @@ pub const CUM_SUM: OpDef = OpDef {
     op_type: "CumSum",
     since: 11,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: same,
     fold: None,
     expand: None,

@@ -9,8 +9,11 @@ use crate::ir::attr::norm_axes;
 use crate::ir::tensor::{map_indices, numel, strides, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
+use crate::ops::registry::{slot_1_from_13, Resolved, ShapeQuery};
 use crate::ops::Quant;
-use crate::ops::{AxesOp, Fold, Layout, LowerCx, OpDef};
+use crate::ops::{AxesOp, Fold, Layout, LowerCx, OpDef, ShapeInput};
+use crate::plan::assumed::{reduce_key, reduce_shape};
+use crate::plan::Accept;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -18,6 +21,10 @@ pub const REDUCE_MEAN: OpDef = OpDef {
     op_type: "ReduceMean",
     since: 1,
     layout: Layout::Axes(layout_axes),
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_18,
+        resolve: resolve_axes,
+    },
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,
@@ -29,6 +36,10 @@ pub const REDUCE_SUM: OpDef = OpDef {
     op_type: "ReduceSum",
     since: 1,
     layout: Layout::Axes(layout_axes),
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_13,
+        resolve: resolve_axes,
+    },
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,
@@ -40,6 +51,10 @@ pub const REDUCE_MAX: OpDef = OpDef {
     op_type: "ReduceMax",
     since: 1,
     layout: Layout::Axes(layout_axes),
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_18,
+        resolve: resolve_axes,
+    },
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,
@@ -51,6 +66,10 @@ pub const REDUCE_MIN: OpDef = OpDef {
     op_type: "ReduceMin",
     since: 1,
     layout: Layout::Axes(layout_axes),
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_18,
+        resolve: resolve_axes,
+    },
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,
@@ -196,6 +215,54 @@ pub fn reduce(cx: &mut LowerCx, node: &Node) -> Result<()> {
         ],
     );
     Ok(())
+}
+
+/// What a Reduce computes ([`reduce_key`]).
+type ReduceKey = (Vec<usize>, bool);
+
+/// `axes` is an input from opset 18 (ReduceSum: 13).
+pub fn slot_1_from_18(v: i64, _: &Node) -> Option<usize> {
+    (v >= 18).then_some(1)
+}
+
+/// The `axes` that give the declared output, when exactly one reduction does.
+pub fn resolve_axes(q: &ShapeQuery) -> Option<Resolved> {
+    let input = q.known(0)?;
+    let (d, name) = q.out(0)?;
+    let keepdims = q.n.attr_i("keepdims", 1).ok()? != 0;
+    let noop = q.n.attr_i("noop_with_empty_axes", 0).ok()? != 0;
+    let r = input.len();
+    // Every axes value of the slot's length that gives the declared shape, grouped by
+    // what it reduces; exactly one group is needed.
+    let mut keys: Vec<(ReduceKey, Vec<i64>)> = Vec::new();
+    if q.len == 0 {
+        if reduce_shape(&input, &[], keepdims, noop).as_ref() == Some(&d) {
+            keys.push((reduce_key(&input, &[], keepdims, noop)?, vec![]));
+        }
+    } else if r <= 12 {
+        for mask in 0u32..(1 << r) {
+            if mask.count_ones() as usize != q.len {
+                continue;
+            }
+            let axes: Vec<i64> = (0..r)
+                .filter(|i| mask & (1 << i) != 0)
+                .map(|i| i as i64)
+                .collect();
+            if reduce_shape(&input, &axes, keepdims, noop).as_ref() == Some(&d) {
+                let key = reduce_key(&input, &axes, keepdims, noop)?;
+                if !keys.iter().any(|(k, _)| *k == key) {
+                    keys.push((key, axes));
+                }
+            }
+        }
+    }
+    let [(_, axes)] = &keys[..] else { return None };
+    let accept = Accept::Reduce {
+        input,
+        keepdims,
+        noop_with_empty_axes: noop,
+    };
+    Some((q.ints(axes)?, accept, name))
 }
 
 #[cfg(test)]

@@ -25,13 +25,18 @@ use crate::ir::builder::Builder;
 use crate::ir::tensor::{numel, Tensor};
 use crate::ir::{Attr, Node, ValueId};
 use crate::ops::reduce::reduce::{fold, infer, reduce_params};
+use crate::ops::reduce::reduce::{resolve_axes, slot_1_from_18};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, OpDef};
+use crate::ops::{Fold, Layout, OpDef, ShapeInput};
 
 pub const REDUCE_L1: OpDef = OpDef {
     op_type: "ReduceL1",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_18,
+        resolve: resolve_axes,
+    },
     infer,
     fold: None,
     expand: Some(reduce_composite),
@@ -43,6 +48,10 @@ pub const REDUCE_L2: OpDef = OpDef {
     op_type: "ReduceL2",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_18,
+        resolve: resolve_axes,
+    },
     infer,
     fold: None,
     expand: Some(reduce_composite),
@@ -54,6 +63,10 @@ pub const REDUCE_SUM_SQUARE: OpDef = OpDef {
     op_type: "ReduceSumSquare",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_18,
+        resolve: resolve_axes,
+    },
     infer,
     fold: None,
     expand: Some(reduce_composite),
@@ -65,6 +78,10 @@ pub const REDUCE_LOG_SUM: OpDef = OpDef {
     op_type: "ReduceLogSum",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_18,
+        resolve: resolve_axes,
+    },
     infer,
     fold: None,
     expand: Some(reduce_composite),
@@ -76,6 +93,10 @@ pub const REDUCE_LOG_SUM_EXP: OpDef = OpDef {
     op_type: "ReduceLogSumExp",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_18,
+        resolve: resolve_axes,
+    },
     infer,
     fold: None,
     expand: Some(reduce_composite),
@@ -87,6 +108,10 @@ pub const REDUCE_PROD: OpDef = OpDef {
     op_type: "ReduceProd",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_18,
+        resolve: resolve_axes,
+    },
     infer,
     fold: Some(Fold::Values(fold)),
     expand: Some(reduce_composite),

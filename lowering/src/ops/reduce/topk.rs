@@ -6,8 +6,10 @@ use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::registry::{Resolved, ShapeQuery};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
+use crate::plan::Accept;
 use crate::plan::{DType, Param};
 use crate::qnn_names::{op, param};
 
@@ -15,6 +17,10 @@ pub const TOP_K: OpDef = OpDef {
     op_type: "TopK",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_k,
+        resolve: resolve_shape,
+    },
     infer,
     fold: None,
     expand: None,
@@ -73,6 +79,20 @@ pub fn topk(cx: &mut LowerCx, node: &Node) -> Result<()> {
         ],
     );
     Ok(())
+}
+
+/// `K` is an input from opset 10.
+fn slot_k(v: i64, _: &Node) -> Option<usize> {
+    (v >= 10).then_some(1)
+}
+
+/// The `K` that gives the declared outputs.
+fn resolve_shape(q: &ShapeQuery) -> Option<Resolved> {
+    let input = q.known(0)?;
+    let (d, name) = q.out(0).or_else(|| q.out(1))?;
+    let axis = crate::plan::assumed::norm_axis(q.n.attr_i("axis", -1).ok()?, input.len())?;
+    (d.len() == input.len()).then_some(())?;
+    Some((q.ints(&[d[axis] as i64])?, Accept::Equal, name))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{d2s_mode, op, param};
 
@@ -15,6 +15,7 @@ pub const DEPTH_TO_SPACE: OpDef = OpDef {
     op_type: "DepthToSpace",
     since: 1,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: None,
@@ -26,6 +27,7 @@ pub const SPACE_TO_DEPTH: OpDef = OpDef {
     op_type: "SpaceToDepth",
     since: 1,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: None,

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{grid_sample, op, param};
 
@@ -21,6 +21,7 @@ pub const GRID_SAMPLE: OpDef = OpDef {
     op_type: "GridSample",
     since: 16,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: None,

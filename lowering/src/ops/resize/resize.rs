@@ -9,11 +9,14 @@
 
 use crate::error::Result;
 use crate::ir::attr::to_usizes;
+use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::registry::{shape_i64, Resolved, ShapeQuery};
 use crate::ops::spatial::{infer_nchw, require_2d_nhwc};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
+use crate::plan::Accept;
 use crate::plan::Param;
 use crate::qnn_names::{op, param, resize as rv};
 
@@ -21,6 +24,10 @@ pub const RESIZE: OpDef = OpDef {
     op_type: "Resize",
     since: 10,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::Slot {
+        slot: slot_resize,
+        resolve: resolve_shape,
+    },
     infer,
     fold: None,
     expand: None,
@@ -32,6 +39,10 @@ pub const UPSAMPLE: OpDef = OpDef {
     op_type: "Upsample",
     since: 1,
     layout: Layout::Sensitive,
+    shape_input: ShapeInput::Slot {
+        slot: slot_upsample,
+        resolve: resolve_shape,
+    },
     infer,
     fold: None,
     expand: None,
@@ -169,6 +180,44 @@ pub fn resize(cx: &mut LowerCx, node: &Node) -> Result<()> {
     }
     cx.op(node, op::RESIZE, vec![x], vec![y], params);
     Ok(())
+}
+
+/// `sizes` when given, else `scales` (inputs from opset 11).
+fn slot_resize(v: i64, n: &Node) -> Option<usize> {
+    (v >= 11).then(|| if n.input(3).is_some() { 3 } else { 2 })
+}
+
+/// `scales` is an input from opset 9.
+fn slot_upsample(v: i64, _: &Node) -> Option<usize> {
+    (v >= 9).then_some(1)
+}
+
+/// The `sizes` or `scales` that give the declared output (a scale only when it gives the size exactly).
+fn resolve_shape(q: &ShapeQuery) -> Option<Resolved> {
+    let input = q.known(0)?;
+    let (d, name) = q.out(0)?;
+    (d.len() == input.len() && !q.n.has_attr("axes")).then_some(())?;
+    if q.n.op_type == "Resize" && q.n.input(3).is_some() {
+        return Some((q.ints(&shape_i64(&d))?, Accept::Equal, name));
+    }
+    let scales: Vec<f64> = input
+        .iter()
+        .zip(&d)
+        .map(|(&i, &o)| (i > 0).then(|| o as f64 / i as f64))
+        .collect::<Option<_>>()?;
+    // The scale the output size came from is not known when it is not exact: only a
+    // scale that reproduces the size exactly is assumed.
+    let exact = input
+        .iter()
+        .zip(&scales)
+        .zip(&d)
+        .all(|((&i, &s), &o)| (i as f64 * s as f32 as f64).floor() as usize == o);
+    (exact && q.dtype.is_float() && scales.len() == q.len).then_some(())?;
+    Some((
+        Tensor::from_f64_as(q.dtype, q.shape.to_vec(), &scales),
+        Accept::Equal,
+        name,
+    ))
 }
 
 #[cfg(test)]

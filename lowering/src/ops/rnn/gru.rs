@@ -21,12 +21,13 @@ use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, OpDef};
+use crate::ops::{Layout, OpDef, ShapeInput};
 
 pub const GRU: OpDef = OpDef {
     op_type: "GRU",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(gru),

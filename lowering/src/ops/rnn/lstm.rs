@@ -36,7 +36,7 @@ use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
-use crate::ops::{Layout, LowerCx, OpDef, Quant};
+use crate::ops::{Layout, LowerCx, OpDef, Quant, ShapeInput};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
@@ -44,6 +44,7 @@ pub const LSTM: OpDef = OpDef {
     op_type: "LSTM",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(lstm),

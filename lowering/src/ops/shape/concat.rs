@@ -7,7 +7,7 @@ use crate::ir::tensor::{map_indices, numel, strides, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{AxesOp, Fold, Layout, LowerCx, OpDef};
+use crate::ops::{AxesOp, Fold, Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -15,6 +15,7 @@ pub const CONCAT: OpDef = OpDef {
     op_type: "Concat",
     since: 1,
     layout: Layout::Axes(layout_axes),
+    shape_input: ShapeInput::None,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

@@ -10,12 +10,13 @@ use crate::ir::{Graph, Node};
 use crate::ops::infer::{same, In, Out};
 use crate::ops::shape::reshape::reshape;
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef, ShapeInput};
 
 pub const DROPOUT: OpDef = OpDef {
     op_type: "Dropout",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::None,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

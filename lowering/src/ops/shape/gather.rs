@@ -18,7 +18,7 @@ use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{plan_shape, Fold, Layout, LowerCx, OpDef};
+use crate::ops::{plan_shape, Fold, Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
@@ -26,6 +26,7 @@ pub const GATHER: OpDef = OpDef {
     op_type: "Gather",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: infer_gather,
     fold: Some(Fold::Values(fold_gather)),
     expand: None,
@@ -37,6 +38,7 @@ pub const GATHER_ELEMENTS: OpDef = OpDef {
     op_type: "GatherElements",
     since: 11,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: infer_gather_elements,
     fold: Some(Fold::Values(fold_gather_elements)),
     expand: None,

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -17,6 +17,7 @@ pub const GATHER_ND: OpDef = OpDef {
     op_type: "GatherND",
     since: 11,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: None,

@@ -8,7 +8,7 @@ use crate::ir::attr::norm_axes;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, pad_scheme, param};
 
@@ -16,6 +16,7 @@ pub const PAD: OpDef = OpDef {
     op_type: "Pad",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: None,

@@ -10,14 +10,21 @@ use crate::ir::attr::norm_axis;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{same, In, Out};
+use crate::ops::registry::{shape_i64, slot_1, Resolved, ShapeQuery};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef, ShapeInput};
+use crate::plan::assumed::reshape_shape;
+use crate::plan::Accept;
 use crate::qnn_names::op;
 
 pub const RESHAPE: OpDef = OpDef {
     op_type: "Reshape",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1,
+        resolve: resolve_shape,
+    },
     infer: infer_reshape,
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
@@ -29,6 +36,7 @@ pub const FLATTEN: OpDef = OpDef {
     op_type: "Flatten",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: infer_flatten,
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
@@ -40,6 +48,7 @@ pub const IDENTITY: OpDef = OpDef {
     op_type: "Identity",
     since: 1,
     layout: Layout::Agnostic,
+    shape_input: ShapeInput::Kept,
     infer: same,
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
@@ -129,6 +138,21 @@ pub fn reshape(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let y = cx.output(node, 0)?;
     cx.op(node, op::RESHAPE, vec![x], vec![y], vec![]);
     Ok(())
+}
+
+/// The `shape` that gives the declared output.
+fn resolve_shape(q: &ShapeQuery) -> Option<Resolved> {
+    let input = q.known(0)?;
+    let (d, name) = q.out(0)?;
+    let allowzero = q.n.attr_i("allowzero", 0).ok()? != 0;
+    let value = shape_i64(&d);
+    (reshape_shape(&input, &value, allowzero).as_ref() == Some(&d)).then_some(())?;
+    let accept = Accept::Reshape {
+        input,
+        allowzero,
+        output: d,
+    };
+    Some((q.ints(&value)?, accept, name))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use crate::ir::tensor::{numel, strides, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param, scatter_reduction};
 
@@ -33,6 +33,7 @@ pub const SCATTER_ELEMENTS: OpDef = OpDef {
     op_type: "ScatterElements",
     since: 11,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: infer_elements,
     fold: None,
     expand: None,
@@ -44,6 +45,7 @@ pub const SCATTER: OpDef = OpDef {
     op_type: "Scatter",
     since: 9,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: infer_elements,
     fold: None,
     expand: None,
@@ -55,6 +57,7 @@ pub const SCATTER_ND: OpDef = OpDef {
     op_type: "ScatterND",
     since: 11,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer: infer_nd,
     fold: Some(crate::ops::Fold::Values(fold_nd)),
     expand: None,

@@ -10,12 +10,13 @@ use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{AxesOp, Fold, Layout, LowerCx, OpDef};
+use crate::ops::{AxesOp, Fold, Layout, LowerCx, OpDef, ShapeInput};
 
 pub const SLICE: OpDef = OpDef {
     op_type: "Slice",
     since: 1,
     layout: Layout::Axes(layout_axes),
+    shape_input: ShapeInput::None,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

@@ -6,8 +6,10 @@ use crate::error::Result;
 use crate::ir::attr::{norm_axis, to_usizes};
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
+use crate::ops::registry::{slot_1_from_13, Resolved, ShapeQuery};
 use crate::ops::Quant;
-use crate::ops::{Layout, LowerCx, OpDef};
+use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
+use crate::plan::Accept;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -15,6 +17,10 @@ pub const SPLIT: OpDef = OpDef {
     op_type: "Split",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_13,
+        resolve: resolve_shape,
+    },
     infer,
     fold: None,
     expand: None,
@@ -115,6 +121,24 @@ pub fn split(cx: &mut LowerCx, node: &Node) -> Result<()> {
         ],
     );
     Ok(())
+}
+
+/// The `split` sizes that give the declared outputs.
+fn resolve_shape(q: &ShapeQuery) -> Option<Resolved> {
+    let input = q.known(0)?;
+    let axis = crate::plan::assumed::norm_axis(q.n.attr_i("axis", 0).ok()?, input.len())?;
+    let mut parts = Vec::new();
+    let mut name = String::new();
+    for i in 0..q.n.outputs.len() {
+        let (d, nm) = q.out(i)?;
+        (d.len() == input.len()).then_some(())?;
+        parts.push(d[axis] as i64);
+        if name.is_empty() {
+            name = nm;
+        }
+    }
+    (parts.iter().sum::<i64>() == input[axis] as i64).then_some(())?;
+    Some((q.ints(&parts)?, Accept::Equal, name))
 }
 
 #[cfg(test)]

@@ -7,14 +7,21 @@ use crate::error::Result;
 use crate::ir::attr::norm_axes;
 use crate::ir::{Graph, Node};
 use crate::ops::infer::{In, Out};
+use crate::ops::registry::{slot_1_from_13, Resolved, ShapeQuery};
 use crate::ops::shape::reshape::{fold_reshape, reshape};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, OpDef};
+use crate::ops::{Fold, Layout, OpDef, ShapeInput};
+use crate::plan::assumed::squeeze_shape;
+use crate::plan::Accept;
 
 pub const SQUEEZE: OpDef = OpDef {
     op_type: "Squeeze",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_13,
+        resolve: resolve_squeeze,
+    },
     infer: infer_squeeze,
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
@@ -26,6 +33,10 @@ pub const UNSQUEEZE: OpDef = OpDef {
     op_type: "Unsqueeze",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1_from_13,
+        resolve: resolve_unsqueeze,
+    },
     infer: infer_unsqueeze,
     fold: Some(Fold::Values(fold_reshape)),
     expand: None,
@@ -109,4 +120,49 @@ fn infer_unsqueeze(x: &In) -> Result<Vec<Out>> {
     let g = x.g;
     let axes = unsqueeze_axes(g, n)?;
     Ok(vec![(x.dtype(0)?, unsqueeze_shape(n, x.shape(0)?, &axes)?)])
+}
+/// Squeeze's `axes` that give the declared output.
+fn resolve_squeeze(q: &ShapeQuery) -> Option<Resolved> {
+    let input = q.known(0)?;
+    let (d, name) = q.out(0)?;
+    let mut removed = Vec::new();
+    let mut k = 0;
+    for (j, &ij) in input.iter().enumerate() {
+        if k < d.len() && ij == d[k] {
+            k += 1;
+        } else if ij == 1 {
+            removed.push(j as i64);
+        } else {
+            return None;
+        }
+    }
+    (k == d.len()).then_some(())?;
+    let value = if q.len == 0 && squeeze_shape(&input, &[]).as_ref() == Some(&d) {
+        vec![]
+    } else {
+        removed
+    };
+    let accept = Accept::Squeeze { input, output: d };
+    Some((q.ints(&value)?, accept, name))
+}
+
+/// Unsqueeze's `axes` that give the declared output.
+fn resolve_unsqueeze(q: &ShapeQuery) -> Option<Resolved> {
+    let input = q.known(0)?;
+    let (d, name) = q.out(0)?;
+    let mut axes = Vec::new();
+    let mut i = 0;
+    for (j, &dj) in d.iter().enumerate() {
+        if i < input.len() && dj == input[i] {
+            i += 1;
+        } else if dj == 1 {
+            axes.push(j as i64);
+        } else {
+            return None;
+        }
+    }
+    (i == input.len() && crate::plan::assumed::unsqueeze_shape(&input, &axes).as_ref() == Some(&d))
+        .then_some(())?;
+    let accept = Accept::Unsqueeze { input, output: d };
+    Some((q.ints(&axes)?, accept, name))
 }

@@ -9,8 +9,11 @@ use crate::ir::shape::broadcast;
 use crate::ir::tensor::{map_indices, strides, Tensor};
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
+use crate::ops::registry::{shape_i64, slot_1, Resolved, ShapeQuery};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef, ShapeInput};
+use crate::plan::assumed::expand_shape;
+use crate::plan::Accept;
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -18,6 +21,10 @@ pub const TILE: OpDef = OpDef {
     op_type: "Tile",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1,
+        resolve: resolve_repeats,
+    },
     infer: infer_tile,
     fold: Some(Fold::Values(fold_tile)),
     expand: None,
@@ -29,6 +36,10 @@ pub const EXPAND: OpDef = OpDef {
     op_type: "Expand",
     since: 8,
     layout: Layout::Framework,
+    shape_input: ShapeInput::Slot {
+        slot: slot_1,
+        resolve: resolve_expand,
+    },
     infer: infer_expand,
     fold: Some(Fold::Values(fold_expand)),
     expand: None,
@@ -120,6 +131,29 @@ pub fn expand(cx: &mut LowerCx, node: &Node) -> Result<()> {
         vec![(param::MULTIPLES, Param::u32_vec(&mult))],
     );
     Ok(())
+}
+
+/// Tile's `repeats` that give the declared output.
+fn resolve_repeats(q: &ShapeQuery) -> Option<Resolved> {
+    let input = q.known(0)?;
+    let (d, name) = q.out(0)?;
+    (input.len() == d.len()).then_some(())?;
+    let reps = input
+        .iter()
+        .zip(&d)
+        .map(|(&i, &o)| (i > 0 && o % i == 0).then(|| (o / i) as i64))
+        .collect::<Option<Vec<i64>>>()?;
+    Some((q.ints(&reps)?, Accept::Equal, name))
+}
+
+/// Expand's `shape` that gives the declared output.
+fn resolve_expand(q: &ShapeQuery) -> Option<Resolved> {
+    let input = q.known(0)?;
+    let (d, name) = q.out(0)?;
+    let value = shape_i64(d.get(d.len().checked_sub(q.len)?..)?);
+    (expand_shape(&input, &value).as_ref() == Some(&d)).then_some(())?;
+    let accept = Accept::Expand { input, output: d };
+    Some((q.ints(&value)?, accept, name))
 }
 
 #[cfg(test)]

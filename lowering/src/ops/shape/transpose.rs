@@ -7,7 +7,7 @@ use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
 use crate::ops::Quant;
-use crate::ops::{Fold, Layout, LowerCx, OpDef};
+use crate::ops::{Fold, Layout, LowerCx, OpDef, ShapeInput};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -15,6 +15,7 @@ pub const TRANSPOSE: OpDef = OpDef {
     op_type: "Transpose",
     since: 1,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: Some(Fold::Values(fold)),
     expand: None,

@@ -9,12 +9,13 @@ use crate::ir::builder::Builder;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::{In, Out};
-use crate::ops::{Layout, OpDef, Quant};
+use crate::ops::{Layout, OpDef, Quant, ShapeInput};
 
 pub const TRILU: OpDef = OpDef {
     op_type: "Trilu",
     since: 14,
     layout: Layout::Framework,
+    shape_input: ShapeInput::None,
     infer,
     fold: None,
     expand: Some(expand),

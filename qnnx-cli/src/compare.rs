@@ -14,8 +14,8 @@ use qnnx_engine::{HostTensor, Target};
 use qnnx_types::BackendKind;
 use serde_json::json;
 
-use crate::compile::{compile_failure, load_onnx, parse_shapes, Precision};
-use crate::run::{input_arrays, Io};
+use crate::build::{compile_failure, load_onnx, parse_shapes, Precision};
+use crate::inputs::{input_arrays, Io};
 use crate::target::TargetArgs;
 use crate::{emit, Cli, Failure};
 

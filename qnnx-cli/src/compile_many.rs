@@ -9,10 +9,11 @@ use std::process::ExitCode;
 use qnnx_engine::compile::multi::{GraphSpec, MultiOptions};
 use serde_json::{json, Value};
 
-use crate::compile::{
+use crate::build::{
     compile_failure, context_binary, io_json, load_onnx, open_cache, parse_fixed, parse_shapes,
-    stage_text, CompileArgs, OnnxFile, Precision, Written,
+    stage_text, OnnxFile, Precision, Written,
 };
+use crate::compile::CompileArgs;
 use crate::progress::Progress;
 use crate::{emit, Cli, Failure};
 
@@ -220,7 +221,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
                 "outputs": outputs,
                 "lower_ms": g.lower_ms,
                 "finalize_ms": g.finalize_ms,
-                "timings": crate::compile::timings_json(&stages(g)),
+                "timings": crate::build::timings_json(&stages(g)),
                 "own_weights_bytes": htp.map(|h| h.const_size),
             })
         })
@@ -280,7 +281,7 @@ pub fn compile_many(cli: &Cli, args: &CompileArgs) -> Result<ExitCode, Failure> 
             s += "\n";
             if args.timings && !compiled.from_cache {
                 if let Some(mg) = compiled.graph(g["name"].as_str().unwrap_or("")) {
-                    s += &crate::compile::timings_text(&stages(mg));
+                    s += &crate::build::timings_text(&stages(mg));
                 }
             }
             for (what, list) in [("input ", &g["inputs"]), ("output", &g["outputs"])] {

@@ -16,7 +16,7 @@ use qnnx_engine::{HostTensor, Target};
 use qnnx_types::{BackendKind, DType};
 use serde_json::json;
 
-use crate::compile::{compile_failure, load_onnx, parse_shapes, OnnxFile};
+use crate::build::{compile_failure, load_onnx, parse_shapes, OnnxFile};
 use crate::target::TargetArgs;
 use crate::{emit, npy, Cli, Failure};
 

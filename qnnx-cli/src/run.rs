@@ -2,7 +2,6 @@
 //! inputs; outputs as .npy, latency as min / median / p95.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -13,8 +12,12 @@ use serde_json::json;
 
 use qnnx_engine::profile::{ExecutionProfile, NodeOrigins};
 
-use crate::compile::BuildArgs;
+use crate::build::BuildArgs;
+use crate::inputs::{arrays_for, given_arrays, input_arrays, Io};
 use crate::npy;
+use crate::run_report::{
+    binary_origins, execute, percentile, profile_text, profiled, write_outputs, Timing, Written,
+};
 use crate::{emit, Cli, Failure};
 
 #[derive(clap::Args, Debug)]
@@ -51,268 +54,6 @@ pub struct RunArgs {
     pub build: BuildArgs,
 }
 
-/// One graph input or output as the user sees it.
-pub(crate) struct Io {
-    pub name: String,
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-}
-
-fn name_seed(name: &str) -> u64 {
-    // FNV-1a: the same input gets the same random values whatever the graph's input order.
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-fn random_array(io: &Io) -> npy::Array {
-    let mut s = name_seed(&io.name)
-        .wrapping_mul(6_364_136_223_846_793_005)
-        .wrapping_add(1_442_695_040_888_963_407);
-    let mut next = move || {
-        s = s
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (s >> 33) as u32
-    };
-    let n: usize = io.shape.iter().product();
-    let mut data = Vec::with_capacity(n * io.dtype.size());
-    for _ in 0..n {
-        let u = next();
-        let unit = u as f32 / u32::MAX as f32 * 2.0 - 1.0;
-        match io.dtype {
-            DType::F32 => data.extend_from_slice(&unit.to_le_bytes()),
-            DType::F16 => data.extend_from_slice(&half::f16::from_f32(unit).to_le_bytes()),
-            DType::F64 => data.extend_from_slice(&f64::from(unit).to_le_bytes()),
-            DType::BF16 => data.extend_from_slice(&half::bf16::from_f32(unit).to_le_bytes()),
-            DType::Bool => data.push((u & 1) as u8),
-            // Small non-negative integers: valid as indices for most index inputs.
-            d => {
-                let v = (u % 8) as u64;
-                data.extend_from_slice(&v.to_le_bytes()[..d.size()]);
-            }
-        }
-    }
-    npy::Array {
-        dtype: io.dtype,
-        shape: io.shape.clone(),
-        data,
-    }
-}
-
-/// The `--input NAME=FILE.npy` arrays by name.
-fn given_arrays(specs: &[String]) -> Result<HashMap<String, npy::Array>, Failure> {
-    let mut given = HashMap::new();
-    for spec in specs {
-        let (n, file) = spec
-            .split_once('=')
-            .ok_or_else(|| Failure::usage(format!("--input {spec:?}: expected NAME=FILE.npy")))?;
-        given.insert(n.to_string(), npy::read(Path::new(file))?);
-    }
-    Ok(given)
-}
-
-/// The input arrays, in `ios` order: from `--input` files or random.
-pub(crate) fn input_arrays(
-    specs: &[String],
-    ios: &[Io],
-    what: &str,
-) -> Result<Vec<npy::Array>, Failure> {
-    let given = given_arrays(specs)?;
-    let (arrays, given) = arrays_for(given, ios, what)?;
-    if let Some(extra) = given.keys().next() {
-        let names: Vec<_> = ios.iter().map(|t| t.name.clone()).collect();
-        return Err(Failure::new(format!(
-            "{what} has no input {extra:?}; its inputs are {names:?}"
-        )));
-    }
-    Ok(arrays)
-}
-
-/// The arrays of `ios` taken from `given` (checked against `ios`) or random; returns what is
-/// left of `given`.
-fn arrays_for(
-    mut given: HashMap<String, npy::Array>,
-    ios: &[Io],
-    what: &str,
-) -> Result<(Vec<npy::Array>, HashMap<String, npy::Array>), Failure> {
-    let mut arrays = Vec::new();
-    for io in ios {
-        let a = match given.remove(&io.name) {
-            Some(a) => {
-                if a.dtype != io.dtype || a.shape != io.shape {
-                    return Err(Failure::new(format!(
-                        "input {:?}: the file holds {} {:?}, {what} takes {} {:?}",
-                        io.name, a.dtype, a.shape, io.dtype, io.shape
-                    )));
-                }
-                a
-            }
-            None => random_array(io),
-        };
-        arrays.push(a);
-    }
-    Ok((arrays, given))
-}
-
-struct Timing {
-    first_ms: f64,
-    /// Sorted.
-    times: Vec<f64>,
-}
-
-/// Executes `graph` once untimed and `runs` times timed on inputs in graph order; returns the
-/// output buffers in graph order.
-fn execute(
-    graph: &qnn::Graph,
-    ins: &[(DType, Cow<[u8]>)],
-    runs: usize,
-) -> Result<(Timing, Vec<Vec<u8>>), Failure> {
-    let mut outs: Vec<Vec<u8>> = graph
-        .outputs()
-        .iter()
-        .map(|t| vec![0u8; t.num_bytes()])
-        .collect();
-    let inputs: Vec<qnn::Input> = ins
-        .iter()
-        .map(|(d, b)| qnn::Input::from_bytes(*d, b))
-        .collect();
-    let once = |outs: &mut Vec<Vec<u8>>| -> Result<f64, Failure> {
-        let mut o: Vec<qnn::Output> = graph
-            .outputs()
-            .iter()
-            .zip(outs.iter_mut())
-            .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
-            .collect();
-        let t = Instant::now();
-        graph.execute(&inputs, &mut o)?;
-        Ok(t.elapsed().as_secs_f64() * 1e3)
-    };
-    let first_ms = once(&mut outs)?;
-    let mut times = (0..runs)
-        .map(|_| once(&mut outs))
-        .collect::<Result<Vec<_>, _>>()?;
-    times.sort_by(f64::total_cmp);
-    Ok((Timing { first_ms, times }, outs))
-}
-
-/// One profiled execute of `graph` at `level` (its own profile handle, freed after).
-fn profiled(
-    backend: &qnn::Backend,
-    graph: &qnn::Graph,
-    ins: &[(DType, Cow<[u8]>)],
-    level: qnn::ProfileLevel,
-    origins: &NodeOrigins,
-) -> Result<ExecutionProfile, Failure> {
-    let profile = qnn::Profile::new(backend, level)?;
-    let mut outs: Vec<Vec<u8>> = graph
-        .outputs()
-        .iter()
-        .map(|t| vec![0u8; t.num_bytes()])
-        .collect();
-    let inputs: Vec<qnn::Input> = ins
-        .iter()
-        .map(|(d, b)| qnn::Input::from_bytes(*d, b))
-        .collect();
-    let mut o: Vec<qnn::Output> = graph
-        .outputs()
-        .iter()
-        .zip(outs.iter_mut())
-        .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
-        .collect();
-    graph.execute_profiled(&inputs, &mut o, &profile)?;
-    Ok(ExecutionProfile::from_events(
-        level,
-        profile.events()?,
-        origins,
-    ))
-}
-
-/// The profile's table: the whole-graph times, then the ops, most expensive first.
-fn profile_text(p: &ExecutionProfile) -> String {
-    let us = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} us"));
-    let mut s = format!(
-        "profile ({}): execute {}, accelerator {}",
-        p.level.name(),
-        us(p.execute_us),
-        us(p.accel_us)
-    );
-    if let Some(c) = p.accel_cycles {
-        s += &format!(" / {c} cycles");
-    }
-    s += "\n";
-    if p.ops.is_empty() {
-        if p.level == qnn::ProfileLevel::Basic {
-            s += "(per-op times need --profile detailed)\n";
-        }
-        return s;
-    }
-    let unit = p.ops[0].unit.suffix();
-    let mut ops: Vec<_> = p.ops.iter().collect();
-    ops.sort_by_key(|o| std::cmp::Reverse(o.value));
-    let rows: Vec<(String, String, &qnnx_engine::profile::OpTime)> = ops
-        .into_iter()
-        .map(|o| match &o.origin {
-            Some(x) => (x.qnn_op.clone(), x.onnx_node.clone(), o),
-            // The HTP's I/O pseudo-nodes.
-            None if o.qnn_node == "Input" || o.qnn_node == "Output" => {
-                (format!("[{}]", o.qnn_node), "-".to_string(), o)
-            }
-            // A node of a binary, whose plan is unknown: QNN's node name is all there is.
-            None => ("?".to_string(), format!("{} (QNN node)", o.qnn_node), o),
-        })
-        .collect();
-    let unnamed = rows.iter().any(|r| r.0 == "?");
-    let op_w = rows
-        .iter()
-        .map(|r| r.0.len())
-        .max()
-        .unwrap_or(6)
-        .clamp(6, 32);
-    let node_w = rows
-        .iter()
-        .map(|r| r.1.len())
-        .max()
-        .unwrap_or(9)
-        .clamp(9, 64);
-    s += &format!(
-        "  {:<op_w$} {:<node_w$} {:>10} {:>6} {:>8}\n",
-        "QNN op", "ONNX node", unit, "share", "~us"
-    );
-    for (op, node, o) in rows {
-        let est = o.est_us.map_or("-".to_string(), |v| format!("{v:.1}"));
-        s += &format!(
-            "  {op:<op_w$} {node:<node_w$} {:>10} {:>5.1}% {est:>8}\n",
-            o.value,
-            o.share * 100.0
-        );
-    }
-    s += "(~us: each op's share of the accelerator time; the HTP reports node cycles)\n";
-    if unnamed {
-        s += "(?: a QNN node of a binary without the .nodes.json file that `qnnx compile` \
-              writes beside it, which names each node's QNN op and ONNX node)\n";
-    }
-    s
-}
-
-/// The ONNX node and QNN op of each node of graph `graph` of the context binary at `path`
-/// (whose bytes are `binary`), from the sidecar `qnnx compile` wrote beside it; none without
-/// one, or with one written for another binary (said once on stderr).
-fn binary_origins(path: &Path, binary: &[u8], graph: &str) -> NodeOrigins {
-    use qnnx_engine::profile::sidecar::{self, Found};
-    match sidecar::read(path, binary) {
-        Found::Graphs(mut g) => g.remove(graph).unwrap_or_default(),
-        Found::Missing => NodeOrigins::default(),
-        Found::Stale(why) => {
-            eprintln!(
-                "qnnx: warning: {} is not used: {why}; ops are named by QNN node only",
-                sidecar::path(path).display()
-            );
-            NodeOrigins::default()
-        }
-    }
-}
-
 /// Prints or reports the profile and writes the trace, when asked for.
 fn profile_and_trace(
     args: &RunArgs,
@@ -336,60 +77,79 @@ fn profile_and_trace(
     Ok(Some(p))
 }
 
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
+#[allow(clippy::too_many_arguments)]
+fn report(
+    cli: &Cli,
+    args: &RunArgs,
+    graph: &str,
+    prepare: serde_json::Value,
+    prepare_text: String,
+    timing: &Timing,
+    written: &[Written],
+    profile: Option<&ExecutionProfile>,
+) {
+    let t = &timing.times;
+    let mut report = json!({
+        "model": args.model,
+        "graph": graph,
+        "prepare": prepare,
+        "first_execute_ms": timing.first_ms,
+        "runs": args.runs,
+        "min_ms": t.first(),
+        "median_ms": percentile(t, 0.5),
+        "p95_ms": percentile(t, 0.95),
+        "outputs": written.iter().map(|w| json!({
+            "name": w.name,
+            "dtype": w.summary.dtype.name(),
+            "shape": w.summary.shape,
+            "min": w.summary.min,
+            "max": w.summary.max,
+            "mean": w.summary.mean,
+            "file": w.file,
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(p) = profile {
+        let mut v = p.to_json();
+        v["by_onnx_node"] = p
+            .by_onnx_node()
+            .into_iter()
+            .map(|(node, value, share)| json!({"onnx_node": node, "value": value, "share": share}))
+            .collect();
+        report["profile"] = v;
+        report["trace"] = json!(args.trace);
     }
-    sorted
-        .get(((sorted.len() as f64 - 1.0) * p).round() as usize)
-        .copied()
-}
-
-fn file_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
+    emit(cli, &report, || {
+        let mut s = format!(
+            "graph {graph:?}: {prepare_text}, first execute {:.2} ms\n",
+            timing.first_ms
+        );
+        if !t.is_empty() {
+            s += &format!(
+                "latency over {} runs: min {:.3} ms, median {:.3} ms, p95 {:.3} ms\n",
+                args.runs,
+                t[0],
+                percentile(t, 0.5).unwrap_or(0.0),
+                percentile(t, 0.95).unwrap_or(0.0)
+            );
+        }
+        for w in written {
+            s += &format!("output {:?}: {}", w.name, w.summary);
+            match &w.file {
+                Some(p) => s += &format!(", wrote {}\n", p.display()),
+                None => s += "\n",
             }
-        })
-        .collect()
-}
-
-/// One output: its summary, and the file it was written to (with `-o`).
-struct Written {
-    name: String,
-    summary: npy::Summary,
-    file: Option<PathBuf>,
-}
-
-fn write_outputs(
-    dir: Option<&Path>,
-    outs: Vec<npy::Array>,
-    names: &[String],
-) -> Result<Vec<Written>, Failure> {
-    if let Some(dir) = dir {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Failure::new(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    let mut written = Vec::new();
-    for (a, name) in outs.into_iter().zip(names) {
-        let file = match dir {
-            Some(dir) => {
-                let path = dir.join(format!("{}.npy", file_name(name)));
-                npy::write(&path, &a)?;
-                Some(path)
-            }
-            None => None,
-        };
-        written.push(Written {
-            name: name.clone(),
-            summary: a.summary(),
-            file,
-        });
-    }
-    Ok(written)
+        }
+        if written.iter().all(|w| w.file.is_none()) {
+            s += "(pass -o DIR to write the outputs as .npy)\n";
+        }
+        if let Some(p) = profile {
+            s += &profile_text(p);
+        }
+        if let Some(path) = &args.trace {
+            s += &format!("wrote the trace to {}\n", path.display());
+        }
+        s
+    });
 }
 
 fn is_onnx(path: &Path) -> bool {
@@ -469,81 +229,6 @@ fn run_saved(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn report(
-    cli: &Cli,
-    args: &RunArgs,
-    graph: &str,
-    prepare: serde_json::Value,
-    prepare_text: String,
-    timing: &Timing,
-    written: &[Written],
-    profile: Option<&ExecutionProfile>,
-) {
-    let t = &timing.times;
-    let mut report = json!({
-        "model": args.model,
-        "graph": graph,
-        "prepare": prepare,
-        "first_execute_ms": timing.first_ms,
-        "runs": args.runs,
-        "min_ms": t.first(),
-        "median_ms": percentile(t, 0.5),
-        "p95_ms": percentile(t, 0.95),
-        "outputs": written.iter().map(|w| json!({
-            "name": w.name,
-            "dtype": w.summary.dtype.name(),
-            "shape": w.summary.shape,
-            "min": w.summary.min,
-            "max": w.summary.max,
-            "mean": w.summary.mean,
-            "file": w.file,
-        })).collect::<Vec<_>>(),
-    });
-    if let Some(p) = profile {
-        let mut v = p.to_json();
-        v["by_onnx_node"] = p
-            .by_onnx_node()
-            .into_iter()
-            .map(|(node, value, share)| json!({"onnx_node": node, "value": value, "share": share}))
-            .collect();
-        report["profile"] = v;
-        report["trace"] = json!(args.trace);
-    }
-    emit(cli, &report, || {
-        let mut s = format!(
-            "graph {graph:?}: {prepare_text}, first execute {:.2} ms\n",
-            timing.first_ms
-        );
-        if !t.is_empty() {
-            s += &format!(
-                "latency over {} runs: min {:.3} ms, median {:.3} ms, p95 {:.3} ms\n",
-                args.runs,
-                t[0],
-                percentile(t, 0.5).unwrap_or(0.0),
-                percentile(t, 0.95).unwrap_or(0.0)
-            );
-        }
-        for w in written {
-            s += &format!("output {:?}: {}", w.name, w.summary);
-            match &w.file {
-                Some(p) => s += &format!(", wrote {}\n", p.display()),
-                None => s += "\n",
-            }
-        }
-        if written.iter().all(|w| w.file.is_none()) {
-            s += "(pass -o DIR to write the outputs as .npy)\n";
-        }
-        if let Some(p) = profile {
-            s += &profile_text(p);
-        }
-        if let Some(path) = &args.trace {
-            s += &format!("wrote the trace to {}\n", path.display());
-        }
-        s
-    });
-}
-
 fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     let b = &args.build;
     refuse_build_flags(args)?;
@@ -560,7 +245,7 @@ fn run_binary(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
     let rt = qnnx_engine::registry::for_target(&target, None, false).map_err(|e| {
         let hint = match &e {
             qnnx_engine::Error::Qnn { source, .. } => {
-                crate::compile::qnn_hint(source, target.backend)
+                crate::build::qnn_hint(source, target.backend)
             }
             _ => None,
         };
@@ -668,7 +353,7 @@ fn run_onnx(cli: &Cli, args: &RunArgs) -> Result<ExitCode, Failure> {
             "--graph selects a graph of a context binary; an ONNX model has one",
         ));
     }
-    let built = crate::compile::build(cli, &args.model, &args.build, "qnnx", false)?;
+    let built = crate::build::build(cli, &args.model, &args.build, "qnnx", false)?;
     let c = &built.compiled;
     let mut stages: Vec<(&str, f64)> = vec![("read file", built.read_ms)];
     stages.extend(c.timings.stages.iter().map(|&(t, ms)| (t.name(), ms)));
@@ -812,28 +497,4 @@ fn run_compiled(
         profile.as_ref(),
     );
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn random_inputs_depend_on_the_name_only() {
-        let io = |name: &str| Io {
-            name: name.into(),
-            dtype: DType::F32,
-            shape: vec![2, 3],
-        };
-        assert_eq!(random_array(&io("x")), random_array(&io("x")));
-        assert_ne!(random_array(&io("x")).data, random_array(&io("y")).data);
-    }
-
-    #[test]
-    fn percentiles_of_sorted_times() {
-        let t: Vec<f64> = (1..=20).map(f64::from).collect();
-        assert_eq!(percentile(&t, 0.5), Some(11.0));
-        assert_eq!(percentile(&t, 0.95), Some(19.0));
-        assert_eq!(percentile(&[], 0.5), None);
-    }
 }

@@ -189,28 +189,31 @@ pub struct Graph {
     node_names: HashSet<String>,
 }
 
+/// A name not in `taken`, recorded there: `hint`, else `hint_1`, `hint_2`, ... The one
+/// allocator of the graph's value and node names and of the plan's tensor and op names
+/// ([`crate::ops::LowerCx`]).
+pub fn fresh_name(taken: &mut HashSet<String>, hint: &str) -> String {
+    if taken.insert(hint.to_string()) {
+        return hint.to_string();
+    }
+    let mut i = 1;
+    loop {
+        let n = format!("{hint}_{i}");
+        if taken.insert(n.clone()) {
+            return n;
+        }
+        i += 1;
+    }
+}
+
 impl Graph {
     pub fn opset(&self) -> i64 {
         self.opsets.get("").copied().unwrap_or(0)
     }
 
-    fn fresh(set: &mut HashSet<String>, hint: &str) -> String {
-        if set.insert(hint.to_string()) {
-            return hint.to_string();
-        }
-        let mut i = 1;
-        loop {
-            let n = format!("{hint}_{i}");
-            if set.insert(n.clone()) {
-                return n;
-            }
-            i += 1;
-        }
-    }
-
     /// Adds a value whose shape is not known yet.
     pub fn add_value(&mut self, name_hint: &str) -> ValueId {
-        let name = Self::fresh(&mut self.names, name_hint);
+        let name = fresh_name(&mut self.names, name_hint);
         self.values.push(Value {
             name,
             dtype: DType::F32,
@@ -261,7 +264,7 @@ impl Graph {
     }
 
     pub fn unique_node_name(&mut self, hint: &str) -> String {
-        Self::fresh(&mut self.node_names, hint)
+        fresh_name(&mut self.node_names, hint)
     }
 
     /// Appends a node (callers re-sort when inserting mid-graph).

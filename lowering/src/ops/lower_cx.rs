@@ -23,19 +23,9 @@ pub struct LowerCx<'g> {
     op_names: HashSet<String>,
 }
 
+/// A plan name from `hint` ([`crate::ir::fresh_name`]); a plan tensor or op is never unnamed.
 fn fresh(set: &mut HashSet<String>, hint: &str) -> String {
-    let hint = if hint.is_empty() { "t" } else { hint };
-    if set.insert(hint.to_string()) {
-        return hint.to_string();
-    }
-    let mut i = 1;
-    loop {
-        let n = format!("{hint}_{i}");
-        if set.insert(n.clone()) {
-            return n;
-        }
-        i += 1;
-    }
+    crate::ir::fresh_name(set, if hint.is_empty() { "t" } else { hint })
 }
 
 /// Rank-0 tensors become `[1]`: QNN ops expect rank >= 1 and the element count is the same.

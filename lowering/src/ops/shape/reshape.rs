@@ -13,7 +13,6 @@ use crate::ops::infer::{same, In, Out};
 use crate::ops::registry::{shape_i64, slot_1, Resolved, ShapeQuery};
 use crate::ops::Quant;
 use crate::ops::{Fold, Layout, LowerCx, OpDef, ShapeInput};
-use crate::plan::assumed::reshape_shape;
 use crate::plan::Accept;
 use crate::qnn_names::op;
 
@@ -56,46 +55,71 @@ pub const IDENTITY: OpDef = OpDef {
     quant: Quant::Same,
 };
 
-/// The output shape of a Reshape of `in_shape` to `spec`.
-pub fn reshape_target(
-    n: &Node,
-    in_shape: &[usize],
+/// Why a Reshape's `shape` does not fit its input ([`reshape_shape`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum BadReshape {
+    TwoInferred,
+    ZeroPastRank,
+    Negative(i64),
+    TooLarge,
+    Mismatch,
+}
+
+/// ONNX Reshape of `input` to `spec` (`0` copies a dim unless `allowzero`, one `-1` is
+/// inferred): the one implementation of the rule, for inference and for comparing a `shape`
+/// given at run time with an assumed one ([`crate::plan::Accept`]).
+pub fn reshape_shape(
+    input: &[usize],
     spec: &[i64],
     allowzero: bool,
-) -> Result<Vec<usize>> {
-    let total: usize = in_shape.iter().product();
+) -> std::result::Result<Vec<usize>, BadReshape> {
+    let total: usize = input.iter().product();
     let mut out = Vec::with_capacity(spec.len());
     let mut infer_at = None;
     for (i, &d) in spec.iter().enumerate() {
         match d {
             -1 => {
                 if infer_at.replace(i).is_some() {
-                    return Err(n.err_invalid("reshape has more than one -1"));
+                    return Err(BadReshape::TwoInferred);
                 }
                 out.push(1);
             }
-            0 if !allowzero => out.push(
-                *in_shape
-                    .get(i)
-                    .ok_or_else(|| n.err_invalid("reshape 0 refers past the input rank"))?,
-            ),
-            d if d < 0 => return Err(n.err_invalid(format!("reshape dim {d} is invalid"))),
+            0 if !allowzero => out.push(*input.get(i).ok_or(BadReshape::ZeroPastRank)?),
+            d if d < 0 => return Err(BadReshape::Negative(d)),
             d => out.push(d as usize),
         }
     }
     let known = out
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| n.err_invalid(format!("reshape target {spec:?} is too large")))?;
-    if let Some(i) = infer_at {
-        if known == 0 || total % known != 0 {
-            return Err(n.err_invalid(format!("cannot reshape {in_shape:?} to {spec:?}")));
+        .ok_or(BadReshape::TooLarge)?;
+    match infer_at {
+        Some(i) => {
+            if known == 0 || total % known != 0 {
+                return Err(BadReshape::Mismatch);
+            }
+            out[i] = total / known;
         }
-        out[i] = total / known;
-    } else if known != total {
-        return Err(n.err_invalid(format!("cannot reshape {in_shape:?} to {spec:?}")));
+        None if known != total => return Err(BadReshape::Mismatch),
+        None => {}
     }
     Ok(out)
+}
+
+/// The output shape of a Reshape of `in_shape` to `spec`, or the node's error.
+pub fn reshape_target(
+    n: &Node,
+    in_shape: &[usize],
+    spec: &[i64],
+    allowzero: bool,
+) -> Result<Vec<usize>> {
+    reshape_shape(in_shape, spec, allowzero).map_err(|e| match e {
+        BadReshape::TwoInferred => n.err_invalid("reshape has more than one -1"),
+        BadReshape::ZeroPastRank => n.err_invalid("reshape 0 refers past the input rank"),
+        BadReshape::Negative(d) => n.err_invalid(format!("reshape dim {d} is invalid")),
+        BadReshape::TooLarge => n.err_invalid(format!("reshape target {spec:?} is too large")),
+        BadReshape::Mismatch => n.err_invalid(format!("cannot reshape {in_shape:?} to {spec:?}")),
+    })
 }
 
 fn infer_reshape(x: &In) -> Result<Vec<Out>> {
@@ -146,7 +170,7 @@ fn resolve_shape(q: &ShapeQuery) -> Option<Resolved> {
     let (d, name) = q.out(0)?;
     let allowzero = q.n.attr_i("allowzero", 0).ok()? != 0;
     let value = shape_i64(&d);
-    (reshape_shape(&input, &value, allowzero).as_ref() == Some(&d)).then_some(())?;
+    (reshape_shape(&input, &value, allowzero).as_ref() == Ok(&d)).then_some(())?;
     let accept = Accept::Reshape {
         input,
         allowzero,

@@ -25,10 +25,30 @@ fn open_raw(path: &Path) -> Result<libloading::Library, libloading::Error> {
 #[cfg(windows)]
 fn open_raw(path: &Path) -> Result<libloading::Library, libloading::Error> {
     use libloading::os::windows::{Library, LOAD_WITH_ALTERED_SEARCH_PATH};
-    // The HTP stub DLL (`QnnHtpV73Stub.dll`, ...) sits beside `QnnHtp.dll`: altered search path
-    // makes Windows resolve it from the library's own folder.
+    const _: () = assert!(ALTERED_SEARCH_PATH == LOAD_WITH_ALTERED_SEARCH_PATH);
+    let (path, flags) = windows_load(path);
     // SAFETY: as on Unix.
-    unsafe { Library::load_with_flags(path, LOAD_WITH_ALTERED_SEARCH_PATH) }.map(Into::into)
+    unsafe { Library::load_with_flags(&path, flags) }.map(Into::into)
+}
+
+/// `LOAD_WITH_ALTERED_SEARCH_PATH` of `LoadLibraryExW`.
+const ALTERED_SEARCH_PATH: u32 = 0x0000_0008;
+
+/// The path and flags `LoadLibraryExW` is given for `path`. A path with a folder is made
+/// absolute and loaded with the altered search path, so that Windows resolves the HTP stub DLL
+/// (`QnnHtpV73Stub.dll`, ...) from the library's own folder. Microsoft leaves that flag
+/// undefined for a relative path, so the bare file name of the search's last step gets none:
+/// the standard search, which starts in the folder of the executable (beside `qnnx.exe`), then
+/// System32 and `PATH`.
+#[cfg_attr(not(windows), allow(dead_code))]
+fn windows_load(path: &Path) -> (std::path::PathBuf, u32) {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => (
+            std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
+            ALTERED_SEARCH_PATH,
+        ),
+        _ => (path.to_path_buf(), 0),
+    }
 }
 
 /// Redirects fd 1 to `/dev/null` (or stderr) while alive. Process-wide, so a global lock
@@ -113,5 +133,25 @@ pub fn stdout_to_stderr() -> StdoutSilencer {
     #[cfg(not(unix))]
     {
         StdoutSilencer::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_loads_a_bare_name_by_the_standard_search_and_a_path_beside_its_stub() {
+        assert_eq!(
+            windows_load(Path::new("QnnHtp.dll")),
+            ("QnnHtp.dll".into(), 0)
+        );
+        assert_eq!(
+            windows_load(Path::new("/sdk/lib/QnnHtp.dll")),
+            ("/sdk/lib/QnnHtp.dll".into(), ALTERED_SEARCH_PATH)
+        );
+        let (path, flags) = windows_load(Path::new("runtime/qnn/QnnHtp.dll"));
+        assert!(path.is_absolute() && path.ends_with("runtime/qnn/QnnHtp.dll"));
+        assert_eq!(flags, ALTERED_SEARCH_PATH);
     }
 }

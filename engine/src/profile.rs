@@ -13,7 +13,6 @@ use lowering::plan::Plan;
 use qnn::{Event, EventUnit, ProfileLevel};
 use serde_json::{json, Value};
 
-
 /// The plan op behind a QNN node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeOrigin {

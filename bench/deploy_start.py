@@ -39,8 +39,8 @@ EXPORT = textwrap.dedent(
     qnnx_backend.export(m, inputs, sys.argv[1], options=opts)
     np.save(sys.argv[2], inputs[0].numpy())
     # The same ONNX export, for ONNX Runtime.
-    from qnnx_backend import _export
-    data = _export.export(m, inputs, qnnx_backend.parse_options(opts), names=["x"])
+    from qnnx_backend.compiling import to_onnx
+    data = to_onnx.onnx_bytes(m, inputs, qnnx_backend.parse_options(opts), names=["x"])
     open(sys.argv[3], "wb").write(data)
     """
 )

@@ -119,12 +119,12 @@ def median_ms(fn, x, warmup: int, calls: int) -> float:
 def run_qnnx(model: nn.Module, x: torch.Tensor, want: torch.Tensor, options: dict, warmup: int, calls: int) -> dict:
     import qnnx_backend
 
-    from qnnx_backend import _policy
+    from qnnx_backend.partitioning import split
 
     torch._dynamo.reset()
     qnnx_backend.STATS.clear()
     # Measured again for each variant (a few ms), so a row reports the cost only when it used it.
-    _policy._CALL_COSTS.clear()
+    split._CALL_COSTS.clear()
     compiled = torch.compile(model, backend="qnn", options=options)
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
@@ -134,7 +134,7 @@ def run_qnnx(model: nn.Module, x: torch.Tensor, want: torch.Tensor, options: dic
         ms = median_ms(compiled, x, warmup, calls)
     del compiled
     torch._dynamo.reset()  # drop the QNN context before the next measurement
-    costs = list(_policy._CALL_COSTS.values())
+    costs = list(split._CALL_COSTS.values())
     return {
         "call_cost_us": costs[0] if costs else None,
         "median_ms": ms,

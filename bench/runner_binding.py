@@ -26,7 +26,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(torch.nn.ReLU(), (torch.randn(1, 4),), buf, dynamo=False, opset_version=17)
-    native = _native.compile(buf.getvalue(), device="npu", soc_model=60, htp_arch=73, name="relu")
+    native = _native.compile(buf.getvalue(), _native.Spec("npu", soc_model=60, htp_arch=73), name="relu")
     with open(args.binary, "wb") as f:
         f.write(native.binary())
     x = torch.randn(1, 4)

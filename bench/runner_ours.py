@@ -53,13 +53,14 @@ def instrument() -> None:
     """Stage timers around the package's own functions (nothing in the package changes)."""
     global qnnx_backend, _export, _native, _policy, _runtime, _backend_module
     import qnnx_backend
-    from qnnx_backend import _export, _native, _policy, _runtime
+    from qnnx_backend import _native
+    from qnnx_backend.compiling import call as _runtime, qnn_callable as _policy, to_onnx as _export
     from qnnx_backend import backend as _backend_module
 
     ORIG["qnn_call"] = _policy.QnnCallable.__call__
     ORIG["cg_call"] = _runtime.CompiledGraph.__call__
     _wrap_function(_native, "is_available", "backend_open_ms")
-    _wrap_function(_export, "export", "export_ms")
+    _wrap_function(_export, "onnx_bytes", "export_ms")
     _wrap_function(_native, "check", "check_ms")
 
     def compiled(native):

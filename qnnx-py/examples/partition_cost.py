@@ -72,9 +72,10 @@ def main():
     qnn = torch.compile(m, backend="qnn", options={**OPTIONS, "strict": True})
     print(f"one-node graph: eager {per_call_us(m, x, runs):.1f} us, QNN {per_call_us(qnn, x, runs):.1f} us per call")
     torch._dynamo.reset()
-    from qnnx_backend import _policy, parse_options
+    from qnnx_backend import parse_options
+    from qnnx_backend.compiling.qnn_callable import QnnCallable
 
-    print(f"measured QNN call cost: {_policy.call_cost_us('npu', parse_options(OPTIONS)):.1f} us")
+    print(f"measured QNN call cost: {QnnCallable.call_cost_us('npu', parse_options(OPTIONS)):.1f} us")
     torch.manual_seed(0)
     m, x = DetCNN().eval(), torch.randn(1, 3, 8, 8)
     parts = torch.compile(m, backend="qnn", options={**OPTIONS, "partition_cost": 0})

@@ -63,6 +63,106 @@ fn target(device: &str, soc_model: Option<SocArg>, htp_arch: Option<u32>) -> PyR
     Target::resolve(&spec, None).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// One target and the compile options that go with it, built once from the Python settings
+/// (`QnnSettings.spec`) and given to every compile and cache load instead of a keyword list:
+/// `device` ("npu", "gpu", "cpu"), the HTP's SoC (a number or a name) and arch, `fp16`,
+/// `opt_level`, and the cache folder (None: no cache). The target is resolved (and checked:
+/// ValueError naming the valid values) when the spec is made.
+#[pyclass(module = "qnnx_backend._native", frozen)]
+struct Spec {
+    target: Target,
+    /// The SoC number asked for (the target also has the host's default when none was).
+    asked_soc: Option<u32>,
+    #[pyo3(get)]
+    device: String,
+    #[pyo3(get)]
+    fp16: bool,
+    #[pyo3(get)]
+    opt_level: Option<u8>,
+    #[pyo3(get)]
+    cache_dir: Option<String>,
+}
+
+#[pymethods]
+impl Spec {
+    #[new]
+    #[pyo3(signature = (device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, cache_dir = None))]
+    fn new(
+        device: &str,
+        soc_model: Option<SocArg>,
+        htp_arch: Option<u32>,
+        fp16: bool,
+        opt_level: Option<u8>,
+        cache_dir: Option<PathBuf>,
+    ) -> PyResult<Spec> {
+        let explicit = soc_model.is_some();
+        let target = target(device, soc_model, htp_arch)?;
+        Ok(Spec {
+            asked_soc: if explicit { target.soc_model } else { None },
+            target,
+            device: device.to_string(),
+            fp16,
+            opt_level,
+            cache_dir: cache_dir.map(|d| d.to_string_lossy().into_owned()),
+        })
+    }
+
+    /// The SoC number given (by number or name), or None (the host's default applies).
+    #[getter]
+    fn soc_model(&self) -> Option<u32> {
+        self.asked_soc
+    }
+
+    /// The HTP architecture given, or None.
+    #[getter]
+    fn htp_arch(&self) -> Option<u32> {
+        self.target.htp_arch.map(HtpArch::number)
+    }
+
+    /// The HTP architecture compiled for: `htp_arch`, else that of the SoC, else None (no SoC
+    /// given: the host's default is applied at compile time).
+    #[getter]
+    fn arch(&self) -> Option<u32> {
+        self.target.arch().map(HtpArch::number)
+    }
+
+    fn __repr__(&self) -> String {
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "None".into());
+        format!(
+            "Spec(device={:?}, soc_model={}, htp_arch={}, fp16={}, opt_level={}, cache_dir={})",
+            self.device,
+            opt(self.soc_model().map(|n| n.to_string())),
+            opt(self.htp_arch().map(|n| n.to_string())),
+            if self.fp16 { "True" } else { "False" },
+            opt(self.opt_level.map(|n| n.to_string())),
+            opt(self.cache_dir.as_ref().map(|d| format!("{d:?}"))),
+        )
+    }
+}
+
+/// The spec given, or the default one (the HTP with no SoC, arch or cache).
+fn spec_or_default(spec: Option<PyRef<'_, Spec>>) -> PyResult<SpecRef<'_>> {
+    match spec {
+        Some(s) => Ok(SpecRef::Given(s)),
+        None => Ok(SpecRef::Default(Spec::new("npu", None, None, false, None, None)?)),
+    }
+}
+
+enum SpecRef<'py> {
+    Given(PyRef<'py, Spec>),
+    Default(Spec),
+}
+
+impl std::ops::Deref for SpecRef<'_> {
+    type Target = Spec;
+    fn deref(&self) -> &Spec {
+        match self {
+            SpecRef::Given(s) => s,
+            SpecRef::Default(s) => s,
+        }
+    }
+}
+
 /// Checks a target once, for the settings: the SoC number (from a name or number) and the arch.
 /// Raises ValueError naming the valid values.
 #[pyfunction]
@@ -92,6 +192,42 @@ fn target_arch(
     Ok(target(device, soc_model, htp_arch)?
         .arch()
         .map(HtpArch::number))
+}
+
+/// Bits of a quantized storage type.
+fn bits(d: DType) -> u32 {
+    if d.is_sub_byte() {
+        4
+    } else {
+        8 * d.size() as u32
+    }
+}
+
+/// The quantization schemes, the lowering's (`lowering::quantize::Scheme`), in their order:
+/// (name, activation bits, weight bits). Python's quantization options are read from them.
+#[pyfunction]
+fn quant_schemes() -> Vec<(&'static str, u32, u32)> {
+    lowering::quantize::Scheme::ALL
+        .iter()
+        .map(|s| (s.name(), bits(s.activation()), bits(s.weight())))
+        .collect()
+}
+
+/// QNN's fixed output encodings (the registry's `Quant::Fixed` ops: 16-bit Sigmoid and Tanh):
+/// ONNX op -> storage dtype name -> (scale, offset), `real = scale * (q + offset)`.
+#[pyfunction]
+fn fixed_encodings() -> BTreeMap<&'static str, BTreeMap<&'static str, (f32, i32)>> {
+    let mut out = BTreeMap::new();
+    for d in lowering::ops::registry::defs() {
+        if let lowering::ops::Quant::Fixed(encoding) = d.quant {
+            let by_dtype: BTreeMap<_, _> = [DType::U8, DType::I8, DType::U16, DType::I16]
+                .into_iter()
+                .filter_map(|t| encoding(t).map(|e| (t.name(), e)))
+                .collect();
+            out.insert(d.op_type, by_dtype);
+        }
+    }
+    out
 }
 
 /// QNN's log level for backends opened from now on (error, warn, info, verbose, debug).
@@ -230,37 +366,33 @@ fn warn_all(warnings: &[String]) {
     }
 }
 
-/// Lowers and compiles an ONNX model for `device` (releases the GIL while working). With
-/// `cache_dir`, a binary compiled earlier for the same model, target and settings is loaded
+/// Lowers and compiles an ONNX model for `spec`'s target (releases the GIL while working). With
+/// `spec.cache_dir`, a binary compiled earlier for the same model, target and settings is loaded
 /// instead (no lowering, no finalize), and a new one is stored. `input_shapes` gives inputs with
 /// symbolic dims a static shape; `fix_inputs` fixes inputs to a value at compile time (name to
 /// value as the `qnnx` command spells it: `3`, `0.5`, `true`, `1,2,3`). `base_dir` is where
 /// the model's external data files are (the ONNX file's folder; torch's exporter writes
 /// `model.onnx.data` beside `model.onnx`); such a model is never cached.
 #[pyfunction]
-#[pyo3(signature = (onnx, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, name = "qnnx", cache_dir = None, input_shapes = None, fix_inputs = None, quantized_io = false, base_dir = None))]
+#[pyo3(signature = (onnx, spec = None, *, name = "qnnx", input_shapes = None, fix_inputs = None, quantized_io = false, base_dir = None))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
     onnx: &[u8],
-    device: &str,
-    soc_model: Option<SocArg>,
-    htp_arch: Option<u32>,
-    fp16: bool,
-    opt_level: Option<u8>,
+    spec: Option<PyRef<'_, Spec>>,
     name: &str,
-    cache_dir: Option<&str>,
     input_shapes: Option<BTreeMap<String, Vec<usize>>>,
     fix_inputs: Option<BTreeMap<String, String>>,
     quantized_io: bool,
     base_dir: Option<PathBuf>,
 ) -> PyResult<Compiled> {
-    let t = target(device, soc_model, htp_arch)?;
-    let cache = open_cache(py, cache_dir)?;
+    let spec = spec_or_default(spec)?;
+    let t = &spec.target;
+    let cache = open_cache(py, spec.cache_dir.as_deref())?;
     let opts = CompileOptions {
         name: name.to_string(),
-        fp16,
-        opt_level,
+        fp16: spec.fp16,
+        opt_level: spec.opt_level,
         input_shapes: input_shapes.unwrap_or_default(),
         fix_inputs: fix_inputs.unwrap_or_default(),
         quantized_io,
@@ -268,7 +400,7 @@ fn compile(
         ..Default::default()
     };
     let compiled = py
-        .detach(|| qnnx_engine::compile(&t, onnx, &opts, cache.as_ref()))
+        .detach(|| qnnx_engine::compile(t, onnx, &opts, cache.as_ref()))
         .map_err(|e| engine_error(py, e))?;
     warn_all(&compiled.warnings);
     Ok(Compiled::from(compiled))
@@ -367,26 +499,23 @@ impl Reference {
         })
     }
 
-    /// The report (JSON) of `test` (this model quantized, or itself in fp16) on the HTP of
-    /// `soc_model`, against the reference's values.
-    #[pyo3(signature = (test, soc_model=None, htp_arch=None, fp16=true, jump_db=10.0))]
+    /// The report (JSON) of `test` (this model quantized, or itself in fp16 with `spec.fp16`)
+    /// on `spec`'s HTP, against the reference's values.
+    #[pyo3(signature = (test, spec, jump_db=10.0))]
     fn compare(
         &self,
         py: Python<'_>,
         test: &[u8],
-        soc_model: Option<SocArg>,
-        htp_arch: Option<u32>,
-        fp16: bool,
+        spec: PyRef<'_, Spec>,
         jump_db: f64,
     ) -> PyResult<String> {
         use qnnx_engine::compare::{Build, CompareOptions};
         check_jump_db(jump_db)?;
-        let t = target("npu", soc_model, htp_arch)?;
         let tb = Build {
-            target: &t,
+            target: &spec.target,
             onnx: test,
             base_dir: None,
-            fp16,
+            fp16: spec.fp16,
         };
         let opts = CompareOptions {
             input_shapes: self.input_shapes.clone(),
@@ -400,22 +529,25 @@ impl Reference {
 }
 
 #[pyfunction]
-#[pyo3(signature = (test, inputs, *, reference = None, soc_model = None, htp_arch = None, fp16 = true, jump_db = 10.0, input_shapes = None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (test, inputs, spec = None, *, reference = None, jump_db = 10.0, input_shapes = None))]
 fn compare(
     py: Python<'_>,
     test: &[u8],
     inputs: Vec<(String, Vec<usize>, Vec<u8>)>,
+    spec: Option<PyRef<'_, Spec>>,
     reference: Option<&[u8]>,
-    soc_model: Option<SocArg>,
-    htp_arch: Option<u32>,
-    fp16: bool,
     jump_db: f64,
     input_shapes: Option<BTreeMap<String, Vec<usize>>>,
 ) -> PyResult<String> {
     use qnnx_engine::compare::{Build, CompareOptions};
     check_jump_db(jump_db)?;
-    let t = target("npu", soc_model, htp_arch)?;
+    let spec = match spec {
+        Some(s) => SpecRef::Given(s),
+        // The comparison's own default: the test build in fp16.
+        None => SpecRef::Default(Spec::new("npu", None, None, true, None, None)?),
+    };
+    let t = &spec.target;
+    let fp16 = spec.fp16;
     let exact = exact_target();
     let host = host_inputs(inputs)?;
     let rb = Build {
@@ -425,7 +557,7 @@ fn compare(
         fp16: false,
     };
     let tb = Build {
-        target: &t,
+        target: t,
         onnx: test,
         base_dir: None,
         fp16,
@@ -447,26 +579,21 @@ fn compare(
 /// With `weight_sharing` (HTP only) weights equal in content across the models are stored once
 /// in the context. The x86_64 HTP library cannot load such binaries, so there a weight-shared
 /// compile is never cached (`cache_key` is None, with a warning in the log). Without weight
-/// sharing, `cache_dir` works as for `compile`, with one entry for all the models and settings.
+/// sharing, `spec.cache_dir` works as for `compile`, with one entry for all the models and settings.
 /// `fix_inputs`, one map per model (empty: none), fixes inputs of that model as `compile`'s
 /// `fix_inputs` does; they enter the cache key.
 #[pyfunction]
-#[pyo3(signature = (onnx_list, names, *, device = "npu", soc_model = None, htp_arch = None, fp16 = false, opt_level = None, weight_sharing = true, cache_dir = None, fix_inputs = None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (onnx_list, names, spec = None, *, weight_sharing = true, fix_inputs = None))]
 fn compile_many(
     py: Python<'_>,
     onnx_list: Vec<pyo3::pybacked::PyBackedBytes>,
     names: Vec<String>,
-    device: &str,
-    soc_model: Option<SocArg>,
-    htp_arch: Option<u32>,
-    fp16: bool,
-    opt_level: Option<u8>,
+    spec: Option<PyRef<'_, Spec>>,
     weight_sharing: bool,
-    cache_dir: Option<&str>,
     fix_inputs: Option<Vec<BTreeMap<String, String>>>,
 ) -> PyResult<Vec<Compiled>> {
-    let t = target(device, soc_model, htp_arch)?;
+    let spec = spec_or_default(spec)?;
+    let t = &spec.target;
     if onnx_list.len() != names.len() {
         return Err(PyValueError::new_err(format!(
             "{} models but {} names",
@@ -482,7 +609,7 @@ fn compile_many(
             fix_inputs.len()
         )));
     }
-    let cache = open_cache(py, cache_dir)?;
+    let cache = open_cache(py, spec.cache_dir.as_deref())?;
     let specs: Vec<GraphSpec> = onnx_list
         .iter()
         .zip(&names)
@@ -495,12 +622,12 @@ fn compile_many(
         })
         .collect();
     let opts = MultiOptions {
-        fp16,
-        opt_level,
+        fp16: spec.fp16,
+        opt_level: spec.opt_level,
         weight_sharing,
     };
     let compiled = py
-        .detach(|| qnnx_engine::compile::multi::compile_multi(&t, &specs, &opts, cache.as_ref()))
+        .detach(|| qnnx_engine::compile::multi::compile_multi(t, &specs, &opts, cache.as_ref()))
         .map_err(|f| {
             let err = engine_error(py, f.error);
             let _ = err.value(py).setattr("graph", f.graph);
@@ -514,23 +641,18 @@ fn compile_many(
         .collect())
 }
 
-/// A graph from the cache by key, or None: used on warm starts to skip the ONNX export too. A
-/// bad entry is removed (with a warning in the log) and reported as a miss.
+/// A graph from `spec`'s cache folder by key, or None (also when the spec has no cache folder):
+/// used on warm starts to skip the ONNX export too. A bad entry is removed (with a warning in
+/// the log) and reported as a miss.
 #[pyfunction]
-#[pyo3(signature = (key, cache_dir, *, device = "npu", soc_model = None, htp_arch = None, opt_level = None, name = "qnnx"))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (key, spec, *, name = "qnnx"))]
 fn load_cached(
     py: Python<'_>,
     key: &str,
-    cache_dir: &str,
-    device: &str,
-    soc_model: Option<SocArg>,
-    htp_arch: Option<u32>,
-    opt_level: Option<u8>,
+    spec: PyRef<'_, Spec>,
     name: &str,
 ) -> PyResult<Option<Compiled>> {
-    let t = target(device, soc_model, htp_arch)?;
-    from_cache(py, key, cache_dir, &t, opt_level, |rt, cache, key| {
+    from_cache(py, key, &spec, |rt, cache, key| {
         let hit = qnnx_engine::compile::load_cached(rt, cache, key, name)?;
         Ok(hit.map(Compiled::from))
     })
@@ -539,46 +661,41 @@ fn load_cached(
 /// Graphs `names` of a multi-graph cache entry (`compile_many`'s), from one load of its
 /// context, or None on a miss (a bad entry is removed, with a warning in the log).
 #[pyfunction]
-#[pyo3(signature = (key, cache_dir, names, *, device = "npu", soc_model = None, htp_arch = None, opt_level = None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (key, names, spec))]
 fn load_cached_many(
     py: Python<'_>,
     key: &str,
-    cache_dir: &str,
     names: Vec<String>,
-    device: &str,
-    soc_model: Option<SocArg>,
-    htp_arch: Option<u32>,
-    opt_level: Option<u8>,
+    spec: PyRef<'_, Spec>,
 ) -> PyResult<Option<Vec<Compiled>>> {
-    let t = target(device, soc_model, htp_arch)?;
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    from_cache(py, key, cache_dir, &t, opt_level, |rt, cache, key| {
+    from_cache(py, key, &spec, |rt, cache, key| {
         let hit = qnnx_engine::compile::multi::load_cached_graphs(rt, cache, key, &names)?;
         Ok(hit.map(|m| m.into_compiled().into_iter().map(Compiled::from).collect()))
     })
 }
 
-/// A warm-start load from cache entry `key` in `cache_dir` on `t`'s runtime: `load` returns
+/// A warm-start load from cache entry `key` in `spec`'s cache folder on its runtime: `load` returns
 /// the hit, or `Err` for a bad entry (the engine removed it; logged here and a miss, like an
 /// unparsable key or an unusable folder).
 fn from_cache<T: Send>(
     py: Python<'_>,
     key: &str,
-    cache_dir: &str,
-    t: &Target,
-    opt_level: Option<u8>,
+    spec: &Spec,
     load: impl FnOnce(&std::sync::Arc<registry::Runtime>, &Cache, &CacheKey) -> Result<Option<T>, String>
         + Send,
 ) -> PyResult<Option<T>> {
     let Some(key) = CacheKey::parse(key) else {
         return Ok(None);
     };
+    let Some(cache_dir) = spec.cache_dir.as_deref() else {
+        return Ok(None);
+    };
     let Some(cache) = open_cache(py, Some(cache_dir))? else {
         return Ok(None);
     };
     py.detach(|| -> qnnx_engine::Result<Option<T>> {
-        let rt = registry::for_target(t, opt_level, false)?;
+        let rt = registry::for_target(&spec.target, spec.opt_level, false)?;
         match load(&rt, &cache, &key) {
             Ok(hit) => Ok(hit),
             Err(w) => {
@@ -767,6 +884,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     log::install();
     errors::add(m)?;
     m.add_class::<Compiled>()?;
+    m.add_class::<Spec>()?;
     m.add_class::<Reference>()?;
     m.add_function(wrap_pyfunction!(is_available, m)?)?;
     m.add_function(wrap_pyfunction!(unavailable_reason, m)?)?;
@@ -798,5 +916,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(htp_archs, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(performance_modes, m)?)?;
+    m.add_function(wrap_pyfunction!(quant_schemes, m)?)?;
+    m.add_function(wrap_pyfunction!(fixed_encodings, m)?)?;
     Ok(())
 }

@@ -142,14 +142,14 @@ def refresh_batchnorm_on(model, images, batch=8):
 
 def capture(model, *args, **kwargs):
     """What torch.compile hands the qnn backend for ``model(*args, **kwargs)``: the FX graph,
-    its example inputs and the frame (``_calibrate.Frame``), read while dynamo calls the backend.
+    its example inputs and the frame (``calibrate.Frame``), read while dynamo calls the backend.
     One entry per graph."""
-    from qnnx_backend import _calibrate
+    from qnnx_backend.quantization import calibrate
 
     graphs = []
 
     def backend(gm, example_inputs):
-        graphs.append((gm, list(example_inputs), _calibrate.Frame.capture(gm)))
+        graphs.append((gm, list(example_inputs), calibrate.Frame.capture(gm)))
         return gm.forward
 
     torch._dynamo.reset()

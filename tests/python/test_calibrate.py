@@ -1,4 +1,4 @@
-"""Calibration data (qnnx_backend._calibrate): samples of the model's arguments mapped to the
+"""Calibration data (qnnx_backend.quantization.calibrate): samples of the model's arguments mapped to the
 graph inputs dynamo lifted (in whatever order), the callable form, and every error naming what
 to change. No QNN needed."""
 
@@ -7,7 +7,8 @@ import torch
 import torch.nn as nn
 
 from conftest import capture
-from qnnx_backend import _calibrate, _export
+from qnnx_backend.compiling import to_onnx
+from qnnx_backend.quantization import calibrate as _calibrate
 
 
 class TwoInputs(nn.Module):
@@ -24,7 +25,7 @@ class TwoInputs(nn.Module):
 
 def mapper_for(model, *args, **kwargs):
     [(gm, ex, frame)] = capture(model, *args, **kwargs)
-    runtime = [i for i, a in enumerate(ex) if not _export.is_static(a)]
+    runtime = [i for i, a in enumerate(ex) if not to_onnx.is_static(a)]
     return _calibrate.Mapper(frame, ex, runtime), ex, runtime
 
 
@@ -82,7 +83,7 @@ def test_the_callable_form_calls_forward_like_the_model():
     model = TwoInputs().eval()
     x, y = torch.randn(2, 4), torch.randn(2, 6)
     [(gm, ex, frame)] = capture(model, x, y)
-    runtime = [i for i, a in enumerate(ex) if not _export.is_static(a)]
+    runtime = [i for i, a in enumerate(ex) if not to_onnx.is_static(a)]
     mapper = _calibrate.Mapper(frame, ex, runtime)
 
     def run_float(inputs):
@@ -136,7 +137,7 @@ def test_a_graph_after_a_graph_break_is_refused_with_what_to_do():
     assert [g[2].resumed for g in graphs] == [False, True]
     gm, ex, frame = graphs[1]
     with pytest.raises(ValueError, match="starts after a graph break in forward.*remove the graph break"):
-        _calibrate.Mapper(frame, ex, [i for i, a in enumerate(ex) if not _export.is_static(a)])
+        _calibrate.Mapper(frame, ex, [i for i, a in enumerate(ex) if not to_onnx.is_static(a)])
 
 
 def test_digest_follows_the_values():

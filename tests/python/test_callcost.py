@@ -1,4 +1,4 @@
-"""The cost rule's measurements (qnnx_backend._callcost): the probe model, the medians, and the
+"""The cost rule's measurements (qnnx_backend.partitioning.callcost): the probe model, the medians, and the
 eager time of each partition of a split graph. The partitioner's use of them is tested in
 test_partition_htp.py."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from qnnx_backend import _callcost, _partition
+from qnnx_backend.partitioning import callcost as _callcost, plan as _partition
 
 
 def test_the_probe_runs_on_every_backend_whole():
@@ -179,7 +179,7 @@ def test_a_series_stalled_by_the_intra_op_pool_does_not_decide():
 MEASURE = textwrap.dedent(
     """
     import json, torch, torch.nn as nn
-    from qnnx_backend import _callcost, _partition
+    from qnnx_backend.partitioning import callcost as _callcost, plan as _partition
 
     class M(nn.Module):
         def __init__(self):

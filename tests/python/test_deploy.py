@@ -276,7 +276,7 @@ def test_torch_aot_compile_and_load_compiled_function(tmp_path):
 
 
 def test_aot_artifact_of_another_kind_is_refused():
-    from qnnx_backend._policy import AotGraph
+    from qnnx_backend.compiling.aot import AotGraph
 
     with pytest.raises(qnnx_backend.LoweringError, match="not a qnnx AOT artifact"):
         AotGraph(b"\x80\x04 something else")

@@ -1,4 +1,4 @@
-"""FX graph -> ONNX (qnnx_backend._export): static inputs frozen into the graph, integer inputs
+"""FX graph -> ONNX (qnnx_backend.compiling.to_onnx): static inputs frozen into the graph, integer inputs
 fixed, inputs named input_<i>, and the exporter order. No QNN needed."""
 
 import onnx
@@ -6,7 +6,8 @@ import pytest
 import torch
 from onnx.reference import ReferenceEvaluator
 
-from qnnx_backend import LoweringError, _export
+from qnnx_backend import LoweringError
+from qnnx_backend.compiling import to_onnx
 from qnnx_backend.settings import parse_options
 
 
@@ -23,17 +24,17 @@ def args():
 
 
 def test_static_inputs():
-    assert _export.is_static(torch.nn.Parameter(torch.ones(1)))
-    assert not _export.is_static(torch.ones(1))
-    assert not _export.is_static(3)
+    assert to_onnx.is_static(torch.nn.Parameter(torch.ones(1)))
+    assert not to_onnx.is_static(torch.ones(1))
+    assert not to_onnx.is_static(3)
     tagged = torch.ones(1)
     tagged._dynamo_static_input_type = "unguarded"
-    assert _export.is_static(tagged)
+    assert to_onnx.is_static(tagged)
 
 
 def test_frozen_takes_only_the_runtime_tensors():
     gm, a = traced(), args()
-    frozen = _export.Frozen(gm, a, [0, 3])
+    frozen = to_onnx.Frozen(gm, a, [0, 3])
     assert dict(frozen.named_buffers()).keys() == {"c1"} and frozen.fixed == {2: 3}
     x, b = torch.randn(2, 3), torch.randn(4)
     torch.testing.assert_close(frozen(x, b), gm(x, a[1], 3, b))
@@ -42,7 +43,7 @@ def test_frozen_takes_only_the_runtime_tensors():
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_export_takes_the_runtime_inputs_and_holds_the_weights(exporter):
     gm, a = traced(), args()
-    data = _export.export(_export.Frozen(gm, a, [0]), [a[0]], parse_options({"exporter": exporter}))
+    data = to_onnx.onnx_bytes(to_onnx.Frozen(gm, a, [0]), [a[0]], parse_options({"exporter": exporter}))
     m = onnx.load_from_string(data)
     assert [i.name for i in m.graph.input] == ["input_0"]
     x = torch.randn(2, 3)
@@ -62,8 +63,8 @@ def fail(names, calls):
 
 def run(monkeypatch, exporter, failing):
     calls = []
-    monkeypatch.setattr(_export, "_export_with", fail(failing, calls))
-    data = _export.export(_export.Frozen(traced(), args(), [0]), [torch.randn(2, 3)], parse_options({"exporter": exporter}))
+    monkeypatch.setattr(to_onnx, "_export_with", fail(failing, calls))
+    data = to_onnx.onnx_bytes(to_onnx.Frozen(traced(), args(), [0]), [torch.randn(2, 3)], parse_options({"exporter": exporter}))
     return data, calls
 
 

@@ -1,9 +1,9 @@
-"""The warm-start FX fingerprint (qnnx_backend._fingerprint): stable for the same graph, weights
+"""The warm-start FX fingerprint (qnnx_backend.compiling.fingerprint): stable for the same graph, weights
 and options; different when anything that changes the compiled binary changes. No QNN needed."""
 
 import torch
 
-from qnnx_backend._fingerprint import fingerprint, fx_fingerprint
+from qnnx_backend.compiling.fingerprint import fingerprint, fx_fingerprint
 from qnnx_backend.settings import parse_options
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import qnnx_backend
-from qnnx_backend import _buckets, _kvcache
+from qnnx_backend.compiling import buckets as _buckets, kvcache as _kvcache
 
 transformers = pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
@@ -299,8 +299,9 @@ def test_prefill_and_decode_graphs_in_one_context():
     stack = _Stack().eval()
     xs = [torch.randn(1, 32, 256), torch.randn(1, 1, 256)]
     models = [_onnx(stack, x) for x in xs]
-    alone = [_native.compile(m, device="npu", soc_model=60) for m in models]
-    both = _native.compile_many(models, ["prefill", "decode"], device="npu", soc_model=60, weight_sharing=False)
+    spec = _native.Spec("npu", soc_model=60)
+    alone = [_native.compile(m, spec) for m in models]
+    both = _native.compile_many(models, ["prefill", "decode"], spec, weight_sharing=False)
     for x, a, b in zip(xs, alone, both):
         outs = []
         for g in (a, b):
@@ -312,5 +313,5 @@ def test_prefill_and_decode_graphs_in_one_context():
         assert (outs[1].reshape(stack(x).shape) - stack(x)).abs().max() < 1e-2
     # With the HTP's weight-sharing config the shared weights are stored once; this x86_64
     # library can write such a binary but not load it, so it is not cached here.
-    shared = _native.compile_many(models, ["prefill", "decode"], device="npu", soc_model=60, weight_sharing=True)
+    shared = _native.compile_many(models, ["prefill", "decode"], spec, weight_sharing=True)
     assert len(shared[0].binary()) < 0.75 * len(both[0].binary())

@@ -1,4 +1,4 @@
-"""Support queries (qnnx_backend._partition): the per-node answer for a model and the op tables,
+"""Support queries (qnnx_backend.partitioning.plan): the per-node answer for a model and the op tables,
 as records. The native queries do not open QNN, so no QNN library is needed."""
 
 import onnx
@@ -6,7 +6,7 @@ import onnx.helper as oh
 import pytest
 
 from qnnx_backend import UnsupportedOpError
-from qnnx_backend._partition import (
+from qnnx_backend.partitioning.plan import (
     OpSupport,
     UnsupportedNode,
     op_support,

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 import qnnx_backend
 from conftest import assert_close_to_eager, compile_strict
-from qnnx_backend import _partition
+from qnnx_backend.partitioning import plan as _partition
 
 # The tests of the split itself use tiny inputs (fast on the emulator), whose islands take
 # about as long eagerly as one QNN call: the cost rule is off for them (partition_cost=0) and
@@ -286,14 +286,15 @@ def test_nodes_computing_python_scalars_stay_eager():
 
 @pytest.mark.htp
 def test_partitions_compile_one_by_one_when_the_joint_compile_fails(monkeypatch):
-    from qnnx_backend import _native, _policy
+    from qnnx_backend import _native
+    from qnnx_backend.partitioning import split
 
     def refuse(*args, **kwargs):
         raise qnnx_backend.QnnApiError("injected: the joint compile failed")
 
     # The failure is injected; every compile that then happens is the real library's.
     monkeypatch.setattr(_native, "compile_many", refuse)
-    assert _policy._native.compile_many is refuse
+    assert split._native.compile_many is refuse
     torch.manual_seed(0)
     m, x = DetCNN().eval(), torch.randn(1, 3, 8, 8)
     got, natives = compiled_partitions(m, x)
@@ -307,7 +308,7 @@ def test_partitions_compile_one_by_one_when_the_joint_compile_fails(monkeypatch)
 
 @pytest.mark.htp
 def test_the_aot_path_refuses_a_partitioned_graph_by_name():
-    from qnnx_backend._policy import QnnCallable
+    from qnnx_backend.compiling.qnn_callable import QnnCallable
 
     made = []
 
@@ -387,9 +388,9 @@ def split_of(model, x, **options):
 @pytest.fixture
 def fresh_call_cost(monkeypatch):
     """No call cost measured yet in this process (it is measured once per process and target)."""
-    from qnnx_backend import _policy
+    from qnnx_backend.partitioning import split
 
-    monkeypatch.setattr(_policy, "_CALL_COSTS", {})
+    monkeypatch.setattr(split, "_CALL_COSTS", {})
 
 
 @pytest.mark.htp
@@ -450,7 +451,7 @@ def test_a_fixed_partition_cost_is_the_threshold():
 def test_a_warm_start_reuses_the_cost_decision_without_measuring(tmp_path, fresh_call_cost):
     import json
 
-    from qnnx_backend import _policy
+    from qnnx_backend.partitioning import split
 
     torch.manual_seed(0)
     m, x = WideDetCNN().eval(), torch.randn(1, 3, 48, 48)
@@ -462,7 +463,7 @@ def test_a_warm_start_reuses_the_cost_decision_without_measuring(tmp_path, fresh
     assert record["rule"] == {"min_partition_size": 3, "partition_cost": "measure"}, record
     assert record["cost"]["call_cost_ns"] == round(cold.plan.call_cost_us * 1000), record
     # A new process: no measured cost, no dynamo cache.
-    _policy._CALL_COSTS.clear()
+    split._CALL_COSTS.clear()
     torch._dynamo.reset()
     qnnx_backend.STATS.clear()
     again, warm = split_of(m, x, **options)
@@ -542,10 +543,10 @@ def test_a_graph_with_fix_inputs_is_partitioned_with_the_value_bound_where_it_is
 @pytest.mark.htp
 @pytest.mark.parametrize("soc", [60, "QCS6490"])
 def test_the_call_cost_is_measured_once_per_target_also_without_a_float_path(soc, fresh_call_cost):
-    from qnnx_backend import _policy
+    from qnnx_backend.compiling.qnn_callable import QnnCallable
 
     # QCS6490 (v68) runs quantized graphs only: the probe is an int32 graph, which it runs.
     s = qnnx_backend.parse_options({"device": "npu", "soc_model": soc})
-    cost = _policy.call_cost_us("npu", s)
+    cost = QnnCallable.call_cost_us("npu", s)
     assert cost > 0 and qnnx_backend.STATS["call_cost_probes"] == 1
-    assert _policy.call_cost_us("npu", s) == cost and qnnx_backend.STATS["call_cost_probes"] == 1
+    assert QnnCallable.call_cost_us("npu", s) == cost and qnnx_backend.STATS["call_cost_probes"] == 1

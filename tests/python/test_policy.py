@@ -1,4 +1,4 @@
-"""The backend's policy (qnnx_backend._policy): which errors fall back or raise, and what they
+"""The backend's policy (qnnx_backend.compiling.qnn_callable): which errors fall back or raise, and what they
 say; the dry run. End-to-end runs on QNN are in test_backend.py."""
 
 import os
@@ -24,7 +24,7 @@ def test_strict_raises_the_native_error_with_the_device_set():
     err = info.value
     # The native module's error as its strict twin (also dynamo's BackendCompilerFailed, see
     # _strict), whose inner_exception is the native module's own; the message is the lowering's.
-    assert type(err).__name__ == "StrictUnsupportedOpError" and type(err).__module__ == "qnnx_backend._strict"
+    assert type(err).__name__ == "StrictUnsupportedOpError" and type(err).__module__ == "qnnx_backend.compat.strict"
     assert type(err.inner_exception) is qnnx_backend.UnsupportedOpError
     assert str(err.inner_exception) == str(err) and err.inner_exception.nodes == err.nodes
     assert err.device == "npu"

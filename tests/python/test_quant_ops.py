@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from qnnx_backend import _native
-from qnnx_backend._runtime import CompiledGraph
+from qnnx_backend.compiling.call import CompiledGraph
 
 pytestmark = pytest.mark.htp
 
@@ -342,7 +342,7 @@ def encoding_of(m: onnx.ModelProto, tensor: str) -> tuple[float, int]:
 def run_htp(m: onnx.ModelProto, q: Qdq, soc) -> np.ndarray:
     """The output's integer codes from the HTP, fed the inputs' codes (quantized I/O: the
     comparison is of the op, not of the graph's boundary conversions)."""
-    native = _native.compile(m.SerializeToString(), device="npu", soc_model=soc, quantized_io=True)
+    native = _native.compile(m.SerializeToString(), _native.Spec("npu", soc_model=soc), quantized_io=True)
     g = CompiledGraph(native, "npu", [None])
     ins = []
     for name, *_ in native.inputs:

@@ -1,4 +1,4 @@
-"""Post-training quantization (qnnx_backend._quantize, _quantizer): what the QDQ ONNX model
+"""Post-training quantization (qnnx_backend.quantization): what the QDQ ONNX model
 holds per scheme (dtypes, ranges, per-channel axes, derived int32 bias, QNN's
 fixed Sigmoid/Tanh encodings, absorbed clamps, shared encodings), the overrides, and its accuracy
 on the host with onnx's reference evaluator against the PT2E model and fp32 eager. No QNN
@@ -16,8 +16,9 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from conftest import capture, refresh_batchnorm_on, structured_images, structured_tokens
-from qnnx_backend import _export, _quantize
-from qnnx_backend._decompose import decompose
+from qnnx_backend.compiling import to_onnx as _export
+from qnnx_backend.compiling.decompose import decompose
+from qnnx_backend.quantization import config as quant_config, pt2e
 
 pytest.importorskip("torchao")
 
@@ -32,7 +33,7 @@ def qdq(model, args, scheme, samples=None, **options):
     if samples is None:
         g = torch.Generator().manual_seed(1)
         samples = [tuple(torch.randn(a.shape, generator=g) for a in args) for _ in range(4)]
-    q = _quantize.quantize(traced, [ex[i] for i in runtime], samples, _quantize.config(scheme, **options))
+    q = pt2e.quantize(traced, [ex[i] for i in runtime], samples, quant_config.config(scheme, **options))
     return q, onnx.load_from_string(q.onnx)
 
 
@@ -90,7 +91,7 @@ WEIGHT = {
 }
 
 
-@pytest.mark.parametrize("scheme", list(_quantize.SCHEMES))
+@pytest.mark.parametrize("scheme", list(quant_config.SCHEMES))
 def test_scheme_dtypes_ranges_and_axes(scheme):
     torch.manual_seed(0)
     _, m = qdq(ConvNet(), (torch.randn(1, 3, 8, 8),), scheme)
@@ -132,7 +133,7 @@ def test_the_qdq_model_runs_where_pytorch_runs_it():
     torch.manual_seed(0)
     model = ConvNet().eval()
     x = torch.randn(1, 3, 8, 8)
-    for scheme in _quantize.SCHEMES:
+    for scheme in quant_config.SCHEMES:
         q, m = qdq(model, (x,), scheme)
         [got] = ReferenceEvaluator(m).run(None, {"input_0": x.numpy()})
         with torch.no_grad():
@@ -338,7 +339,7 @@ def test_tidy_leaves_no_cast_or_constant_around_qdq():
 
 
 def test_module_paths_are_named_modules_paths():
-    from qnnx_backend._modpaths import module_path
+    from qnnx_backend.quantization.modpaths import module_path
 
     assert module_path("L['self'].layer1[0]._modules['conv']") == "layer1.0.conv"
     assert module_path("L['self'].blocks.1.attn") == "blocks.1.attn"
@@ -551,4 +552,4 @@ def test_gptq_moves_weights_to_other_grid_points_of_the_same_encodings_and_lower
 
 def test_an_unknown_weight_rounding_is_refused():
     with pytest.raises(ValueError, match=r"weight_rounding='adaround': use one of gptq, nearest"):
-        _quantize.config("8a8w", weight_rounding="adaround")
+        quant_config.config("8a8w", weight_rounding="adaround")

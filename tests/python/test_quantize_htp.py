@@ -98,7 +98,7 @@ def small_bert():
     """A Hugging Face BERT from a small config (2 layers, hidden 64, 4 heads; random weights),
     its last hidden state; 8 calibration and 2 test sequences of 16 token ids. Its attention is
     torch's scaled_dot_product_attention, which the quantizer writes as MatMul/Softmax (see
-    _quantize._sdpa_math): without that, 22 nodes stayed float and QCS6490 refused the model."""
+    quantization.pt2e._sdpa_math): without that, 22 nodes stayed float and QCS6490 refused the model."""
     transformers = pytest.importorskip("transformers")
     cfg = transformers.BertConfig(
         vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
@@ -341,7 +341,7 @@ def test_mobilenet_v2_is_as_good_as_pytorchs_own_quantized_model(mobilenet_v2, m
     assert cos >= pt2e - 0.005
 
 
-# weight_rounding="gptq" (qnnx_backend._rounding) against the nearest rounding measured above:
+# weight_rounding="gptq" (qnnx_backend.quantization.gptq) against the nearest rounding measured above:
 # the same encodings with other integers. Measured on the emulator (QNN 2.51, SoC 60 /
 # QCS6490): see the README's Quantization section. Each floor is above what nearest rounding
 # reaches (resnet18 16a4w 0.93731, mobilenet_v2 16a8w 0.95926), so a rounding that did

@@ -1,4 +1,4 @@
-"""The run-time adapter (qnnx_backend._runtime). On QNN: odd call-time inputs give a correct
+"""The run-time adapter (qnnx_backend.compiling.call). On QNN: odd call-time inputs give a correct
 result or a clear error, never a crash or a silently wrong answer, and several threads run
 different compiled graphs at once. Without QNN (a stand-in native graph): the dtype table,
 int64 narrowing, output allocation and conversion, and the inference-only guard."""
@@ -13,7 +13,7 @@ import torch.nn as nn
 
 import qnnx_backend
 from qnnx_backend import _native
-from qnnx_backend._runtime import TORCH_DTYPES, CompiledGraph, guard_autograd, out_meta, returns_sequence, torch_dtype
+from qnnx_backend.compiling.call import TORCH_DTYPES, CompiledGraph, guard_autograd, out_meta, returns_sequence, torch_dtype
 from conftest import assert_close_to_eager, compile_strict
 
 
@@ -82,7 +82,7 @@ def test_zero_size_batch_is_a_correct_result_or_a_clear_error():
 def compiled_native(m, x):
     buf = io.BytesIO()
     torch.onnx.export(m, (x,), buf, dynamo=False, opset_version=17)
-    native = _native.compile(buf.getvalue(), device="npu")
+    native = _native.compile(buf.getvalue(), _native.Spec("npu"))
     return CompiledGraph(native, "npu", [None])
 
 
@@ -103,6 +103,39 @@ def test_runtime_checks_of_a_compiled_graph():
     out = torch.empty(2, 4)
     with pytest.raises(qnnx_backend.QnnxError, match="bytes"):
         graph.native.run([(x.data_ptr(), 8)], [(out.data_ptr(), out.numel() * 4)])
+
+
+@pytest.mark.htp
+def test_bad_inputs_are_input_errors_on_the_torch_and_the_numpy_path():
+    """The same bad input is ``InputError`` (a ``QnnxError``) whether the graph is called with
+    torch tensors (a torch.compile'd model) or numpy arrays (``InferenceSession``)."""
+    import numpy as np
+
+    from qnnx_backend.runtime import InferenceSession
+
+    m = mlp()
+    x = torch.randn(2, 8)
+    buf = io.BytesIO()
+    torch.onnx.export(m, (x,), buf, dynamo=False, opset_version=17, input_names=["x"])
+    graph = CompiledGraph(_native.compile(buf.getvalue(), _native.Spec("npu")), "npu", [None])
+    session = InferenceSession(buf.getvalue())
+    bad = {
+        "shape": torch.randn(3, 8),
+        "float64": torch.randn(2, 8, dtype=torch.float64),
+        "NaN": torch.full((2, 8), float("nan")),
+    }
+    with torch.inference_mode():
+        for what, t in bad.items():
+            with pytest.raises(qnnx_backend.exceptions.InputError, match=what):
+                graph([t])
+            with pytest.raises(qnnx_backend.exceptions.InputError, match=what):
+                session.run(None, {"x": t.numpy()})
+        with pytest.raises(qnnx_backend.exceptions.InputError, match="expected a tensor"):
+            graph([x.numpy()])
+        with pytest.raises(qnnx_backend.exceptions.InputError, match="expected a numpy array"):
+            session.run(None, {"x": [[0.0] * 8] * 2})
+    assert issubclass(qnnx_backend.exceptions.InputError, qnnx_backend.QnnxError)
+    assert np.isfinite(session.run(None, {"x": x.numpy()})[0]).all()
 
 
 @pytest.mark.htp
@@ -172,7 +205,7 @@ def test_int64_inputs_are_narrowed_to_the_graph_int32():
     assert native.seen[-1][0].dtype == torch.int32
     torch.testing.assert_close(native.seen[-1][0], ids.to(torch.int32))
     assert y.dtype == torch.int32
-    with pytest.raises(qnnx_backend.QnnxError, match=r"ids: int64 values in \[0, 2147483648\]"):
+    with pytest.raises(qnnx_backend.exceptions.InputError, match=r"ids: int64 values in \[0, 2147483648\]"):
         graph([torch.tensor([[0, 1, 2], [3, 4, 2**31]])])
 
 

@@ -37,7 +37,7 @@ DATA = Path(__file__).resolve().parent / "data"
 def _run_onnx(onnx_bytes: bytes, feeds: dict, fix_inputs=None) -> list:
     """Whole graph on the HTP (SoC 60, fp16, as bench/zoo.py), with inputs fixed at compile time;
     through a context binary as `qnnx compile` writes it."""
-    compiled = _native.compile(onnx_bytes, device="npu", soc_model=60, fp16=True, fix_inputs=fix_inputs)
+    compiled = _native.compile(onnx_bytes, _native.Spec("npu", soc_model=60, fp16=True), fix_inputs=fix_inputs)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.bin")
         with open(path, "wb") as f:

@@ -72,7 +72,7 @@ _warn_other_distribution()
 
 from . import exceptions
 from ._native import versions
-from .compatibility import QNNDevice, QNNRuntime
+from .compat.devices import QNNDevice, QNNRuntime
 from .exceptions import (
     CacheError,
     LibraryLoadError,
@@ -82,21 +82,21 @@ from .exceptions import (
     SavedModelError,
     UnsupportedOpError,
 )
-from .runtime import load
+from .deployment.session import load
 from .settings import QnnSettings, parse_options
 
 # Names whose modules import torch, imported when first used (PEP 562).
 _LAZY = {
-    "STATS": "._policy",
+    "STATS": ".compiling.stats",
     "qnn_backend": ".backend",
-    "export": "._deploy",
+    "export": ".deployment.save",
     "profile": "._profile",
     "Profile": "._profile",
     "accuracy_report": "._accuracy",
     "AccuracyReport": "._accuracy",
     "LayerError": "._accuracy",
-    "mixed_precision": "._mixed",
-    "MixedPrecision": "._mixed",
+    "mixed_precision": ".quantization.mixed",
+    "MixedPrecision": ".quantization.mixed",
 }
 
 
@@ -163,9 +163,9 @@ def compile(model: Any, *, dynamic: bool = True, **options: Any) -> Any:
     of 64, 128, then multiples of 256 tokens, so a new length reuses a compiled graph; the
     returned logits cover the real tokens only. Other calls compile one graph per input shape.
     ``dynamic=False`` fixes the input signature at the first call; later calls with another one
-    raise ``QnnxError``. The full input contract is in ``qnnx_backend._buckets``.
+    raise ``QnnxError``. The full input contract is in ``qnnx_backend.compiling.buckets``.
     """
-    from ._buckets import QnnCompiledModule
+    from .compiling.buckets import QnnCompiledModule  # imports torch: on first use only
 
     if not isinstance(dynamic, bool):
         raise ValueError(f"dynamic={dynamic!r}: must be True or False")
@@ -207,7 +207,7 @@ def explain(model: Any, example_inputs: Any, options: Optional[dict] = None) -> 
 
     import torch
 
-    from ._policy import QnnCallable, compile_graph
+    from .compiling.qnn_callable import QnnCallable, compile_graph
 
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)

@@ -21,7 +21,7 @@ import torch
 
 from . import _native
 from ._profile import _onnx_of, _unwrap, module_path
-from ._runtime import TORCH_DTYPES
+from .compiling.call import TORCH_DTYPES
 
 ModelLike = Union[torch.nn.Module, bytes, str, os.PathLike]
 
@@ -156,7 +156,6 @@ def accuracy_report(
     packed = [
         (_DTYPE_NAMES[t.dtype], list(t.shape), t.detach().cpu().contiguous().numpy().tobytes()) for t in tensors
     ]
-    report = _native.compare(
-        onnx, packed, reference=ref, soc_model=soc_model, htp_arch=htp_arch, fp16=fp16, jump_db=jump_db
-    )
+    spec = _native.Spec("npu", soc_model, htp_arch, fp16)
+    report = _native.compare(onnx, packed, spec, reference=ref, jump_db=jump_db)
     return AccuracyReport(report)

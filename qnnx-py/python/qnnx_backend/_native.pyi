@@ -14,6 +14,7 @@ __all__ = [
     "InputError",
     "SavedModelError",
     "Compiled",
+    "Spec",
     "is_available",
     "unavailable_reason",
     "build_id",
@@ -45,6 +46,8 @@ __all__ = [
     "htp_archs",
     "dtype_names",
     "performance_modes",
+    "quant_schemes",
+    "fixed_encodings",
 ]
 
 class QnnxError(RuntimeError):
@@ -112,16 +115,39 @@ def check(
     fix_inputs: Optional[dict[str, str]] = None,
 ) -> list[tuple[str, str, str]]: ...
 def op_table(device: str) -> dict[str, dict[str, object]]: ...
+@final
+class Spec:
+    """One target and its compile options (``QnnSettings.spec``), given to compiles and loads."""
+
+    def __new__(
+        cls,
+        device: str = "npu",
+        soc_model: Union[int, str, None] = None,
+        htp_arch: Optional[int] = None,
+        fp16: bool = False,
+        opt_level: Optional[int] = None,
+        cache_dir: Union[str, os.PathLike[str], None] = None,
+    ) -> "Spec": ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def soc_model(self) -> Optional[int]: ...
+    @property
+    def htp_arch(self) -> Optional[int]: ...
+    @property
+    def arch(self) -> Optional[int]: ...
+    @property
+    def fp16(self) -> bool: ...
+    @property
+    def opt_level(self) -> Optional[int]: ...
+    @property
+    def cache_dir(self) -> Optional[str]: ...
+
 def compile(
     onnx: bytes,
+    spec: Optional[Spec] = None,
     *,
-    device: str = "npu",
-    soc_model: Union[int, str, None] = None,
-    htp_arch: Optional[int] = None,
-    fp16: bool = False,
-    opt_level: Optional[int] = None,
     name: str = "qnnx",
-    cache_dir: Optional[str] = None,
     input_shapes: Optional[dict[str, list[int]]] = None,
     fix_inputs: Optional[dict[str, str]] = None,
     quantized_io: bool = False,
@@ -130,11 +156,9 @@ def compile(
 def compare(
     test: bytes,
     inputs: list[tuple[str, list[int], bytes]],
+    spec: Optional[Spec] = None,
     *,
     reference: Optional[bytes] = None,
-    soc_model: Union[int, str, None] = None,
-    htp_arch: Optional[int] = None,
-    fp16: bool = True,
     jump_db: float = 10.0,
     input_shapes: Optional[dict[str, list[int]]] = None,
 ) -> str: ...
@@ -151,47 +175,22 @@ class Reference:
     def compare(
         self,
         test: bytes,
-        soc_model: Union[int, str, None] = None,
-        htp_arch: Optional[int] = None,
-        fp16: bool = True,
+        spec: Spec,
         jump_db: float = 10.0,
     ) -> str: ...
 
 def compile_many(
     onnx_list: list[bytes],
     names: list[str],
+    spec: Optional[Spec] = None,
     *,
-    device: str = "npu",
-    soc_model: Union[int, str, None] = None,
-    htp_arch: Optional[int] = None,
-    fp16: bool = False,
-    opt_level: Optional[int] = None,
     weight_sharing: bool = True,
-    cache_dir: Optional[str] = None,
     fix_inputs: Optional[list[dict[str, str]]] = None,
 ) -> list[Compiled]: ...
-def load_cached(
-    key: str,
-    cache_dir: str,
-    *,
-    device: str = "npu",
-    soc_model: Union[int, str, None] = None,
-    htp_arch: Optional[int] = None,
-    opt_level: Optional[int] = None,
-    name: str = "qnnx",
-) -> Optional[Compiled]: ...
+def load_cached(key: str, spec: Spec, *, name: str = "qnnx") -> Optional[Compiled]: ...
 def alias_get_split(cache_dir: str, fingerprint: str) -> Optional[tuple[str, str]]: ...
 def alias_put_split(cache_dir: str, fingerprint: str, key: str, plan: str) -> None: ...
-def load_cached_many(
-    key: str,
-    cache_dir: str,
-    names: list[str],
-    *,
-    device: str = "npu",
-    soc_model: Union[int, str, None] = None,
-    htp_arch: Optional[int] = None,
-    opt_level: Optional[int] = None,
-) -> Optional[list[Compiled]]: ...
+def load_cached_many(key: str, names: list[str], spec: Spec) -> Optional[list[Compiled]]: ...
 def alias_get(cache_dir: str, fingerprint: str) -> Optional[str]: ...
 def alias_put(cache_dir: str, fingerprint: str, key: str) -> None: ...
 def default_cache_dir() -> Optional[str]: ...
@@ -214,3 +213,5 @@ def known_socs() -> str: ...
 def htp_archs() -> list[int]: ...
 def dtype_names() -> list[str]: ...
 def performance_modes() -> list[str]: ...
+def quant_schemes() -> list[tuple[str, int, int]]: ...
+def fixed_encodings() -> dict[str, dict[str, tuple[float, int]]]: ...

@@ -19,7 +19,9 @@ from typing import AbstractSet, Any, Optional, Sequence, Union
 import torch
 
 from . import _native
-from ._runtime import CompiledGraph
+from .compiling import to_onnx
+from .compiling.buckets import QnnCompiledModule
+from .compiling.call import CompiledGraph
 from .exceptions import QnnxError
 
 LEVELS = ("basic", "detailed")
@@ -207,14 +209,13 @@ class Profile:
 
 def _onnx_of(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> bytes:
     """The module exported with the TorchScript exporter, whose node names carry module paths
-    (the package's default exporter; see ``_export``)."""
-    from . import _export
+    (the package's default exporter; see ``compiling.to_onnx``)."""
 
     was_training = model.training
     model.eval()
     try:
-        return _export._export_with("torchscript", model, inputs)  # type: ignore[arg-type]
-    except _export.EXPORT_ERRORS as e:
+        return to_onnx._export_with("torchscript", model, inputs)  # type: ignore[arg-type]
+    except to_onnx.EXPORT_ERRORS as e:
         raise QnnxError(f"profile: ONNX export of the module failed: {e}") from e
     finally:
         model.train(was_training)
@@ -222,7 +223,6 @@ def _onnx_of(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> bytes:
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The module a ``qnnx_backend.compile`` or ``torch.compile`` result wraps."""
-    from ._buckets import QnnCompiledModule
 
     if isinstance(model, QnnCompiledModule):
         model = model.compiled
@@ -246,8 +246,8 @@ def profile(
     A ``torch.compile``'d or ``qnnx_backend.compile``'d module is profiled as the module it
     wraps: one graph of the whole module, not dynamo's partitions, compiled with
     ``compile_options`` rather than the options it was compiled with.
-    ``compile_options`` go to ``_native.compile`` (``soc_model``, ``fp16``, ``opt_level``,
-    ``cache_dir``, ...). Profiling costs nothing elsewhere: only this call creates a profiler.
+    ``compile_options`` go to ``_native.Spec`` (``soc_model``, ``htp_arch``, ``fp16``, ``opt_level``,
+    ``cache_dir``) and ``_native.compile`` (``input_shapes``, ``fix_inputs``, ...). Profiling costs nothing elsewhere: only this call creates a profiler.
     """
     if level not in LEVELS:
         raise ValueError(f"level={level!r}: use 'basic' or 'detailed'")
@@ -269,7 +269,9 @@ def profile(
             raise TypeError(
                 f"profile: expected an nn.Module, ONNX bytes or path, or a compiled graph, got {type(model).__name__}"
             )
-        native = _native.compile(onnx, device=device, **compile_options)
+        spec_keys = ("soc_model", "htp_arch", "fp16", "opt_level", "cache_dir")
+        spec = _native.Spec(device, **{k: v for k, v in compile_options.items() if k in spec_keys})
+        native = _native.compile(onnx, spec, **{k: v for k, v in compile_options.items() if k not in spec_keys})
     graph = CompiledGraph(native, device, [], check_nan=True)
     with torch.no_grad():
         _, profile_json, trace_json = graph.profiled(tensors, level)

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import torch
 
 from . import _native
-from ._policy import compile_graph
+from .compiling.qnn_callable import compile_graph
 from .settings import parse_options
 
 

@@ -1,30 +1,4 @@
-"""Exception names of the ``qnnx-backend`` 0.4 package, for code that catches them.
+"""``qnnx_backend.error``: 0.4's exception names (the code is ``compat/error.py``)."""
 
-``QNNCompilationError`` is the base of every qnnx_backend error; ``QNNUnsupportedOperatorError``
-is ``UnsupportedOpError`` (it carries ``.operators`` and ``.device`` as before, plus ``.nodes``).
-"""
-
-from .exceptions import (
-    CacheError,
-    LibraryLoadError,
-    LoweringError,
-    QnnApiError,
-    QnnxError,
-    UnsupportedOpError,
-)
-
-QNNCompilationError = QnnxError
-QNNExportError = LoweringError
-QNNCacheContractError = LoweringError
-QNNUnsupportedOperatorError = UnsupportedOpError
-QNNSessionCreationError = QnnApiError
-
-__all__ = [
-    "QNNCompilationError",
-    "QNNExportError",
-    "QNNCacheContractError",
-    "QNNUnsupportedOperatorError",
-    "QNNSessionCreationError",
-    "CacheError",
-    "LibraryLoadError",
-]
+from .compat.error import *  # noqa: F403
+from .compat.error import __all__  # noqa: F401

@@ -8,7 +8,9 @@ import os
 from collections.abc import Sized
 from typing import Any, Mapping, Optional, Union
 
-from . import _defaults
+from . import _native
+from .exceptions import CacheError
+from .quantization import config as quant_config
 
 DEVICES = ("auto", "npu", "gpu", "cpu")
 LOG_LEVELS = ("error", "warn", "info", "verbose", "debug")
@@ -22,58 +24,58 @@ class QnnSettings:
     Options shared with the ``qnnx-backend`` 0.4 package keep its names, values and defaults.
     """
 
-    device: str = _defaults.DEVICE
+    device: str = "auto"
     """"auto" tries the NPU, then the GPU, then runs the original graph on the CPU; "npu",
     "gpu" and "cpu" pick one (with fallback to the CPU unless ``strict``)."""
-    strict: bool = _defaults.STRICT
+    strict: bool = False
     """Raise instead of falling back to eager PyTorch when a graph cannot run on QNN."""
-    fp16: bool = _defaults.FP16
+    fp16: bool = False
     """Store weights and activations as float16 inside the graph (graph inputs and outputs keep
     their dtype). FP16-capable HTPs compute float graphs in fp16 either way."""
-    cache: bool = _defaults.CACHE
+    cache: bool = False
     """Keep compiled context binaries on disk and reuse them across processes."""
-    cache_dir: Optional[str] = _defaults.CACHE_DIR
+    cache_dir: Optional[str] = None
     """Cache folder; default $QNNX_CACHE_DIR, else the platform cache folder (XDG on Linux,
     LocalAppData on Windows)."""
-    kv_cache: bool = _defaults.KV_CACHE
+    kv_cache: bool = False
     """Compile graphs that update their inputs in place (a Hugging Face ``StaticCache``): the
     graph runs in a functional form and the updates are replayed on the caller's tensors
-    (see _kvcache). Without it such graphs are refused (eager with a warning; strict:
+    (see compiling.kvcache). Without it such graphs are refused (eager with a warning; strict:
     LoweringError), never run with the updates dropped."""
-    soc_model: Optional[int] = _defaults.SOC_MODEL
+    soc_model: Optional[int] = None
     """Target SoC (Qnn_SocModel_t, e.g. 60 = SC8380XP) or a name ("SM8650"). Default: the
     device's own; SoC 60 on the x86_64 emulator."""
-    htp_arch: Optional[int] = _defaults.HTP_ARCH
+    htp_arch: Optional[int] = None
     """Minimum HTP architecture (68, 69, 73, 75, 79, 81, 85, 89: ``_native.htp_archs()``); with
     ``soc_model`` it must be that SoC's."""
-    opt_level: Optional[int] = _defaults.OPT_LEVEL
+    opt_level: Optional[int] = None
     """HTP finalize optimization 1 to 3: more compile time for a faster graph."""
-    log_level: Optional[str] = _defaults.LOG_LEVEL
+    log_level: Optional[str] = None
     """QNN's own log level (error, warn, info, verbose, debug); default $QNN_LOG_LEVEL or warn."""
-    exporter: str = _defaults.EXPORTER
+    exporter: str = "torchscript"
     """How FX graphs become ONNX: "torchscript" (about 10x faster) or "dynamo"."""
-    dry_run: bool = _defaults.DRY_RUN
+    dry_run: bool = False
     """Stop after checking support: log the summary (with the partitions a partly supported
     graph would get) and run eagerly."""
-    min_partition_size: int = _defaults.MIN_PARTITION_SIZE
+    min_partition_size: int = 3
     """Without ``strict``, a graph with nodes QNN cannot run is split: runs of supported FX
     nodes become QNN graphs, the rest runs eagerly. A run of fewer FX nodes than this stays
     eager: each QNN partition costs a graph execution and a copy of its inputs and outputs per
     call, more than one or two eager elementwise ops (see the README's "What runs where").
     A floor: ``partition_cost`` then weighs the runs that are long enough."""
-    partition_cost: Union[str, float] = _defaults.PARTITION_COST
+    partition_cost: Union[str, float] = "measure"
     """The per-call cost (microseconds) a run of supported FX nodes must beat to become a QNN
     partition: its median eager time on the host, on the inputs it gets at the first call,
     must be above it, else it stays eager (its QNN call would cost at least that much, so it
-    cannot be faster there; see _callcost). "measure" (the default) measures one QNN graph
+    cannot be faster there; see partitioning.callcost). "measure" (the default) measures one QNN graph
     call on the backend once per process; a number fixes it (0 turns the rule off: every run
     of ``min_partition_size`` nodes is a partition). With ``cache``, the decision is stored
     with the split, and a warm start reuses it without measuring."""
-    check_nan: bool = _defaults.CHECK_NAN
+    check_nan: bool = True
     """Refuse float inputs that contain NaN (QnnxError): the HTP computes in saturating fp16 and
     returns a finite number where eager PyTorch returns NaN. Costs one scan of each float input
     per call. Infinities are accepted and saturate to the fp16 range."""
-    fix_inputs: Optional[Mapping[str, Any]] = _defaults.FIX_INPUTS
+    fix_inputs: Optional[Mapping[str, Any]] = None
     """Small tensor inputs fixed to a value at compile time, by name: a flag, a mode, a sample
     rate, a shape (``{"flag": True, "scale": 0.5, "size": [2, 3]}``; a bool, int, float, a list
     of them or a small tensor). A name is the ``forward`` argument's (``flag``), dynamo's
@@ -83,42 +85,42 @@ class QnnSettings:
     ``InputError``. A name that is no input of a compiled graph (with graph breaks it may be
     another graph's) is ignored for that graph. Enters the cache key."""
 
-    quantize: Optional[str] = _defaults.QUANTIZE
+    quantize: Optional[str] = None
     """Post-training quantization for the NPU: "8a8w" (uint8 activations, int8 weights),
     "16a8w" (uint16 activations), "16a16w" (int16 weights too, which v68 refuses for Conv),
     "16a4w" (uint16 activations, int4 weights: half the weight bytes of 16a8w) or None for a
     float graph. Needs ``calibration``. The calibrated encodings are part of the
     compiled model (and so of the cache keys). See the README's Quantization section."""
-    calibration: Any = dataclasses.field(default=_defaults.CALIBRATION, compare=False, repr=False)
+    calibration: Any = dataclasses.field(default=None, compare=False, repr=False)
     """With ``quantize``: the calibration data, read on the host with PyTorch once per compiled
     graph. An iterable of samples, each one call's arguments (a tensor, a tuple of positional
     arguments or a dict of keyword arguments), or a callable ``calibrate(forward)`` that calls
-    ``forward(*args, **kwargs)`` like the model for each sample (see _calibrate)."""
-    observer: str = _defaults.OBSERVER
+    ``forward(*args, **kwargs)`` like the model for each sample (see quantization.calibrate)."""
+    observer: str = "minmax"
     """How activation ranges are calibrated: "minmax" (running minimum and maximum) or
     "histogram" (the range that minimises the quantization error, robust to outliers)."""
-    per_channel: bool = _defaults.PER_CHANNEL
+    per_channel: bool = True
     """Weights quantized per output channel (else one scale per weight tensor)."""
-    weight_rounding: str = _defaults.WEIGHT_ROUNDING
+    weight_rounding: str = "nearest"
     """How each weight takes its grid point: "nearest", or "gptq" (GPTQ: each layer's
     rounding errors are moved onto its weights not yet rounded, weighted by its calibration
     inputs, so that its output changes least; costs seconds per model on the host, e.g. 16 s
-    for resnet18 at 128x128; see _rounding and the README's Quantization section)."""
+    for resnet18 at 128x128; see quantization.gptq and the README's Quantization section)."""
     quantize_modules: Optional[Mapping[str, Optional[str]]] = dataclasses.field(
-        default=_defaults.QUANTIZE_MODULES, compare=False
+        default=None, compare=False
     )
     """Per-module precision: {nn.Module path pattern (fnmatch, as model.named_modules() spells
     paths): scheme, or "float"}. The deepest matching module wins."""
     quantize_ops: Optional[Mapping[str, Optional[str]]] = dataclasses.field(
-        default=_defaults.QUANTIZE_OPS, compare=False
+        default=None, compare=False
     )
-    """Per-op precision: {op kind ("softmax", "layer_norm", "conv", ...; _quantize.OP_KINDS):
+    """Per-op precision: {op kind ("softmax", "layer_norm", "conv", ...; quantization.config.OP_KINDS):
     scheme, or "float"}. A module override wins over an op override."""
-    target_sqnr_db: Optional[float] = _defaults.TARGET_SQNR_DB
+    target_sqnr_db: Optional[float] = None
     """With ``quantize="8a8w"``: automatic mixed precision. Modules are promoted to 16-bit
     activations, fewest first, until every output on the first call's inputs is within this
     SQNR (dB) of the float graph on the target HTP; the chosen ``quantize_modules`` are logged
-    to pin the result (see _mixed, and ``qnnx_backend.mixed_precision`` to get them back)."""
+    to pin the result (see quantization/mixed.py, and ``qnnx_backend.mixed_precision`` to get them back)."""
 
     def compile_settings(self) -> dict:
         """The options that change the compiled binary (they enter the cache key)."""
@@ -130,18 +132,41 @@ class QnnSettings:
             "quantize": self._quantize_key() if self.quantize is not None else None,
         }
 
+    def cache_folder(self) -> Optional[str]:
+        """The context-binary cache folder, None without ``cache`` (CacheError when ``cache``
+        is on and no folder is known)."""
+        if not self.cache:
+            return None
+        d = self.cache_dir or _native.default_cache_dir()
+        if d is None:
+            raise CacheError("cache=True but no cache folder is known: set cache_dir or QNNX_CACHE_DIR")
+        return str(d)
+
+    def spec(self, device: str, *, cached: bool = True) -> "_native.Spec":
+        """What the native module compiles and loads with on ``device``, built here once from
+        these settings: the SoC and arch (on the HTP only: with device="auto" the GPU is opened
+        with its defaults, and the native module refuses a SoC for it), ``fp16``,
+        ``opt_level``, and with ``cached`` the cache folder."""
+        npu = device == "npu"
+        return _native.Spec(
+            device,
+            self.soc_model if npu else None,
+            self.htp_arch if npu else None,
+            self.fp16,
+            self.opt_level,
+            self.cache_folder() if cached else None,
+        )
+
     def _quantize_key(self) -> str:
         d = self.quantize_config().describe()
         return d if self.target_sqnr_db is None else f"{d} target {float(self.target_sqnr_db)!r} dB"
 
     def quantize_config(self):
-        """The quantization options as a ``_quantize.QuantizeConfig`` (``quantize`` set)."""
-        from . import _native, _quantize
-
+        """The quantization options as a ``quantization.config.QuantizeConfig`` (``quantize`` set)."""
         arch = None
         if self.soc_model is not None or self.htp_arch is not None:
             arch = _native.target_arch("npu", self.soc_model, self.htp_arch)
-        return _quantize.config(
+        return quant_config.config(
             str(self.quantize),
             self.observer,
             self.per_channel,
@@ -211,8 +236,6 @@ def parse_options(options: Optional[Mapping[str, Any]]) -> QnnSettings:
             raise ValueError(f"fix_inputs={s.fix_inputs!r}: must map input names to values")
         fixed_values(s.fix_inputs)
     if s.soc_model is not None or s.htp_arch is not None:
-        from . import _native
-
         if s.soc_model is not None and not isinstance(s.soc_model, (int, str)):
             raise ValueError(f"soc_model={s.soc_model!r}: a SoC number or name; known: {_native.known_socs()}")
         if s.htp_arch is not None and not isinstance(s.htp_arch, int):

@@ -14,8 +14,8 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import torch
 
-from .exceptions import LoweringError
-from .settings import QnnSettings
+from ..exceptions import LoweringError
+from ..settings import QnnSettings
 
 logger = logging.getLogger("qnnx_backend")
 
@@ -133,7 +133,7 @@ def _export_with(
         return buf.getvalue()
 
 
-def export(
+def onnx_bytes(
     frozen: torch.nn.Module,
     runtime_args: Sequence[torch.Tensor],
     settings: QnnSettings,

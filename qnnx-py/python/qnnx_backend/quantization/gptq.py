@@ -29,12 +29,12 @@ from typing import Any, Optional, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
+from .kinds import constant
+from .specs import WEIGHT_OBSERVERS
+
 logger = logging.getLogger("qnnx_backend")
 
 aten = torch.ops.aten
-
-#: The weight roundings ``weight_rounding`` takes.
-ROUNDINGS = ("gptq", "nearest")
 
 #: Damping added to H's diagonal, as a fraction of its mean (GPTQ's default): keeps the
 #: Cholesky factorisation stable when inputs are nearly collinear.
@@ -124,8 +124,6 @@ def _gptq(w: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, qmin: int
 def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor]]) -> int:
     """Replaces the weights of the convolutions and linear layers of ``prepared`` (calibrated,
     observers in place) with GPTQ's choice of grid points; returns how many."""
-    from ._quantizer import WEIGHT_OBSERVERS, constant
-
     t = time.perf_counter()
     graph = prepared.graph
     last_use: dict[Node, Node] = {}

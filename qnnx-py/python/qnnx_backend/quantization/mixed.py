@@ -30,17 +30,24 @@ from typing import Optional, Sequence
 
 import torch
 
-from . import _export, _native, _quantize
-from ._accuracy import _DTYPE_NAMES, AccuracyReport
-from ._modpaths import module_paths
-from .exceptions import LoweringError, QnnApiError
+from .. import _native
+from .._accuracy import _DTYPE_NAMES, AccuracyReport
+from ..compiling import to_onnx
+from ..exceptions import LoweringError, QnnApiError
+from ..settings import check_target_sqnr_db
+from . import pt2e
+from .config import FLOAT, SCHEMES, QuantizeConfig, Scheme
+from .config import config as quantize_config
+from .kinds import OP_KINDS
+from .modpaths import module_paths
+from .qdq import QDQ_OPSET
 
 logger = logging.getLogger("qnnx_backend")
 
 #: How many QDQ models a search builds and compares at most, the first (no promotion) included.
 MAX_ATTEMPTS = 8
 
-_CLAMPS = _quantize.OP_KINDS["relu"] | _quantize.OP_KINDS["clamp"]
+_CLAMPS = OP_KINDS["relu"] | OP_KINDS["clamp"]
 _UNSET = object()
 
 
@@ -75,14 +82,10 @@ class _Graph:
     """Clamp node name -> its input's name, where the input has no other reader."""
 
 
-@_export.exclusive
+@to_onnx.exclusive
 def _float_graph(traced: torch.nn.Module, example: Sequence[torch.Tensor]) -> tuple[bytes, _Graph]:
-    from torch.fx import traceback as fx_traceback
-
-    from ._export import EXPORT_ERRORS
-
     try:
-        with torch.no_grad(), warnings.catch_warnings(), fx_traceback.preserve_node_meta():
+        with torch.no_grad(), warnings.catch_warnings(), torch.fx.traceback.preserve_node_meta():
             warnings.simplefilter("ignore")
             program = torch.export.export(traced, tuple(example), strict=False)
             exported = torch.onnx.export(
@@ -90,11 +93,11 @@ def _float_graph(traced: torch.nn.Module, example: Sequence[torch.Tensor]) -> tu
                 tuple(example),
                 dynamo=True,
                 optimize=False,
-                opset_version=_quantize.QDQ_OPSET,
+                opset_version=QDQ_OPSET,
                 input_names=[f"input_{i}" for i in range(len(example))],
                 verbose=False,
             )
-    except EXPORT_ERRORS as e:
+    except to_onnx.EXPORT_ERRORS as e:
         raise LoweringError(f"target_sqnr_db: the float graph could not be exported: {e}") from None
     module, readers, clamps = {}, {}, {}
     for n in program.graph.nodes:
@@ -170,14 +173,13 @@ def search(
     traced: torch.nn.Module,
     example: Sequence[torch.Tensor],
     samples: Sequence[Sequence[torch.Tensor]],
-    cfg: _quantize.QuantizeConfig,
-    soc_model,
-    htp_arch: Optional[int],
+    cfg: QuantizeConfig,
+    spec: "_native.Spec",
     target_sqnr_db: float,
     max_attempts: int = MAX_ATTEMPTS,
 ) -> MixedPrecision:
     """Searches module promotions of ``traced`` quantized with ``cfg`` until every output is
-    within ``target_sqnr_db`` of the float graph on ``example``, on the HTP of ``soc_model``.
+    within ``target_sqnr_db`` of the float graph on ``example``, on the HTP ``spec`` names.
     Raises LoweringError naming the best reached when no assignment within ``max_attempts``
     does."""
     if cfg.scheme.act_bits != 8:
@@ -188,26 +190,28 @@ def search(
     float_onnx, graph = _float_graph(traced, example)
     packed = [(_DTYPE_NAMES[t.dtype], list(t.shape), t.detach().cpu().contiguous().numpy().tobytes()) for t in example]
     reference = _native.Reference(float_onnx, packed)
-    up = _quantize.SCHEMES["16a8w"] if cfg.scheme.weight_bits == 8 else _quantize.SCHEMES["16a16w"]
-    arch = _native.target_arch("npu", soc_model, htp_arch)
+    up = SCHEMES["16a8w"] if cfg.scheme.weight_bits == 8 else SCHEMES["16a16w"]
+    arch = spec.arch
+    # The QDQ builds are compared without fp16 (a user's fp16 is for float graphs).
+    test_spec = _native.Spec("npu", spec.soc_model, spec.htp_arch)
     # Where the HTP computes floats (in fp16; not v68), a module already at 16 bits that is
     # still where the error jumps is kept float next.
     can_float = arch is None or arch != 68
-    level: dict[str, Optional[_quantize.Scheme]] = {}  # path -> up, or None = float
-    steps: list[list[tuple[str, Optional[_quantize.Scheme]]]] = []  # (path, previous level) per step
+    level: dict[str, Optional[Scheme]] = {}  # path -> up, or None = float
+    steps: list[list[tuple[str, Optional[Scheme]]]] = []  # (path, previous level) per step
     refused: list[tuple[str, str]] = []
     history: list[float] = []
     best: Optional[tuple[float, dict]] = None
 
     def pins() -> dict:
-        return {p: (l.name if l is not None else _quantize.FLOAT) for p, l in level.items()}
+        return {p: (l.name if l is not None else FLOAT) for p, l in level.items()}
 
     for _ in range(max(1, max_attempts)):
         modules = cfg.modules + tuple(level.items())
-        q = _quantize.quantize(traced, example, samples, dataclasses.replace(cfg, modules=modules))
+        q = pt2e.quantize(traced, example, samples, dataclasses.replace(cfg, modules=modules))
         qdq = _name_clamped_values(q.onnx, graph)
         try:
-            report = AccuracyReport(reference.compare(qdq, soc_model=soc_model, htp_arch=htp_arch, fp16=False))
+            report = AccuracyReport(reference.compare(qdq, test_spec))
         except (QnnApiError, LoweringError) as e:
             if not steps:
                 raise
@@ -226,7 +230,7 @@ def search(
         if best is None or out > best[0]:
             best = (out, pins())
         if out >= target_sqnr_db:
-            user = {p: (s.name if s is not None else _quantize.FLOAT) for p, s in cfg.modules}
+            user = {p: (s.name if s is not None else FLOAT) for p, s in cfg.modules}
             return MixedPrecision({**user, **pins()}, tuple(level), tuple(history), report, qdq, tuple(refused))
         refused_paths = {p for p, _ in refused}
         exhausted = refused_paths | {p for p, l in level.items() if l is None or not can_float}
@@ -278,8 +282,6 @@ def mixed_precision(
     reaches the target. Call it before compiling anything for a v68 SoC in the process: the
     reference runs on the SoC-less emulator, which refuses float graphs once a v68 backend
     opened."""
-    from .settings import check_target_sqnr_db
-
     check_target_sqnr_db(target_sqnr_db)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise ValueError(f"max_attempts={max_attempts!r}: an int of at least 1")
@@ -287,6 +289,6 @@ def mixed_precision(
     samples = [(s,) if isinstance(s, torch.Tensor) else tuple(s) for s in calibration]
     if not samples:
         raise ValueError("calibration is empty: give at least one sample, ideally a few dozen of the data the model sees")
-    arch = _native.target_arch("npu", soc_model, htp_arch)
-    cfg = _quantize.config(quantize, observer, per_channel, quantize_modules, quantize_ops, arch, weight_rounding)
-    return search(model.eval(), example, samples, cfg, soc_model, htp_arch, float(target_sqnr_db), max_attempts)
+    spec = _native.Spec("npu", soc_model, htp_arch)
+    cfg = quantize_config(quantize, observer, per_channel, quantize_modules, quantize_ops, spec.arch, weight_rounding)
+    return search(model.eval(), example, samples, cfg, spec, float(target_sqnr_db), max_attempts)

@@ -1,5 +1,5 @@
 """Where an FX node sits in the model: dynamo's ``nn_module_stack`` spelled as
-``model.named_modules()`` spells module paths. Kept apart from ``_quantizer`` (which imports
+``model.named_modules()`` spells module paths. Kept apart from ``quantization.annotate`` (which imports
 torchao, seconds and a warning) so that float compiles, which need the paths for mixed precision
 and reports, never import the quantization machinery."""
 

@@ -7,7 +7,7 @@ backend's op table (``op_support``, ``lowering/op-tables/<backend>.toml``). Neit
 The partitioner (``scoped``, ``map_unsupported``, ``plan``, ``weigh``, ``split``) maps the ONNX
 nodes the lowering refuses back to the FX nodes they come from and splits the FX graph into QNN
 partitions and eager nodes, leaving eager the islands whose eager time is below a QNN call's
-cost (measured by _callcost); _policy compiles each partition like a whole graph.
+cost (measured by partitioning.callcost); compiling.qnn_callable compiles each partition like a whole graph.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
-from . import _native
-from .exceptions import QnnxError, UnsupportedOpError
+from .. import _native
+from ..exceptions import QnnxError, UnsupportedOpError
 
 
 class UnsupportedNode(NamedTuple):
@@ -122,7 +122,7 @@ def op_support(device: str) -> dict[str, OpSupport]:
 
 #: Prefix of the scope modules ``scoped`` wraps each FX node in; the ONNX node names of the
 #: TorchScript exporter are ``/gm/<prefix><fx node>/<OpType>[_n]`` (``gm`` is
-#: ``_export.Frozen``'s attribute).
+#: ``to_onnx.Frozen``'s attribute).
 SCOPE_PREFIX = "qnnx_scope_"
 
 _CALLS = ("call_function", "call_method", "call_module")
@@ -333,7 +333,7 @@ def weigh(
 ) -> Plan:
     """``p`` with each partition whose eager time (``times``, per partition, in us) is not
     above ``cost_us`` moved to the eager nodes, with the two numbers as the reason (see
-    _callcost for why the criterion is this one). A partition with no time (one the eager run
+    partitioning.callcost for why the criterion is this one). A partition with no time (one the eager run
     does not reach) is kept: nothing says it is cheap."""
     label = "measured QNN call cost" if source == "measured" else "partition_cost"
     # Whole nanoseconds: what a split alias stores (as integers, which JSON carries exactly),

@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from .exceptions import QnnxError
+from ..exceptions import InputError, QnnxError
 
 # torch's dtype for each element type, by qnnx's names for them (_native.dtype_names()).
 TORCH_DTYPES = {
@@ -105,17 +105,18 @@ class CompiledGraph:
 
     def _buffers(self, tensors: Sequence[torch.Tensor]) -> tuple[list, list[torch.Tensor], list]:
         """(input address and size pairs, output tensors, copies to keep alive during the call)."""
+        # Bad inputs are InputError, as on the numpy path (deployment/session.py's _Graph).
         keep = []  # converted or made-contiguous copies stay alive until QNN has run
         ins = []
         for t, (name, want, g, numel, gshape, size) in zip(tensors, self._in_plan):
             if not isinstance(t, torch.Tensor):
-                raise QnnxError(f"input {name}: expected a tensor, got {type(t).__name__}")
+                raise InputError(f"input {name}: expected a tensor, got {type(t).__name__}")
             if not t.is_cpu:
-                raise QnnxError(f"input {name} is on {t.device}; QNN graphs take CPU tensors")
+                raise InputError(f"input {name} is on {t.device}; QNN graphs take CPU tensors")
             if t.dtype != want:
-                raise QnnxError(f"input {name} is {t.dtype}; the compiled graph takes {want}")
+                raise InputError(f"input {name} is {t.dtype}; the compiled graph takes {want}")
             if t.numel() != numel:
-                raise QnnxError(
+                raise InputError(
                     f"input {name} has shape {tuple(t.shape)}; the compiled graph takes {gshape}"
                 )
             if g != want:
@@ -123,7 +124,7 @@ class CompiledGraph:
                 if t.dtype == torch.int64 and g == torch.int32 and numel:
                     lo, hi = (int(v) for v in torch.aminmax(t))
                     if lo < -(2**31) or hi >= 2**31:
-                        raise QnnxError(
+                        raise InputError(
                             f"input {name}: int64 values in [{lo}, {hi}] do not fit the int32 the HTP computes in"
                         )
                 t = t.to(g)

@@ -3,7 +3,7 @@
 0.4 compiled inside dynamo's backend call, so with ``strict=True`` its errors reached the caller
 wrapped by dynamo as ``torch._dynamo.exc.BackendCompilerFailed``. We compile at the first call
 of each input signature instead (so that a strict error can also be caught by its own class;
-see ``_policy.compile_graph``), and raise an error that is both: for each of our exception
+see ``compiling.qnn_callable.compile_graph``), and raise an error that is both: for each of our exception
 classes, a subclass of it and of ``BackendCompilerFailed``, with the same message and attributes
 (``.nodes``, ``.device``, ...) and dynamo's (``.backend_name``, ``.inner_exception``: the
 error as our native module made it). The classes live at module level so that they pickle by
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch._dynamo.exc import BackendCompilerFailed
 
-from . import exceptions
+from .. import exceptions
 
 _BY_BASE: dict[type, type] = {}
 

@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import torch
 
-from .exceptions import QnnxError
+from ..exceptions import QnnxError
 
 #: The first buckets; above the last one, buckets are multiples of STEP.
 FIRST_BUCKETS = (64, 128)

@@ -11,8 +11,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from . import _native
-from .settings import QnnSettings
+from .. import _native
+from ..settings import QnnSettings
 
 # Bumped when what goes into a fingerprint changes, so old aliases stop matching.
 _FORMAT = b"qnnx-fx-1"

@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.fx
 
-from .exceptions import LoweringError
+from ..exceptions import LoweringError
 
 # In-place methods we know how to make functional: name -> functional torch callable taking the
 # current value first. Anything else that writes into a graph input is refused.

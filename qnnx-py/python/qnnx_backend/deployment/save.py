@@ -12,9 +12,11 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 
-from . import _export, _native
-from .exceptions import LoweringError
-from .settings import parse_options
+from .. import _native
+from ..compiling import to_onnx
+from ..compiling.qnn_callable import QnnCallable
+from ..exceptions import LoweringError
+from ..settings import parse_options
 
 # Options that describe run-time behaviour of torch.compile, not the compiled binary; the
 # calibration data are recorded by their digest instead.
@@ -89,15 +91,10 @@ def export(
             raise ValueError(f"quantize={s.quantize!r} compiles for the HTP: use device='npu'")
         native, calibration_digest = _quantized(model, inputs, s, (names, outputs))
     else:
-        onnx = _export.export(model, inputs, s, names=names, output_names=outputs)
-        native = _native.compile(
-            onnx,
-            device=device,
-            soc_model=s.soc_model,
-            htp_arch=s.htp_arch,
-            fp16=s.fp16,
-            opt_level=s.opt_level,
-        )
+        onnx = to_onnx.onnx_bytes(model, inputs, s, names=names, output_names=outputs)
+        if device != "npu" and (s.soc_model is not None or s.htp_arch is not None):
+            raise ValueError(f"soc_model and htp_arch configure the HTP (device='npu'), not device={device!r}")
+        native = _native.compile(onnx, s.spec(device, cached=False))
     if len(native.outputs) != n_out:
         raise LoweringError(f"the model returns {n_out} tensors but its ONNX export has {len(native.outputs)} outputs")
     given = dict(options or {})
@@ -117,7 +114,6 @@ def _quantized(
     its inputs, PT2E-quantized and compiled for the HTP. One graph (``fullgraph``): a saved
     model has no eager part to run a graph break. Returns (the compiled graph, the calibration
     data's digest)."""
-    from ._policy import QnnCallable
 
     settings = dataclasses.replace(s, device="npu", strict=True, cache=False)
     made: list = []
@@ -125,7 +121,7 @@ def _quantized(
 
     def capture(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         # Built here, while dynamo calls the backend: calibration maps samples through the
-        # compiled frame's signature, which QnnCallable reads now (_calibrate.Frame).
+        # compiled frame's signature, which QnnCallable reads now (quantization.calibrate.Frame).
         made.append(QnnCallable(gm, example_inputs, settings, may_partition=False))
 
         def record(*args: Any) -> Any:

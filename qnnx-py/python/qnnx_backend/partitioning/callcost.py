@@ -148,7 +148,7 @@ def island_times(
     stitched: torch.fx.GraphModule, count: int, args: Sequence[Any], call_cost_us: float
 ) -> list[Optional[float]]:
     """The eager time in us (``island_us``) of each partition submodule ``qnn_partition_<i>``
-    (i < ``count``) of ``stitched`` (a ``_partition.split``), on the inputs one eager run of
+    (i < ``count``) of ``stitched`` (a ``plan.split``), on the inputs one eager run of
     ``stitched`` on ``args`` gives it; None for a partition that run does not reach. That run
     is each partition's warm-up."""
     recorded: list[Optional[tuple]] = [None] * count

@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .exceptions import LoweringError
+from ..exceptions import LoweringError
 
 
 def _attention(x, embed_dim, num_heads, qkv_w, qkv_b, proj_w, proj_b, mask):

@@ -1,0 +1,183 @@
+"""The quantization vocabulary, a leaf every other quantization module imports: the schemes,
+the op kinds, the options of ``quantize`` as a validated ``QuantizeConfig``. Imports neither
+torch nor torchao (``settings`` validates options with it when the package is imported)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional
+
+from .. import _native
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheme:
+    """Activation and weight precision of a quantization scheme."""
+
+    name: str
+    act_bits: int
+    """8: uint8 activations, 16: uint16."""
+    weight_bits: int
+    """8: int8 (-127..127), 16: int16 (-32767..32767), 4: int4 (-7..7; ONNX INT4 initializers,
+    which QNN takes as 8-bit fixed point with a 4-bit encoding)."""
+
+
+#: The schemes by name, as the engine's lowering defines them (``qnnx quantize`` takes the same).
+SCHEMES = {name: Scheme(name, act, weight) for name, act, weight in _native.quant_schemes()}
+
+#: QNN's fixed output encodings of 16-bit activations (the lowering's, which converts any other
+#: encoding a model gives): ONNX op -> (scale, zero point) of uint16 outputs.
+FIXED_U16 = {
+    op: (scale, -offset)
+    for op, by_dtype in _native.fixed_encodings().items()
+    for dtype, (scale, offset) in by_dtype.items()
+    if dtype == "u16"
+}
+#: The override value that keeps an op float.
+FLOAT = "float"
+
+#: Activation observers: "minmax" (running minimum and maximum) or "histogram" (a running
+#: histogram whose clipping range minimises the quantization error (L2), so that rare outliers
+#: do not stretch the encoding). Weights always use their minimum and maximum.
+OBSERVERS = ("minmax", "histogram")
+
+#: The weight roundings ``weight_rounding`` takes (``gptq``: see quantization/gptq.py).
+ROUNDINGS = ("gptq", "nearest")
+
+#: The op kinds ``quantize_ops`` takes; ``quantization/kinds.py`` maps each to the ATen ops
+#: torch.export makes of it.
+OP_KINDS = (
+    "conv",
+    "conv_transpose",
+    "linear",
+    "matmul",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "relu",
+    "clamp",
+    "gelu",
+    "sigmoid",
+    "tanh",
+    "hardsigmoid",
+    "hardswish",
+    "silu",
+    "leaky_relu",
+    "prelu",
+    "softmax",
+    "layer_norm",
+    "max_pool",
+    "avg_pool",
+    "mean",
+    "cat",
+    "embedding",
+)
+
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeConfig:
+    """Everything that decides the quantized model besides the graph and the calibration data."""
+
+    scheme: Scheme
+    observer: str = "minmax"
+    per_channel: bool = True
+    modules: tuple[tuple[str, Optional[Scheme]], ...] = ()
+    """(nn.Module path pattern, scheme or None = float), in the order given."""
+    ops: tuple[tuple[str, Optional[Scheme]], ...] = ()
+    """(op kind, scheme or None = float)."""
+    htp_arch: Optional[int] = None
+    """The target's HTP architecture when known: below v73 the HTP has no 16-bit MatMul of two
+    activations (QNN's validator: "expected >= 73"), so there a 16-bit scheme runs matmul at
+    8a8w unless an override names it."""
+
+    weight_rounding: str = "nearest"
+    """How weights take their grid points: "nearest", or "gptq" (each rounding error moved
+    onto the weights not yet rounded so that the layer's output changes least: ``gptq``)."""
+
+    def has_4bit_weights(self) -> bool:
+        """Whether the scheme or an override stores weights in 4 bits."""
+        schemes = [self.scheme] + [s for _, s in self.modules + self.ops if s is not None]
+        return any(s.weight_bits == 4 for s in schemes)
+
+    def matmul_at_8_bits(self) -> bool:
+        return self.htp_arch is not None and self.htp_arch < 73 and self.scheme.act_bits == 16
+
+    def describe(self) -> str:
+        """Every field as stable text, for fingerprints."""
+
+        def name(s: Optional[Scheme]) -> str:
+            return s.name if s is not None else FLOAT
+
+        return repr(
+            (
+                self.scheme.name,
+                self.observer,
+                self.per_channel,
+                [(p, name(s)) for p, s in self.modules],
+                [(k, name(s)) for k, s in self.ops],
+                self.matmul_at_8_bits(),
+                self.weight_rounding,
+            )
+        )
+
+
+def _override_value(option: str, key: str, value: Any) -> Optional[Scheme]:
+    if value is None or value == FLOAT:
+        return None
+    if isinstance(value, str) and value in SCHEMES:
+        return SCHEMES[value]
+    raise ValueError(
+        f"{option}[{key!r}]={value!r}: use one of {', '.join(SCHEMES)}, or {FLOAT!r} (or None) to keep it float"
+    )
+
+
+def parse_overrides(option: str, value: Any, kinds: bool) -> tuple[tuple[str, Optional[Scheme]], ...]:
+    """``quantize_modules`` (``kinds=False``) or ``quantize_ops`` as (key, scheme) pairs;
+    ValueError naming what to change for anything else."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        example = (
+            "{'softmax': '16a8w', 'layer_norm': 'float'}" if kinds else "{'encoder.layers.*.attn': '16a8w', 'fc': 'float'}"
+        )
+        what = "op kind" if kinds else "nn.Module path pattern"
+        raise ValueError(f"{option}={value!r}: give a dict of {what} -> scheme or 'float', e.g. {example}")
+    out = []
+    for key, v in value.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{option}: key {key!r} must be a non-empty string")
+        if kinds and key not in OP_KINDS:
+            raise ValueError(f"{option}: unknown op kind {key!r}; use one of {', '.join(OP_KINDS)}")
+        out.append((key, _override_value(option, key, v)))
+    return tuple(out)
+
+
+def config(
+    scheme: str,
+    observer: str = "minmax",
+    per_channel: bool = True,
+    modules: Optional[Mapping[str, Any]] = None,
+    ops: Optional[Mapping[str, Any]] = None,
+    htp_arch: Optional[int] = None,
+    weight_rounding: str = "nearest",
+) -> QuantizeConfig:
+    """A validated QuantizeConfig from option values (ValueError naming the option to change)."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"quantize={scheme!r}: use one of {', '.join(SCHEMES)}, or None for a float model")
+    if observer not in OBSERVERS:
+        raise ValueError(f"observer={observer!r}: use one of {', '.join(OBSERVERS)}")
+    if weight_rounding not in ROUNDINGS:
+        raise ValueError(f"weight_rounding={weight_rounding!r}: use one of {', '.join(ROUNDINGS)}")
+    if not isinstance(per_channel, bool):
+        raise ValueError(f"per_channel={per_channel!r}: must be True or False")
+    return QuantizeConfig(
+        SCHEMES[scheme],
+        observer,
+        per_channel,
+        parse_overrides("quantize_modules", modules, kinds=False),
+        parse_overrides("quantize_ops", ops, kinds=True),
+        htp_arch,
+        weight_rounding,
+    )

@@ -1,0 +1,93 @@
+"""The exporter's QDQ model made plain for the lowering and other runtimes (``tidy_onnx``).
+``onnx`` is imported inside the functions: only a quantized compile pays for it."""
+
+from __future__ import annotations
+
+#: The opset of the QDQ models: QuantizeLinear/DequantizeLinear-21 take uint16 and int16.
+QDQ_OPSET = 21
+
+
+def tidy_onnx(data: bytes, int4_weights: bool = False) -> bytes:
+    """The exporter's QDQ model made plain: Casts of initializers folded into initializers of the
+    cast type, the Constants that feed Q/DQ nodes turned into initializers, per-tensor Q/DQ nodes
+    without an ``axis``; with ``int4_weights``, the int8 weights that fit 4 bits stored as INT4
+    (``_int4_weights``); then checked by onnx's checker."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load_from_string(data)
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    graph_inputs = {i.name for i in graph.input}
+    qdq = {"QuantizeLinear", "DequantizeLinear"}
+    consumers: dict[str, list] = {}
+    for n in graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    keep = []
+    for n in graph.node:
+        if n.op_type == "Cast" and n.input[0] in inits and n.input[0] not in graph_inputs:
+            to = next(helper.get_attribute_value(a) for a in n.attribute if a.name == "to")
+            arr = numpy_helper.to_array(inits[n.input[0]]).astype(helper.tensor_dtype_to_np_dtype(to))
+            graph.initializer.append(numpy_helper.from_array(arr, n.output[0]))
+            inits[n.output[0]] = graph.initializer[-1]  # append() copies
+            continue
+        users = consumers.get(n.output[0], []) if n.output else []
+        if (
+            n.op_type == "Constant"
+            and users
+            and all(u.op_type in qdq for u in users)
+            and len(n.attribute) == 1
+            and n.attribute[0].name == "value"
+        ):
+            graph.initializer.append(n.attribute[0].t)
+            graph.initializer[-1].name = n.output[0]
+            inits[n.output[0]] = graph.initializer[-1]
+            continue
+        keep.append(n)
+    del graph.node[:]
+    graph.node.extend(keep)
+
+    for n in graph.node:
+        if n.op_type not in qdq:
+            continue
+        scale = inits.get(n.input[1])
+        if scale is not None and len(scale.dims) == 0:
+            kept = [a for a in n.attribute if a.name != "axis"]
+            del n.attribute[:]
+            n.attribute.extend(kept)
+
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    kept_inits = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept_inits)
+    if int4_weights:
+        _int4_weights(graph)
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def _int4_weights(graph) -> None:
+    """Stores as INT4 (with their zero points) the int8 initializers behind a DequantizeLinear
+    whose values all fit -8..7: the 4-bit weights, which PT2E computes as int8 in -7..7. An 8-bit
+    weight (a module kept at 8a8w) reaches +-127 in every channel that is not all zero, so it
+    stays int8; an all-zero one is exact in 4 bits either way."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = {t.name: t for t in graph.initializer}
+    to_int4 = set()
+    for n in graph.node:
+        if n.op_type != "DequantizeLinear" or n.input[0] not in inits:
+            continue
+        w = inits[n.input[0]]
+        if w.data_type != TensorProto.INT8:
+            continue
+        v = numpy_helper.to_array(w)
+        if v.size and v.min() >= -8 and v.max() <= 7:
+            to_int4.add(n.input[0])
+            if len(n.input) > 2 and n.input[2] in inits:
+                to_int4.add(n.input[2])
+    for name in to_int4:
+        t = inits[name]
+        v = numpy_helper.to_array(t)
+        t.CopyFrom(helper.make_tensor(name, TensorProto.INT4, list(v.shape), v.ravel().tolist()))

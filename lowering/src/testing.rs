@@ -204,3 +204,18 @@ pub fn rand_f32(seed: u64, n: usize) -> Vec<f32> {
         })
         .collect()
 }
+
+/// x [1, 4] -> Relu -> y: the smallest valid model, where the frontend's tests start.
+pub fn relu_model() -> ModelBuilder {
+    ModelBuilder::new(17)
+        .input("x", DType::F32, &[1, 4])
+        .node("Relu", &["x"], &["y"], &[])
+        .output("y")
+}
+
+/// What loading `m` is refused with, as text (the frontend's rejection tests).
+pub fn load_error(m: &onnx::ModelProto) -> String {
+    crate::frontend::load::Model::from_proto(m, None)
+        .unwrap_err()
+        .to_string()
+}

@@ -510,18 +510,7 @@ mod tests {
     use crate::ir::Attr;
 
     use crate::frontend::load::Model;
-    use crate::testing::{ModelBuilder, A};
-
-    fn relu_model() -> ModelBuilder {
-        ModelBuilder::new(17)
-            .input("x", DType::F32, &[1, 4])
-            .node("Relu", &["x"], &["y"], &[])
-            .output("y")
-    }
-
-    fn err(m: &onnx::ModelProto) -> String {
-        Model::from_proto(m, None).unwrap_err().to_string()
-    }
+    use crate::testing::{load_error as err, relu_model, ModelBuilder, A};
 
     #[test]
     fn cycle_rejected() {

@@ -217,19 +217,11 @@ mod tests {
 
     use std::path::{Path, PathBuf};
 
-    use crate::dtype::DType;
     use crate::frontend::onnx::{self, data_location};
 
     use super::*;
     use crate::frontend::load::Model;
-    use crate::testing::ModelBuilder;
-
-    fn relu_model() -> ModelBuilder {
-        ModelBuilder::new(17)
-            .input("x", DType::F32, &[1, 4])
-            .node("Relu", &["x"], &["y"], &[])
-            .output("y")
-    }
+    use crate::testing::relu_model;
 
     fn external_model(location: &str, offset: u64, len: u64) -> onnx::ModelProto {
         let mut b = relu_model();

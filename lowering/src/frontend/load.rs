@@ -188,22 +188,8 @@ impl Model {
 #[cfg(test)]
 mod tests {
 
-    use crate::dtype::DType;
-    use crate::frontend::onnx;
-
     use super::*;
-    use crate::testing::ModelBuilder;
-
-    fn relu_model() -> ModelBuilder {
-        ModelBuilder::new(17)
-            .input("x", DType::F32, &[1, 4])
-            .node("Relu", &["x"], &["y"], &[])
-            .output("y")
-    }
-
-    fn err(m: &onnx::ModelProto) -> String {
-        Model::from_proto(m, None).unwrap_err().to_string()
-    }
+    use crate::testing::{load_error as err, relu_model};
 
     #[test]
     fn loads_relu() {

@@ -194,18 +194,7 @@ mod tests {
 
     use super::*;
     use crate::frontend::load::Model;
-    use crate::testing::{tensor_proto, ModelBuilder};
-
-    fn relu_model() -> ModelBuilder {
-        ModelBuilder::new(17)
-            .input("x", DType::F32, &[1, 4])
-            .node("Relu", &["x"], &["y"], &[])
-            .output("y")
-    }
-
-    fn err(m: &onnx::ModelProto) -> String {
-        Model::from_proto(m, None).unwrap_err().to_string()
-    }
+    use crate::testing::{load_error as err, relu_model, tensor_proto, ModelBuilder};
 
     #[test]
     fn raw_data_size_mismatch_rejected() {

@@ -18,6 +18,33 @@ pub(crate) struct Timing {
     pub(crate) times: Vec<f64>,
 }
 
+/// Zeroed output buffers of `graph`, in graph order, and its inputs viewed as QNN inputs.
+fn buffers<'a>(
+    graph: &qnn::Graph,
+    ins: &'a [(DType, Cow<[u8]>)],
+) -> (Vec<Vec<u8>>, Vec<qnn::Input<'a>>) {
+    let outs = graph
+        .outputs()
+        .iter()
+        .map(|t| vec![0u8; t.num_bytes()])
+        .collect();
+    let inputs = ins
+        .iter()
+        .map(|(d, b)| qnn::Input::from_bytes(*d, b))
+        .collect();
+    (outs, inputs)
+}
+
+/// `outs` viewed as QNN outputs of `graph`.
+fn output_views<'a>(graph: &qnn::Graph, outs: &'a mut [Vec<u8>]) -> Vec<qnn::Output<'a>> {
+    graph
+        .outputs()
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
+        .collect()
+}
+
 /// Executes `graph` once untimed and `runs` times timed on inputs in graph order; returns the
 /// output buffers in graph order.
 pub(crate) fn execute(
@@ -25,22 +52,9 @@ pub(crate) fn execute(
     ins: &[(DType, Cow<[u8]>)],
     runs: usize,
 ) -> Result<(Timing, Vec<Vec<u8>>), Failure> {
-    let mut outs: Vec<Vec<u8>> = graph
-        .outputs()
-        .iter()
-        .map(|t| vec![0u8; t.num_bytes()])
-        .collect();
-    let inputs: Vec<qnn::Input> = ins
-        .iter()
-        .map(|(d, b)| qnn::Input::from_bytes(*d, b))
-        .collect();
+    let (mut outs, inputs) = buffers(graph, ins);
     let once = |outs: &mut Vec<Vec<u8>>| -> Result<f64, Failure> {
-        let mut o: Vec<qnn::Output> = graph
-            .outputs()
-            .iter()
-            .zip(outs.iter_mut())
-            .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
-            .collect();
+        let mut o = output_views(graph, outs);
         let t = Instant::now();
         graph.execute(&inputs, &mut o)?;
         Ok(t.elapsed().as_secs_f64() * 1e3)
@@ -62,21 +76,8 @@ pub(crate) fn profiled(
     origins: &NodeOrigins,
 ) -> Result<ExecutionProfile, Failure> {
     let profile = qnn::Profile::new(backend, level)?;
-    let mut outs: Vec<Vec<u8>> = graph
-        .outputs()
-        .iter()
-        .map(|t| vec![0u8; t.num_bytes()])
-        .collect();
-    let inputs: Vec<qnn::Input> = ins
-        .iter()
-        .map(|(d, b)| qnn::Input::from_bytes(*d, b))
-        .collect();
-    let mut o: Vec<qnn::Output> = graph
-        .outputs()
-        .iter()
-        .zip(outs.iter_mut())
-        .map(|(t, b)| qnn::Output::from_bytes(t.dtype, b))
-        .collect();
+    let (mut outs, inputs) = buffers(graph, ins);
+    let mut o = output_views(graph, &mut outs);
     graph.execute_profiled(&inputs, &mut o, &profile)?;
     Ok(ExecutionProfile::from_events(
         level,

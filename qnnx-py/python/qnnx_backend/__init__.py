@@ -70,7 +70,7 @@ def _warn_other_distribution() -> None:
 
 _warn_other_distribution()
 
-from . import exceptions
+from . import _native, exceptions
 from ._native import versions
 from .compat.devices import QNNDevice, QNNRuntime
 from .exceptions import (
@@ -143,8 +143,6 @@ __all__ = [
 def is_available(device: Optional[str] = None) -> bool:
     """Whether a QNN accelerator can be used here: ``"npu"``, ``"gpu"``, ``"cpu"`` (always), or
     with no argument or ``"auto"`` (the ``device`` option's default) either accelerator."""
-    from . import _native
-
     if device is None or device == "auto":
         return _native.is_available("npu") or _native.is_available("gpu")
     if device == "cpu":
@@ -205,6 +203,7 @@ def explain(model: Any, example_inputs: Any, options: Optional[dict] = None) -> 
     ``reasons`` (why a graph falls back whole). The model runs eagerly once."""
     import warnings
 
+    # torch, here and below, on first use only: importing the package must not import it.
     import torch
 
     from .compiling.qnn_callable import QnnCallable, compile_graph

@@ -61,7 +61,8 @@ class AotArtifacts(_Serializable):
                 "the graph is split into QNN partitions and eager nodes; the AOT path saves whole QNN graphs only"
             )
         header = {
-            "runtime": fn.runtime,
+            # The key keeps its first name: artifacts written before the rename load.
+            "runtime": fn.per_call,
             "returns_tuple": fn.returns_tuple,
             "out_meta": [None if m is None else list(m) for m in fn.out_meta],
             "device": graph.device,
@@ -83,7 +84,7 @@ class AotArtifacts(_Serializable):
 class AotGraph:
     """A graph of torch's AOT path, loaded from what ``QnnCallable.serialize_compile_artifacts``
     wrote: the saved model's binary is loaded (no export, lowering or finalize) and called with
-    dynamo's arguments (parameters are frozen in the graph; only the runtime tensors are
+    dynamo's arguments (parameters are frozen in the graph; only the per-call tensors are
     passed to QNN)."""
 
     def __init__(self, data: bytes):
@@ -95,11 +96,11 @@ class AotGraph:
         graphs, _ = _native.load_saved_bytes("the AOT-compiled function's qnnx graph", data[start + n :])
         out_meta = [None if m is None else torch.Size(m) for m in header["out_meta"]]
         self.graph = CompiledGraph(graphs[0], header["device"], out_meta, header["check_nan"])
-        self.runtime = list(header["runtime"])
+        self.per_call = list(header["runtime"])
         self.returns_tuple = bool(header["returns_tuple"])
         STATS["aot_loads"] += 1
 
     def __call__(self, *args):
-        outs = self.graph([args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)])
+        outs = self.graph([args[i] for i in self.per_call if isinstance(args[i], torch.Tensor)])
         outs = call.guard_autograd(outs, args)
         return tuple(outs) if self.returns_tuple else outs[0]

@@ -30,7 +30,7 @@ def fingerprint(parts: Sequence[Any]) -> str:
 def fx_fingerprint(
     gm: torch.fx.GraphModule,
     args: Sequence[Any],
-    runtime: Sequence[int],
+    per_call: Sequence[int],
     signature: tuple,
     device: str,
     settings: QnnSettings,
@@ -38,8 +38,8 @@ def fx_fingerprint(
 ) -> str:
     """Fingerprint of ``gm`` called with ``args``: the package and torch versions, the graph
     code, the device, target and compile settings (the quantization options among them), the
-    runtime inputs' ``signature``, and the dtype, shape and bytes of every other tensor argument
-    (the frozen weights). ``runtime`` holds the indices of the arguments that are passed at
+    per-call inputs' ``signature``, and the dtype, shape and bytes of every other tensor argument
+    (the frozen weights). ``per_call`` holds the indices of the arguments that are passed at
     each call. A quantized graph adds the torchao version and ``calibration``, the digest of its
     calibration samples: its encodings are a function of these, the graph and the settings, so
     other calibration data (or a torchao whose observers may differ) misses."""
@@ -64,7 +64,7 @@ def fx_fingerprint(
     # 150-200 ms slower for resnet18 (measured), so none is made.
     copies = []
     for i, a in enumerate(args):
-        if i in runtime or not isinstance(a, torch.Tensor):
+        if i in per_call or not isinstance(a, torch.Tensor):
             continue
         if a.is_contiguous():
             t = a

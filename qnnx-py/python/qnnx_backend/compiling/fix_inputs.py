@@ -23,7 +23,7 @@ def _argument_name(placeholder: str) -> str:
 
 
 def _fixed_matches(gm: torch.fx.GraphModule, tensor_idx: Sequence[int], fix_inputs: Any) -> list[tuple[int, str, str]]:
-    """(j, placeholder name, fix_inputs key) for each runtime tensor input ``input_<j>`` of
+    """(j, placeholder name, fix_inputs key) for each per-call tensor input ``input_<j>`` of
     ``gm`` (argument ``tensor_idx[j]``) a key of ``fix_inputs`` names: keys are matched against
     the exported name, dynamo's placeholder name and target, and the ``forward`` argument they
     stand for. Keys that match no input of this graph are left out (with graph breaks they may

@@ -88,27 +88,28 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
         if source is gm:
             source = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         self.export_gm = decompose(source)
-        self.runtime = [i for i, a in enumerate(example_inputs) if not to_onnx.is_static(a)]
+        #: The arguments that change from call to call (not parameters or buffers), by index.
+        self.per_call = [i for i, a in enumerate(example_inputs) if not to_onnx.is_static(a)]
         self.statics = [a for a in example_inputs if to_onnx.is_static(a)]
         self.returns_tuple = call.returns_sequence(gm)
         self.graphs: dict[Any, Optional[CompiledGraph | Partitioned]] = {}
         self.compile_lock = threading.Lock()
         self.warned = False
-        #: The calibration samples of the last quantized compile (runtime tensors) and their
+        #: The calibration samples of the last quantized compile (per-call tensors) and their
         #: digest: a split graph calibrates its partitions on them.
         self.samples: Optional[list] = None
         self.calibration_digest: Optional[str] = None
         # Which frame arguments the graph inputs come from, read while dynamo calls the backend
         # (calibration samples are the model's arguments; see quantization.calibrate).
         self.frame = calibrate.Frame.capture(gm) if settings.quantize is not None else None
-        # The example call's runtime arguments as (shape, dtype) or the constant itself, not the
+        # The example call's per-call arguments as (shape, dtype) or the constant itself, not the
         # tensors: keeping them alive would hold a KV cache or a batch for the graph's lifetime.
         self.example = {
             i: (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else ("const", a)
             for i, a in enumerate(example_inputs)
-            if i in self.runtime
+            if i in self.per_call
         }
-        self.example_statics = {i: a for i, a in enumerate(example_inputs) if i not in self.runtime}
+        self.example_statics = {i: a for i, a in enumerate(example_inputs) if i not in self.per_call}
         #: (input names, output names) the compiled graph's I/O is given instead of the export's
         #: (qnnx_backend.export names a saved model's I/O after the forward's parameters).
         self.io_names: Optional[tuple[list[str], list[str]]] = None
@@ -116,7 +117,7 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
 
     def signature(self, args: Sequence[Any]) -> tuple:
         sig = []
-        for i in self.runtime:
+        for i in self.per_call:
             a = args[i]
             if isinstance(a, torch.Tensor):
                 sig.append((tuple(a.shape), a.dtype))
@@ -127,8 +128,8 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
     def compile(self, args: Sequence[Any]) -> Optional[CompiledGraph | Partitioned]:
         """Compiles for these concrete arguments; returns None (eager) on a fallback error."""
         s = self.settings
-        runtime_tensors = [args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)]
-        tensor_idx = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
+        call_tensors = [args[i] for i in self.per_call if isinstance(args[i], torch.Tensor)]
+        tensor_idx = [i for i in self.per_call if isinstance(args[i], torch.Tensor)]
         fixed = onnx_fix_inputs(self.gm, tensor_idx, s.fix_inputs)
         devices = ["npu", "gpu"] if s.device == "auto" else [s.device]
         reasons: list[str] = []
@@ -140,7 +141,7 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
             # checked) before anything else: bad calibration data is the caller's to fix and
             # raises ValueError whatever `strict` says.
             devices = [d for d in devices if d == "npu"]
-            samples = self.calibration_samples(args, runtime_tensors)
+            samples = self.calibration_samples(args, call_tensors)
             calibration_digest = calibrate.digest(samples)
         # A split graph calibrates its partitions on what these samples give them.
         self.samples, self.calibration_digest = samples, calibration_digest
@@ -154,7 +155,7 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
             fp = None
             try:
                 # With an explicit SoC or arch the native calls below open (and check) the
-                # runtime for that configuration themselves; is_available() would open a second
+                # backend for that configuration themselves; is_available() would open a second
                 # backend and device for the default configuration (70-190 ms here).
                 # soc_model and htp_arch configure the HTP: with device="auto" the GPU after it
                 # is opened with its defaults (the native module refuses a SoC for the GPU).
@@ -175,7 +176,7 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
                         if split is not None:
                             return split
                 if onnx_bytes is None:
-                    onnx_bytes = self.export_onnx(args, tensor_idx, runtime_tensors, samples, spec)
+                    onnx_bytes = self.export_onnx(args, tensor_idx, call_tensors, samples, spec)
                 if self.io_names is not None:
                     onnx_bytes = to_onnx.rename_io(onnx_bytes, *self.io_names)
                 if s.dry_run:
@@ -193,7 +194,7 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
                 if s.strict:
                     raise
                 if isinstance(e, UnsupportedOpError) and self.can_partition():
-                    split, why = self.partitioned(args, device, tensor_idx, runtime_tensors)
+                    split, why = self.partitioned(args, device, tensor_idx, call_tensors)
                     if split is not None or (s.dry_run and why is None):
                         return split
                     reasons.append(f"{device}: {e}" + (f"\n(not partitioned: {why})" if why else ""))
@@ -219,7 +220,7 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
         self,
         args: Sequence[Any],
         tensor_idx: Sequence[int],
-        runtime_tensors: Sequence[torch.Tensor],
+        call_tensors: Sequence[torch.Tensor],
         samples: Optional[list],
         spec: "_native.Spec",
     ) -> bytes:
@@ -228,13 +229,13 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
         HTP of ``spec``)."""
         s = self.settings
         if samples is None:
-            onnx_bytes = to_onnx.onnx_bytes(to_onnx.Frozen(self.export_gm, args, tensor_idx), runtime_tensors, s)
+            onnx_bytes = to_onnx.onnx_bytes(to_onnx.Frozen(self.export_gm, args, tensor_idx), call_tensors, s)
             STATS["exports"] += 1
             return onnx_bytes
         traced = to_onnx.Interpreted(self.export_gm, args, tensor_idx)
         if s.target_sqnr_db is not None:
             found = mixed.search(
-                traced, runtime_tensors, samples, s.quantize_config(), spec, float(s.target_sqnr_db)
+                traced, call_tensors, samples, s.quantize_config(), spec, float(s.target_sqnr_db)
             )
             onnx_bytes = found.onnx
             logger.warning(
@@ -244,7 +245,7 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
                 [round(h, 1) for h in found.history], found.quantize_modules,
             )
         else:
-            onnx_bytes = pt2e.quantize(traced, runtime_tensors, samples, s.quantize_config()).onnx
+            onnx_bytes = pt2e.quantize(traced, call_tensors, samples, s.quantize_config()).onnx
         STATS["quantizations"] += 1
         STATS["exports"] += 1
         return onnx_bytes
@@ -290,15 +291,15 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
         """The warm-start fingerprint of this graph called with ``args`` on ``device``;
         ``calibration`` is the digest of the calibration samples of a quantized graph."""
         return fingerprint.fx_fingerprint(
-            self.gm, args, self.runtime, self.signature(args), device, self.settings, calibration
+            self.gm, args, self.per_call, self.signature(args), device, self.settings, calibration
         )
 
-    def calibration_samples(self, args: Sequence[Any], runtime_tensors: Sequence[torch.Tensor]) -> list:
-        """The calibration data as tuples of this call's runtime tensors (ValueError naming what
+    def calibration_samples(self, args: Sequence[Any], call_tensors: Sequence[torch.Tensor]) -> list:
+        """The calibration data as tuples of this call's per-call tensors (ValueError naming what
         to change when it does not fit)."""
         assert self.frame is not None
-        mapper = calibrate.Mapper(self.frame, args, self.runtime)
-        index = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
+        mapper = calibrate.Mapper(self.frame, args, self.per_call)
+        index = [i for i in self.per_call if isinstance(args[i], torch.Tensor)]
 
         def run_float(inputs):
             full = list(args)
@@ -319,7 +320,7 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
             return self.gm(*args)
         if isinstance(graph, Partitioned):
             return graph.module(*args)
-        tensors = [args[i] for i in self.runtime if isinstance(args[i], torch.Tensor)]
+        tensors = [args[i] for i in self.per_call if isinstance(args[i], torch.Tensor)]
         outs = graph(tensors)
         if self.kv_plan is not None:
             outs = self.kv_plan.finish(args, outs)

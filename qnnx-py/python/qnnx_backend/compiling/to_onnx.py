@@ -51,37 +51,37 @@ def is_static(value: Any) -> bool:
 
 class Frozen(torch.nn.Module):
     """The dynamo graph with static inputs as buffers (ONNX initializers) and integer inputs
-    (symbolic sizes) fixed to this call's values, taking only the runtime tensors."""
+    (symbolic sizes) fixed to this call's values, taking only the per-call tensors."""
 
-    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], runtime: Sequence[int]):
+    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], per_call: Sequence[int]):
         super().__init__()
         self.gm = gm
         self.n = len(args)
-        self.runtime = list(runtime)
+        self.per_call = list(per_call)
         self.fixed: dict[int, Any] = {}
         for i, a in enumerate(args):
-            if i in self.runtime:
+            if i in self.per_call:
                 continue
             if isinstance(a, torch.Tensor):
                 self.register_buffer(f"c{i}", a.detach(), persistent=False)
             else:
                 self.fixed[i] = a
 
-    def arguments(self, runtime_args: Sequence[Any]) -> list:
-        """The graph's full argument list for these runtime tensors."""
+    def arguments(self, call_args: Sequence[Any]) -> list:
+        """The graph's full argument list for these per-call tensors."""
         full = []
-        it = iter(runtime_args)
+        it = iter(call_args)
         for i in range(self.n):
             if i in self.fixed:
                 full.append(self.fixed[i])
-            elif i in self.runtime:
+            elif i in self.per_call:
                 full.append(next(it))
             else:
                 full.append(getattr(self, f"c{i}"))
         return full
 
-    def forward(self, *runtime_args):
-        return self.gm(*self.arguments(runtime_args))
+    def forward(self, *call_args):
+        return self.gm(*self.arguments(call_args))
 
 
 class Interpreted(Frozen):
@@ -91,38 +91,38 @@ class Interpreted(Frozen):
     match). Running the generated code instead would leave only this wrapper's path.
     Parameters stay parameters (PT2E's conv-batchnorm folding replaces them as such)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], runtime: Sequence[int]):
-        super().__init__(gm, args, runtime)
+    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], per_call: Sequence[int]):
+        super().__init__(gm, args, per_call)
         for i, a in enumerate(args):
-            if i not in self.runtime and isinstance(a, torch.nn.Parameter):
+            if i not in self.per_call and isinstance(a, torch.nn.Parameter):
                 delattr(self, f"c{i}")
                 self.register_parameter(f"c{i}", torch.nn.Parameter(a.detach(), requires_grad=False))
 
-    def forward(self, *runtime_args):
-        return torch.fx.Interpreter(self.gm).run(*self.arguments(runtime_args))
+    def forward(self, *call_args):
+        return torch.fx.Interpreter(self.gm).run(*self.arguments(call_args))
 
 
 @exclusive
 def _export_with(
     exporter: str,
     frozen: torch.nn.Module,
-    runtime_args: Sequence[torch.Tensor],
+    call_args: Sequence[torch.Tensor],
     names: Optional[Sequence[str]] = None,
     output_names: Optional[Sequence[str]] = None,
 ) -> bytes:
-    names = [f"input_{i}" for i in range(len(runtime_args))] if names is None else list(names)
+    names = [f"input_{i}" for i in range(len(call_args))] if names is None else list(names)
     outs = None if output_names is None else list(output_names)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if exporter == "dynamo":
             program = torch.onnx.export(
-                frozen, tuple(runtime_args), dynamo=True, input_names=names, output_names=outs, verbose=False
+                frozen, tuple(call_args), dynamo=True, input_names=names, output_names=outs, verbose=False
             )
             return program.model_proto.SerializeToString()
         buf = io.BytesIO()
         torch.onnx.export(
             frozen,
-            tuple(runtime_args),
+            tuple(call_args),
             buf,
             dynamo=False,
             opset_version=17,
@@ -135,7 +135,7 @@ def _export_with(
 
 def onnx_bytes(
     frozen: torch.nn.Module,
-    runtime_args: Sequence[torch.Tensor],
+    call_args: Sequence[torch.Tensor],
     settings: QnnSettings,
     names: Optional[Sequence[str]] = None,
     output_names: Optional[Sequence[str]] = None,
@@ -147,13 +147,13 @@ def onnx_bytes(
     path) go through the dynamo exporter, whose decompositions handle them. Raises
     LoweringError naming each exporter's failure."""
     if names is None:
-        names = [f"input_{i}" for i in range(len(runtime_args))]
+        names = [f"input_{i}" for i in range(len(call_args))]
     order = ["torchscript", "dynamo"] if settings.exporter == "torchscript" else ["dynamo"]
     errors = []
     for exporter in order:
         t = time.perf_counter()
         try:
-            data = _export_with(exporter, frozen, runtime_args, names, output_names)
+            data = _export_with(exporter, frozen, call_args, names, output_names)
         except EXPORT_ERRORS as e:
             errors.append(f"{exporter}: {e}")
             continue

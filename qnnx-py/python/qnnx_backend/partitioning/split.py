@@ -43,14 +43,14 @@ class Splitting:
         return self.may_partition and s.target_sqnr_db is None and self.kv_plan is None and self.refusal is None
 
     def partitioned(
-        self, args: Sequence[Any], device: str, tensor_idx: Sequence[int], runtime_tensors: Sequence[torch.Tensor]
+        self, args: Sequence[Any], device: str, tensor_idx: Sequence[int], call_tensors: Sequence[torch.Tensor]
     ) -> tuple[Optional["Partitioned"], Optional[str]]:
         """The graph split into QNN partitions for ``device`` and eager nodes, or (None, why
         not). The support answer is the lowering's own (``partition_plan.unsupported_nodes``) for
         an export in which each FX node is a scope of its own (``partition_plan.scoped``)."""
         scoped, names = partition_plan.scoped(self.export_gm)
         try:
-            onnx_bytes = to_onnx._export_with("torchscript", to_onnx.Frozen(scoped, args, tensor_idx), runtime_tensors)
+            onnx_bytes = to_onnx._export_with("torchscript", to_onnx.Frozen(scoped, args, tensor_idx), call_tensors)
         except to_onnx.EXPORT_ERRORS as e:
             return None, f"the per-node export failed: {e}"
         STATS["exports"] += 1
@@ -128,7 +128,7 @@ class Splitting:
             _warn.warn(f"qnn backend dry run on {device}: this graph would be split\n{plan.text()}")
             return None, None
         stitched = partition_plan.split(self.export_gm, plan)
-        tensor_idx = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
+        tensor_idx = [i for i in self.per_call if isinstance(args[i], torch.Tensor)]
         parts = []
         for i in range(len(plan.partitions)):
             name = f"qnn_partition_{i}"
@@ -192,7 +192,7 @@ class Splitting:
         try:
             for k, (p, sub_args) in enumerate(zip(parts, recorded)):
                 c = type(self)(p.graph, sub_args, p.settings, may_partition=False)
-                idx = [i for i in c.runtime if isinstance(sub_args[i], torch.Tensor)]
+                idx = [i for i in c.per_call if isinstance(sub_args[i], torch.Tensor)]
                 fix_list.append(fix_inputs.onnx_fix_inputs(c.gm, idx, p.settings.fix_inputs))
                 if calibration is None:
                     frozen = to_onnx.Frozen(c.export_gm, sub_args, idx)
@@ -230,9 +230,9 @@ class Splitting:
         self, stitched: torch.fx.GraphModule, parts: list["_PartitionModule"], args: Sequence[Any]
     ) -> list[list]:
         """Per partition, the inputs it gets in eager runs of ``stitched`` on each calibration
-        sample (this graph's runtime tensors in ``self.samples``): its calibration data, so its
+        sample (this graph's per-call tensors in ``self.samples``): its calibration data, so its
         encodings are those a calibration of the whole model gives the same tensors."""
-        idx = [i for i in self.runtime if isinstance(args[i], torch.Tensor)]
+        idx = [i for i in self.per_call if isinstance(args[i], torch.Tensor)]
         out: list[list] = [[] for _ in parts]
         for sample in self.samples or []:
             full = list(args)

@@ -1,5 +1,5 @@
 """Calibration data for quantization: from what the user gives (samples of the model's inputs)
-to tuples of the graph's runtime inputs, checked against the signature being compiled.
+to tuples of the graph's per-call inputs, checked against the signature being compiled.
 
 The ``calibration`` option is either
 
@@ -178,10 +178,10 @@ def _as_call(sample: Any) -> tuple[tuple, dict]:
 
 
 class Mapper:
-    """Turns one call's arguments into the graph's runtime tensors, checked against ``args``
+    """Turns one call's arguments into the graph's per-call tensors, checked against ``args``
     (the arguments of the call being compiled)."""
 
-    def __init__(self, frame: Frame, args: Sequence[Any], runtime: Sequence[int]):
+    def __init__(self, frame: Frame, args: Sequence[Any], per_call: Sequence[int]):
         if frame.resumed:
             raise ValueError(
                 f"calibration: this graph starts after a graph break in {frame.function[len(_RESUME_PREFIX):]}: "
@@ -192,8 +192,8 @@ class Mapper:
             )
         self.frame = frame
         self.args = args
-        self.runtime = [i for i in runtime if isinstance(args[i], torch.Tensor)]
-        self.sources = [frame.sources[i] if i < len(frame.sources) else None for i in self.runtime]
+        self.per_call = [i for i in per_call if isinstance(args[i], torch.Tensor)]
+        self.sources = [frame.sources[i] if i < len(frame.sources) else None for i in self.per_call]
         from_frame = [s for s in self.sources if s is not None and s.root is not None]
         for s in from_frame:
             if not s.mappable:
@@ -223,10 +223,10 @@ class Mapper:
         return dict(bound.arguments)
 
     def inputs(self, args: tuple, kwargs: dict, where: str) -> tuple[torch.Tensor, ...]:
-        """The runtime tensors for one call, as the compiled graph takes them."""
+        """The per-call tensors for one call, as the compiled graph takes them."""
         local = self._bind(args, kwargs, where)
         out = []
-        for i, src in zip(self.runtime, self.sources):
+        for i, src in zip(self.per_call, self.sources):
             want = self.args[i]
             if src is None or src.root is None:
                 out.append(want)
@@ -270,7 +270,7 @@ def collect(
     mapper: Mapper,
     run_float: Callable[[tuple], Any],
 ) -> list[tuple[torch.Tensor, ...]]:
-    """Every calibration sample as runtime tensors. ``run_float`` runs the float graph on them
+    """Every calibration sample as per-call tensors. ``run_float`` runs the float graph on them
     (the value ``forward`` returns to a calibration callable). ValueError for anything that
     does not fit, naming the sample and what to change."""
     samples: list[tuple[torch.Tensor, ...]] = []

@@ -100,8 +100,8 @@ def quantize(
     samples: Sequence[Sequence[torch.Tensor]],
     cfg: QuantizeConfig,
 ) -> Quantized:
-    """Calibrates ``traced`` (a module taking the runtime tensors whose FX nodes keep dynamo's
-    ``nn_module_stack``: ``to_onnx.Interpreted``) on ``samples`` (tuples of runtime tensors
+    """Calibrates ``traced`` (a module taking the per-call tensors whose FX nodes keep dynamo's
+    ``nn_module_stack``: ``to_onnx.Interpreted``) on ``samples`` (tuples of per-call tensors
     like ``example``) and returns its QDQ ONNX model, inputs named ``input_<i>``. LoweringError
     when the graph cannot be captured or exported; ValueError for a ``quantize_modules``
     pattern that matches no module."""

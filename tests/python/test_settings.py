@@ -175,3 +175,29 @@ def test_the_0_4_option_types_name_every_option():
     assert set(QNNCompileOptions.__annotations__) == {"device", "strict", "fp16", "cache", "cache_dir", "kv_cache"}
     keys = set(QNNRouterCompileOptions.__annotations__) | set(QNNCompileOptions.__annotations__)
     assert keys - {"dynamic"} == set(VALID_OPTIONS), keys ^ set(VALID_OPTIONS)
+
+
+def test_the_native_spec_is_built_from_the_settings(tmp_path):
+    s = parse_options({"device": "auto", "soc_model": "QCS6490", "fp16": True, "opt_level": 2})
+    npu, gpu = s.spec("npu"), s.spec("gpu")
+    assert (npu.device, npu.soc_model, npu.htp_arch, npu.arch) == ("npu", 35, None, 68)
+    assert (npu.fp16, npu.opt_level, npu.cache_dir) == (True, 2, None)
+    # The SoC and arch configure the HTP; the GPU after it is opened with its defaults.
+    assert (gpu.device, gpu.soc_model, gpu.htp_arch, gpu.fp16) == ("gpu", None, None, True)
+    cached = parse_options({"cache": True, "cache_dir": tmp_path})
+    assert cached.spec("npu").cache_dir == str(tmp_path) and cached.spec("npu", cached=False).cache_dir is None
+    # No SoC asked for: none is reported, though the target compiles for the host's default.
+    default = parse_options(None).spec("npu")
+    assert default.soc_model is None and default.arch is not None
+    with pytest.raises(ValueError, match="SM9999"):
+        qnnx_backend._native.Spec("npu", "SM9999")
+
+
+def test_quantization_schemes_and_fixed_encodings_are_the_engines():
+    from qnnx_backend import _native
+    from qnnx_backend.quantization import config
+
+    assert [(s.name, s.act_bits, s.weight_bits) for s in config.SCHEMES.values()] == _native.quant_schemes()
+    assert list(config.SCHEMES) == ["8a8w", "16a8w", "16a16w", "16a4w"]
+    # QNN's fixed 16-bit output encodings: Sigmoid [0, 1), Tanh [-1, 1) over the uint16 range.
+    assert config.FIXED_U16 == {"Sigmoid": (1 / 65536, 0), "Tanh": (1 / 32768, 32768)}

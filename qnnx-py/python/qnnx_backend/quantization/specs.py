@@ -36,6 +36,17 @@ finally:
 
 from .config import FIXED_U16, Scheme
 
+# annotate takes torchao's classes from here, so that a missing torchao is always the error above.
+__all__ = [
+    "QuantizationAnnotation",
+    "Quantizer",
+    "SharedQuantizationSpec",
+    "FittedPerChannelObserver",
+    "FittedPerTensorObserver",
+    "WEIGHT_OBSERVERS",
+    "Specs",
+]
+
 _INT32 = (-(2**31), 2**31 - 1)
 # A derived bias is fitted into 2**30 of int32's 2**31 levels.
 _BIAS_LIMIT = 2.0**30

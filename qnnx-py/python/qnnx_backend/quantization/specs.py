@@ -52,11 +52,12 @@ _INT32 = (-(2**31), 2**31 - 1)
 _BIAS_LIMIT = 2.0**30
 
 
-class FittedPerChannelObserver(PerChannelMinMaxObserver):
-    """Per-channel weight observer whose scales can be raised after calibration
-    (``min_scale``) so that a derived int32 bias fits. Weights are constants: they are observed
-    at the first calibration call only (the per-channel minimum and maximum of every weight at
-    every call took 0.23 s per resnet18 call, 30x the model itself)."""
+class _FittedWeights:
+    """What the two weight observers below add to torchao's: scales that can be raised after
+    calibration (``min_scale``) so that a derived int32 bias fits, and observing once. Weights
+    are constants: they are observed at the first calibration call only (the per-channel
+    minimum and maximum of every weight at every call took 0.23 s per resnet18 call, 30x the
+    model itself)."""
 
     min_scale: Optional[torch.Tensor] = None
     observed = False
@@ -65,32 +66,21 @@ class FittedPerChannelObserver(PerChannelMinMaxObserver):
         if self.observed:
             return x
         self.observed = True
-        return super().forward(x)
+        return super().forward(x)  # type: ignore[misc]
 
     def calculate_qparams(self):
-        scale, zero_point = super().calculate_qparams()
-        if self.min_scale is not None:
-            scale = torch.maximum(scale, self.min_scale.to(scale.dtype))
-        return scale, zero_point
-
-
-class FittedPerTensorObserver(MinMaxObserver):
-    """Per-tensor weight observer with the same ``min_scale``, also observing once."""
-
-    min_scale: Optional[torch.Tensor] = None
-    observed = False
-
-    def forward(self, x):
-        if self.observed:
-            return x
-        self.observed = True
-        return super().forward(x)
-
-    def calculate_qparams(self):
-        scale, zero_point = super().calculate_qparams()
+        scale, zero_point = super().calculate_qparams()  # type: ignore[misc]
         if self.min_scale is not None:
             scale = torch.maximum(scale, self.min_scale.to(scale.dtype).reshape(scale.shape))
         return scale, zero_point
+
+
+class FittedPerChannelObserver(_FittedWeights, PerChannelMinMaxObserver):
+    """Per-channel weight observer (``_FittedWeights``)."""
+
+
+class FittedPerTensorObserver(_FittedWeights, MinMaxObserver):
+    """Per-tensor weight observer (``_FittedWeights``)."""
 
 
 #: The weight observers: constants, observed once, scales raised by ``fit_bias``.

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use lowering::plan::Encoding;
 use qnnx_types::DType;
 
-use crate::compile::{compile, CompileOptions};
+use crate::calibrate::{each_observed_graph, observed_bytes};
+use crate::compile::CompileOptions;
 use crate::error::{Error, Result};
 use crate::io::HostTensor;
 use crate::target::Target;
@@ -159,60 +160,66 @@ fn observe(
     let model = lowering::Model::from_bytes(b.onnx, b.base_dir.as_deref())?;
     let fp16 = b.fp16 && !b.target.lacks_float() && !is_qdq(&model);
     let copts = CompileOptions {
-        name: "compare".into(),
         input_shapes: opts.input_shapes.clone(),
         observe: true,
         fp16,
-        base_dir: b.base_dir.clone(),
         ..Default::default()
     };
-    // The plan again, for what the emitted outputs do not keep: the dim order each observed
-    // tensor holds its value in, and its encoding. Lowering is deterministic and cheap next to
-    // a finalize, so the plan's outputs are the graph's, in the same order.
+    let model_outputs = model.graph.outputs.len();
     let plan = lowering::lower(
         model,
         &copts.model_io().lower_options(b.target.backend, fp16),
     )?;
-    let compiled = compile(b.target, b.onnx, &copts, None)?;
-    let e = &compiled.emitted;
-    if e.outputs.len() != plan.outputs.len()
-        || e.outputs
-            .iter()
-            .zip(&plan.outputs)
-            .any(|(a, p)| a.onnx_name != p.onnx_name)
-    {
-        return Err(Error::Input(
-            "internal: the observed graph's outputs differ from its plan's".into(),
-        ));
-    }
-    let outs = e.run(inputs)?;
     let mut values: HashMap<String, (bool, Vec<f32>)> = HashMap::new();
-    for (io, t) in e.inputs.iter().zip(inputs) {
-        if let Some(v) = host_values(t, None) {
-            values.insert(io.onnx_name.clone(), (true, v));
-        }
-    }
-    for (io, t) in plan.outputs.iter().zip(&outs) {
-        let pt = &plan.tensors[io.tensor];
-        let Some(v) = host_values(t, pt.quant.as_ref()) else {
-            continue;
-        };
-        let perm = pt.origin.as_ref().and_then(|o| o.perm.clone());
-        let identity = perm.is_none();
-        let v = match perm {
-            Some(p) => unpermute(&v, &t.shape, &p),
-            None => v,
-        };
-        let name = model_value_name(&io.onnx_name).to_string();
-        // A value held in two orders is the same numbers; the model's own order is kept.
-        match values.get(&name) {
-            Some((true, _)) => {}
-            Some((false, _)) if !identity => {}
-            _ => {
-                values.insert(name, (identity, v));
+    each_observed_graph(
+        b.target,
+        "compare",
+        &plan,
+        model_outputs,
+        observed_bytes(),
+        &mut |g| {
+            let (e, plan) = (g.emitted, g.plan);
+            if e.outputs.len() != plan.outputs.len()
+                || e.outputs
+                    .iter()
+                    .zip(&plan.outputs)
+                    .any(|(a, p)| a.onnx_name != p.onnx_name)
+            {
+                return Err(Error::Input(
+                    "internal: the observed graph's outputs differ from its plan's".into(),
+                ));
             }
-        }
-    }
+            let outs = e.run(inputs)?;
+            for (io, t) in e.inputs.iter().zip(inputs) {
+                if let Some(v) = host_values(t, None) {
+                    values.insert(io.onnx_name.clone(), (true, v));
+                }
+            }
+            for (io, t) in plan.outputs.iter().zip(&outs) {
+                let pt = &plan.tensors[io.tensor];
+                let Some(v) = host_values(t, pt.quant.as_ref()) else {
+                    continue;
+                };
+                let perm = pt.origin.as_ref().and_then(|o| o.perm.clone());
+                let identity = perm.is_none();
+                let v = match perm {
+                    Some(p) => unpermute(&v, &t.shape, &p),
+                    None => v,
+                };
+                let name = model_value_name(&io.onnx_name).to_string();
+                // A value held in two orders is the same numbers; the model's own order is
+                // kept.
+                match values.get(&name) {
+                    Some((true, _)) => {}
+                    Some((false, _)) if !identity => {}
+                    _ => {
+                        values.insert(name, (identity, v));
+                    }
+                }
+            }
+            Ok(())
+        },
+    )?;
     Ok(values.into_iter().map(|(k, (_, v))| (k, v)).collect())
 }
 

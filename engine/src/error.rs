@@ -48,6 +48,21 @@ impl Error {
             source: Box::new(source),
         }
     }
+
+    /// Whether this is `graphFinalize` failing with `QNN_COMMON_ERROR_MEM_ALLOC` (1002). Every op
+    /// was validated before it was added, so on the HTP this is the memory planner: the tensors
+    /// that must live at once (every graph output does, for the whole execute) do not fit, as
+    /// when every value of a large model is an output (measured on the x86_64 2.51 library:
+    /// between 2.05 and 2.57 GB of f32 outputs). The same code is also seen for an op QNN
+    /// validates but cannot build (docs/qnn-notes.md: PRelu with a u16 slope).
+    pub fn is_finalize_mem_alloc(&self) -> bool {
+        match self {
+            Error::Qnn { source, .. } => {
+                matches!(&**source, qnn::Error::Api(a) if a.call == "graphFinalize" && a.code == 1002)
+            }
+            _ => false,
+        }
+    }
 }
 
 impl From<qnn::Error> for Error {

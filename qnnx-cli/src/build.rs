@@ -170,8 +170,14 @@ pub fn compile_failure(e: Error, model: &Path, backend: BackendKind) -> Failure 
             )
         }
         Error::Qnn { ref source, .. } => {
-            let hint = qnn_hint(source, backend)
-                .unwrap_or("QNN refused the graph; QNNX_LOG=qnn=info shows QNN's log");
+            let hint = qnn_hint(source, backend).unwrap_or(if e.is_finalize_mem_alloc() {
+                "every op validated, but the HTP's memory planner could not place the graph's \
+                 tensors (about 2 GB at most live at once, graph outputs for the whole \
+                 execute): fewer or smaller outputs, or a smaller input shape (--input-shape), \
+                 make it fit; QNNX_LOG=qnn=info shows QNN's log"
+            } else {
+                "QNN refused the graph; QNNX_LOG=qnn=info shows QNN's log"
+            });
             return Failure::new(format!("{}: {e}\nhint: {hint}", model.display()));
         }
         Error::Target(m) => return Failure::usage(m),

@@ -268,7 +268,7 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
     let bar = (!cli.json && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(samples.len() as u64);
         if let Ok(s) =
-            ProgressStyle::with_template("calibrating {bar:30} {pos}/{len} samples [{elapsed}]")
+            ProgressStyle::with_template("calibrating {bar:30} {pos}/{len} runs [{elapsed}]")
         {
             b.set_style(s);
         }
@@ -282,8 +282,9 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
         &input_shapes,
         &samples,
         args.observer,
-        &mut |done, _| {
+        &mut |done, total| {
             if let Some(b) = &bar {
+                b.set_length(total as u64);
                 b.set_position(done as u64);
             }
         },
@@ -348,6 +349,12 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
             report.weights,
             cal.samples
         );
+        if cal.cost.graphs > 1 {
+            t.push_str(&format!(
+                " (the observed values in {} graphs: one would not fit the HTP's memory)",
+                cal.cost.graphs
+            ));
+        }
         if !report.float_nodes.is_empty() {
             t.push_str(&format!(
                 "\n{} node(s) stay float:",
@@ -391,6 +398,7 @@ pub fn quantize(cli: &Cli, args: &QuantizeArgs) -> Result<ExitCode, Failure> {
         "bytes": bytes.len(),
         "samples": cal.samples,
         "calibration_ms": calib_ms,
+        "calibration_graphs": cal.cost.graphs,
         "activations": report.activations,
         "weights": report.weights,
         "mixed": mixed.as_ref().map(|m| json!({

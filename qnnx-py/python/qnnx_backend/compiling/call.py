@@ -193,4 +193,9 @@ def guard_autograd(outs: list[torch.Tensor], tensors: Sequence[Any]) -> list[tor
     anchor = next((a for a in tensors if isinstance(a, torch.Tensor) and a.requires_grad), None)
     if anchor is None:
         return outs
-    return list(_InferenceOnly.apply(anchor, *outs))
+    # Python numbers among the outputs (compiling.scalars) stay as they are.
+    at = [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor)]
+    guarded = list(outs)
+    for i, o in zip(at, _InferenceOnly.apply(anchor, *(outs[i] for i in at))):
+        guarded[i] = o
+    return guarded

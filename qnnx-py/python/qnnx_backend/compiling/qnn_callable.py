@@ -31,7 +31,7 @@ from ..partitioning import plan as partition_plan
 from ..partitioning.split import Partitioned, Splitting
 from ..quantization import calibrate, mixed, pt2e
 from ..settings import QnnSettings
-from . import call, fingerprint, kvcache, to_onnx, warm
+from . import call, fingerprint, kvcache, scalars, to_onnx, warm
 from .aot import AotArtifacts
 from .call import CompiledGraph
 from .decompose import decompose
@@ -82,6 +82,13 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
                 source, self.kv_plan = kvcache.functionalize(gm, [to_onnx.is_static(a) for a in example_inputs])
             except LoweringError as e:
                 self.refusal = e
+        # Python numbers returned beside the tensors are computed on the host (compiling.scalars).
+        self.host_scalars: Optional[scalars.HostScalars] = None
+        if self.refusal is None:
+            try:
+                source, self.host_scalars = scalars.split(source)
+            except LoweringError as e:
+                self.refusal = e
         self.out_meta = call.out_meta(source)
         # Export rewrites a graph of its own: the original keeps running eagerly on fallback
         # (a functionalized graph is already a new one).
@@ -90,6 +97,13 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
         self.export_gm = decompose(source)
         #: The arguments that change from call to call (not parameters or buffers), by index.
         self.per_call = [i for i, a in enumerate(example_inputs) if not to_onnx.is_static(a)]
+        #: Per-call Python numbers that only the host scalars read: not part of the signature, so
+        #: an int bumped at every step (a sliding-window cache's length) compiles no new graph.
+        self.host_only = (
+            {i for i in scalars.unread(source) if i in self.per_call and not isinstance(example_inputs[i], torch.Tensor)}
+            if self.host_scalars is not None
+            else set()
+        )
         self.statics = [a for a in example_inputs if to_onnx.is_static(a)]
         self.returns_tuple = call.returns_sequence(gm)
         self.graphs: dict[Any, Optional[CompiledGraph | Partitioned]] = {}
@@ -118,6 +132,8 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
     def signature(self, args: Sequence[Any]) -> tuple:
         sig = []
         for i in self.per_call:
+            if i in self.host_only:
+                continue
             a = args[i]
             if isinstance(a, torch.Tensor):
                 sig.append((tuple(a.shape), a.dtype))
@@ -319,9 +335,15 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
         if graph is None:
             return self.gm(*args)
         if isinstance(graph, Partitioned):
-            return graph.module(*args)
+            outs = graph.module(*args)
+            if self.host_scalars is None:
+                return outs
+            outs = self.host_scalars.insert(outs, self.host_scalars(args))
+            return tuple(outs) if self.returns_tuple else outs[0]
         tensors = [args[i] for i in self.per_call if isinstance(args[i], torch.Tensor)]
         outs = graph(tensors)
+        if self.host_scalars is not None:
+            outs = self.host_scalars.insert(outs, self.host_scalars(args))
         if self.kv_plan is not None:
             outs = self.kv_plan.finish(args, outs)
         outs = call.guard_autograd(outs, list(args) + self.statics)

@@ -79,7 +79,7 @@ fn python_path(model: &Path, input: &Path, out: &Path) -> Option<()> {
     const SCRIPT: &str = r#"
 import sys, numpy as np
 from qnnx_backend import _native
-c = _native.compile(open(sys.argv[1], "rb").read(), device="npu")
+c = _native.compile(open(sys.argv[1], "rb").read(), _native.Spec("npu"))
 x = np.ascontiguousarray(np.load(sys.argv[2]))
 (_, _, shape, _), = c.outputs
 y = np.empty(shape, np.float32)

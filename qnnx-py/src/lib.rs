@@ -144,7 +144,9 @@ impl Spec {
 fn spec_or_default(spec: Option<PyRef<'_, Spec>>) -> PyResult<SpecRef<'_>> {
     match spec {
         Some(s) => Ok(SpecRef::Given(s)),
-        None => Ok(SpecRef::Default(Spec::new("npu", None, None, false, None, None)?)),
+        None => Ok(SpecRef::Default(Spec::new(
+            "npu", None, None, false, None, None,
+        )?)),
     }
 }
 

@@ -418,6 +418,19 @@ def test_onnx_file_with_external_data(tmp_path):
         np.testing.assert_allclose(g, w, rtol=2e-2, atol=2e-2 * float(np.abs(w).max()))
 
 
+def test_public_modules_are_attributes_after_importing_the_package():
+    # `import qnnx_backend` then `qnnx_backend.runtime.InferenceSession`, as the docs and 0.4 code
+    # write it (the move into subpackages had left `runtime` and `compatibility` unimported).
+    code = (
+        "import sys, qnnx_backend; "
+        "print(qnnx_backend.runtime.InferenceSession.__name__, qnnx_backend.compatibility.QNNRuntime.__name__, "
+        "'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["InferenceSession", "QNNRuntime", "False"]
+
+
 def test_mixed_install_with_qnnx_backend_0_4_is_detected(tmp_path):
     # qnnx and qnnx-backend 0.4 both install the import package qnnx_backend: installed over
     # 0.4, the folder holds 0.4's metadata beside our files. Simulated with the package linked

@@ -85,6 +85,11 @@ from .exceptions import (
 from .deployment.session import load
 from .settings import QnnSettings, parse_options
 
+# 0.4's public modules are attributes after `import qnnx_backend` (qnnx_backend.runtime.InferenceSession
+# in the docs and in 0.4 code), as they were before the package moved into subpackages. Both are
+# numpy-only re-exports.
+from . import compatibility, runtime  # noqa: E402
+
 # Names whose modules import torch, imported when first used (PEP 562).
 _LAZY = {
     "STATS": ".compiling.stats",

@@ -219,3 +219,19 @@ pub fn load_error(m: &onnx::ModelProto) -> String {
         .unwrap_err()
         .to_string()
 }
+
+/// The declared dims of graph input `k` of `m`, for tests that write dims a builder does not
+/// (a `dim_value` of -1 as Paddle writes a dynamic dim, a negative one to reject).
+pub fn input_dims(m: &mut onnx::ModelProto, k: usize) -> &mut Vec<onnx::Dimension> {
+    &mut m.graph.as_mut().unwrap().input[k]
+        .r#type
+        .as_mut()
+        .unwrap()
+        .tensor_type
+        .as_mut()
+        .unwrap()
+        .shape
+        .as_mut()
+        .unwrap()
+        .dim
+}

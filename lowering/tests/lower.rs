@@ -2,7 +2,7 @@
 
 use lowering::plan::{DType as P, Plan, TensorKind};
 use lowering::tensor::Tensor;
-use lowering::testing::{rand_f32, ModelBuilder, A};
+use lowering::testing::{input_dims, rand_f32, ModelBuilder, A};
 use lowering::{check, lower, Backend, DType, LowerError, LowerOptions, Model};
 
 fn w(seed: u64, shape: &[usize]) -> Tensor {
@@ -368,17 +368,7 @@ fn minus_one_dims_take_input_shapes() {
         .input("x", DType::F32, &[1, 4])
         .node("Relu", &["x"], &["y"], &[])
         .output("y");
-    let dim = &mut b.model.graph.as_mut().unwrap().input[0]
-        .r#type
-        .as_mut()
-        .unwrap()
-        .tensor_type
-        .as_mut()
-        .unwrap()
-        .shape
-        .as_mut()
-        .unwrap()
-        .dim[0];
+    let dim = &mut input_dims(&mut b.model, 0)[0];
     dim.value = Some(lowering::onnx::DimensionValue::DimValue(-1));
     let e = lower(b.bytes(), &LowerOptions::default())
         .unwrap_err()

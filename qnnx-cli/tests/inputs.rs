@@ -8,7 +8,7 @@ use std::path::Path;
 
 use lowering::dtype::DType;
 use lowering::onnx;
-use lowering::testing::{value_info, ModelBuilder, A};
+use lowering::testing::{input_dims, value_info, ModelBuilder, A};
 
 mod common;
 use common::{htp_available, json, ok_json, qnnx, s, stderr, temp_dir};
@@ -52,17 +52,7 @@ fn read_f32_npy(path: &Path) -> Vec<f32> {
 
 /// Sets dim `i` of graph input `k` to `dim_value: -1`, as Paddle writes a dynamic dim.
 fn minus_one(b: &mut ModelBuilder, k: usize, i: usize) {
-    let dim = &mut b.model.graph.as_mut().unwrap().input[k]
-        .r#type
-        .as_mut()
-        .unwrap()
-        .tensor_type
-        .as_mut()
-        .unwrap()
-        .shape
-        .as_mut()
-        .unwrap()
-        .dim[i];
+    let dim = &mut input_dims(&mut b.model, k)[i];
     dim.value = Some(onnx::DimensionValue::DimValue(-1));
 }
 

@@ -510,7 +510,7 @@ mod tests {
     use crate::ir::Attr;
 
     use crate::frontend::load::Model;
-    use crate::testing::{load_error as err, relu_model, ModelBuilder, A};
+    use crate::testing::{input_dims, load_error as err, relu_model, ModelBuilder, A};
 
     #[test]
     fn cycle_rejected() {
@@ -617,17 +617,7 @@ mod tests {
     /// A model whose input `x` declares dims `dims` as `dim_value`s (negative ones included).
     fn dim_value_model(dims: &[i64]) -> onnx::ModelProto {
         let mut m = relu_model().model;
-        let shape = m.graph.as_mut().unwrap().input[0]
-            .r#type
-            .as_mut()
-            .unwrap()
-            .tensor_type
-            .as_mut()
-            .unwrap()
-            .shape
-            .as_mut()
-            .unwrap();
-        shape.dim = dims
+        *input_dims(&mut m, 0) = dims
             .iter()
             .map(|&d| onnx::Dimension {
                 value: Some(onnx::DimensionValue::DimValue(d)),

@@ -194,7 +194,7 @@ mod tests {
 
     use super::*;
     use crate::frontend::load::Model;
-    use crate::testing::{load_error as err, relu_model, tensor_proto, ModelBuilder};
+    use crate::testing::{input_dims, load_error as err, relu_model, tensor_proto, ModelBuilder};
 
     #[test]
     fn raw_data_size_mismatch_rejected() {
@@ -247,22 +247,7 @@ mod tests {
             .node("Relu", &["x"], &["y"], &[])
             .output("y");
         let mut m = b.model.clone();
-        if let Some(onnx::DimensionValue::DimValue(d)) = m.graph.as_mut().unwrap().input[0]
-            .r#type
-            .as_mut()
-            .unwrap()
-            .tensor_type
-            .as_mut()
-            .unwrap()
-            .shape
-            .as_mut()
-            .unwrap()
-            .dim[0]
-            .value
-            .as_mut()
-        {
-            *d = -3;
-        }
+        input_dims(&mut m, 0)[0].value = Some(onnx::DimensionValue::DimValue(-3));
         assert!(err(&m).contains("graph input 'x' has negative dim -3"));
     }
 

@@ -311,69 +311,36 @@ def test_session_imports_and_runs_without_torch(model_path, tmp_path):
     assert runs[0]["modules"] == ["torch"]
 
 
-LATE_TORCH = textwrap.dedent(
-    """
-    import sys
-    import qnnx_backend
-    assert "torch" not in sys.modules, "import qnnx_backend imported torch"
-    import torch
-    c = torch.compile(torch.nn.Linear(4, 4).eval(), backend="qnn", options={"strict": True, "device": "npu"})
-    with torch.no_grad():
-        c(torch.randn(1, 4))
-    print("RESULT", dict(qnnx_backend.STATS))
-    """
-)
-
-
-def test_backend_found_when_torch_is_imported_after_the_package():
-    # The package registers "qnn" at import only when torch is loaded already; otherwise torch
-    # finds it through the torch_dynamo_backends entry point.
-    out = subprocess.run([sys.executable, "-c", LATE_TORCH], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "RESULT {'exports': 1, 'compiles': 1}" in out.stdout
-
-
-# torch.compile(m, backend="qnn") with no import of qnnx_backend at all: torch's lookup loads the
-# entry point, which imports the package while torch is loaded; the package must not register
-# "qnn" itself then, or torch's own registration fails with "duplicate name: qnn".
-ENTRY_POINT_ONLY = textwrap.dedent(
-    """
-    import torch
-    c = torch.compile(torch.nn.Linear(4, 4).eval(), backend="qnn", options={"strict": True, "device": "npu"})
-    with torch.no_grad():
-        c(torch.randn(1, 4))
-    import qnnx_backend
-    print("RESULT", dict(qnnx_backend.STATS))
-    """
-)
-
-# The two other orders: the package imported first with torch already loaded (it registers
-# "qnn" itself), and after torch discovered the entry points (list_backends).
+# Every order in which a program can reach backend="qnn": the package imported before torch
+# (torch finds it through the torch_dynamo_backends entry point); no import at all (torch's lookup
+# loads the entry point, which imports the package while torch is loaded: the package must not
+# register "qnn" itself then, or torch's own registration fails with "duplicate name: qnn"); the
+# package imported after torch (it registers "qnn" itself); after torch discovered the entry
+# points (list_backends).
 IMPORT_ORDERS = textwrap.dedent(
     """
-    import sys, torch
-    if sys.argv[1] == "listed":
+    import sys
+    order = sys.argv[1]
+    if order == "package_first":
+        import qnnx_backend
+        assert "torch" not in sys.modules, "import qnnx_backend imported torch"
+    import torch
+    if order == "listed":
         assert "qnn" in torch._dynamo.list_backends()
-    import qnnx_backend
+    if order in ("imported", "listed"):
+        import qnnx_backend
     c = torch.compile(torch.nn.Linear(4, 4).eval(), backend="qnn", options={"strict": True, "device": "npu"})
     with torch.no_grad():
         c(torch.randn(1, 4))
+    import qnnx_backend
     print("RESULT", dict(qnnx_backend.STATS))
     """
 )
 
 
-def test_backend_found_through_the_entry_point_alone():
-    out = subprocess.run([sys.executable, "-c", ENTRY_POINT_ONLY], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "RESULT {'exports': 1, 'compiles': 1}" in out.stdout
-
-
-@pytest.mark.parametrize("order", ["imported", "listed"])
-def test_backend_registered_once_in_any_import_order(order):
-    out = subprocess.run(
-        [sys.executable, "-c", IMPORT_ORDERS, order], capture_output=True, text=True, timeout=300
-    )
+@pytest.mark.parametrize("order", ["package_first", "entry_point_only", "imported", "listed"])
+def test_backend_found_and_registered_once_in_any_import_order(order):
+    out = subprocess.run([sys.executable, "-c", IMPORT_ORDERS, order], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "RESULT {'exports': 1, 'compiles': 1}" in out.stdout
 

@@ -85,12 +85,32 @@ unsafe extern "C" fn finalize_fails(_: Handle, _: Handle, _: Handle) -> ErrorHan
     (0xABCD_u64 << 32) | 6022
 }
 
-fn fake_backend() -> Backend {
+/// A table with the slots every fake backend needs: logging, and a backend that is created and
+/// freed (`free1`, uncounted); the rest NULL.
+fn base_table() -> CoreFunctions {
     // SAFETY: an all-NULL table is valid: every slot is an Option.
     let mut f: CoreFunctions = unsafe { std::mem::zeroed() };
     f.logCreate = Some(log_create);
     f.logFree = Some(free1);
     f.backendCreate = Some(backend_create);
+    f.backendFree = Some(free1);
+    f
+}
+
+/// The backend a fake table makes, as if loaded from `path`.
+fn backend_from(f: CoreFunctions, config: BackendConfig, path: &str) -> Result<Backend> {
+    Backend::from_api(
+        Api::from_table(f, "fake"),
+        config,
+        path.into(),
+        "FAKE".into(),
+        Default::default(),
+        LogLevel::Warn,
+    )
+}
+
+fn fake_backend() -> Backend {
+    let mut f = base_table();
     f.backendFree = Some(backend_free);
     f.contextCreate = Some(context_create);
     f.contextFree = Some(context_free);
@@ -99,15 +119,7 @@ fn fake_backend() -> Backend {
     f.backendValidateOpConfig = Some(validate);
     f.graphAddNode = Some(add_node);
     f.graphFinalize = Some(finalize_fails);
-    Backend::from_api(
-        Api::from_table(f, "fake"),
-        BackendConfig::default_for(BackendKind::Htp),
-        "fake".into(),
-        "FAKE".into(),
-        Default::default(),
-        LogLevel::Warn,
-    )
-    .unwrap()
+    backend_from(f, BackendConfig::default_for(BackendKind::Htp), "fake").unwrap()
 }
 
 unsafe extern "C" fn backend_create_fails(
@@ -149,24 +161,13 @@ impl Drop for FakeHost {
 }
 
 fn backend_at(path: &str, f: CoreFunctions, config: HtpConfig) -> Result<Backend> {
-    Backend::from_api(
-        Api::from_table(f, "fake"),
-        BackendConfig::Htp(config),
-        path.into(),
-        "FAKE".into(),
-        Default::default(),
-        LogLevel::Warn,
-    )
+    backend_from(f, BackendConfig::Htp(config), path)
 }
 
 fn table() -> CoreFunctions {
-    // SAFETY: an all-NULL table is valid: every slot is an Option.
-    let mut f: CoreFunctions = unsafe { std::mem::zeroed() };
-    f.logCreate = Some(log_create);
-    f.logFree = Some(free1);
-    f.backendCreate = Some(backend_create);
-    // Not `backend_free`: `missing_slot_is_not_provided_and_handles_are_freed` counts those.
-    f.backendFree = Some(free1);
+    // backendFree stays `free1`, not `backend_free`: `missing_slot_is_not_provided_and_handles_are_freed`
+    // counts those.
+    let mut f = base_table();
     f.deviceCreate = Some(device_create_fails);
     f
 }
@@ -262,13 +263,10 @@ fn the_x86_64_emulator_and_other_backends_get_no_device_file_check() {
     );
     // On a device, the GPU backend is not checked for HTP files either.
     let _host = FakeHost::set(Os::Linux, "aarch64", None, &[lib]);
-    let err = Backend::from_api(
-        Api::from_table(f, "fake"),
+    let err = backend_from(
+        f,
         BackendConfig::default_for(BackendKind::Gpu),
-        "/opt/qnn/libQnnGpu.so".into(),
-        "FAKE".into(),
-        Default::default(),
-        LogLevel::Warn,
+        "/opt/qnn/libQnnGpu.so",
     )
     .unwrap_err();
     assert!(!err.to_string().contains("missing"), "{err}");
@@ -381,23 +379,10 @@ type ContextCreate =
     unsafe extern "C" fn(Handle, Handle, *const *const Config, *mut Handle) -> ErrorHandle;
 
 fn backend_with(config: BackendConfig, create: ContextCreate) -> Backend {
-    // SAFETY: an all-NULL table is valid: every slot is an Option.
-    let mut f: CoreFunctions = unsafe { std::mem::zeroed() };
-    f.logCreate = Some(log_create);
-    f.logFree = Some(free1);
-    f.backendCreate = Some(backend_create);
-    f.backendFree = Some(free1);
+    let mut f = base_table();
     f.contextCreate = Some(create);
     f.contextFree = Some(context_free);
-    Backend::from_api(
-        Api::from_table(f, "fake"),
-        config,
-        "fake".into(),
-        "FAKE".into(),
-        Default::default(),
-        LogLevel::Warn,
-    )
-    .unwrap()
+    backend_from(f, config, "fake").unwrap()
 }
 
 #[test]

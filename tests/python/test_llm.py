@@ -258,20 +258,6 @@ def test_functionalized_graph_replays_writes_exactly():
     assert plan.n_extra == 2
 
 
-def test_unsupported_in_place_update_of_an_input_is_refused():
-    class SliceWrite(torch.nn.Module):
-        def forward(self, buf, x):
-            buf[:, 0] = x
-            return buf * 2
-
-    def backend(gm, example_inputs):
-        with pytest.raises(qnnx_backend.LoweringError, match="in-place"):
-            _kvcache.functionalize(gm, [False] * len(example_inputs))
-        return gm.forward
-
-    torch.compile(SliceWrite(), backend=backend)(torch.zeros(2, 3), torch.ones(2))
-
-
 class _Stack(torch.nn.Module):
     def __init__(self):
         super().__init__()

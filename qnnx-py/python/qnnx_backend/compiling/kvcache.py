@@ -12,13 +12,22 @@ So, for ``kv_cache=True``, the FX graph is rewritten before export:
   attention reads the cache with this step's keys already in place, at the exact positions;
 * the tensors each in-place op needs (this step's keys and values, and the positions) become
   extra graph outputs, and after the QNN graph has run the same in-place op is replayed on the
-  caller's tensor with them. The host writes only the new tokens' rows into the cache: the whole
-  cache is never copied out of QNN or back per token;
+  caller's tensor with them (arguments computed from literals only, such as
+  ``torch.tensor([-1])``, are kept as values). The host writes only the new tokens' rows into
+  the cache: the whole cache is never copied out of QNN or back per token;
+* a full sliding-window cache (Gemma 2/3) is updated through a copy: ``new = keys.roll(-1,
+  dims=-2); new[:, :, [-1]] = k; keys.copy_(new)``. When what is copied into an input was
+  derived from that input's own current value by ``roll``/``clone`` and then written in place
+  (``x[key] = v``, ``index_copy_``), those steps are replayed on the caller's tensor instead of
+  the copy: the host rolls its cache and writes the new row, and only the row leaves the graph
+  (copying the whole window out would also re-quantize it at every step in a quantized graph);
 * tensors created inside the graph and then updated in place (``StaticCache``'s lazily created
-  cache on the first call) are simply computed by the graph and returned.
+  cache on the first call, the rolled copy above, masks) are simply computed by the graph.
 
-``index_copy`` itself is written with ops every backend has (a one-hot matmul and a select): it
-is exact, since each output row is one input row times 1 plus zeros.
+In-place writes through a view (``x[:, 0].add_(v)``) are refused by name: the write would have
+to reach the viewed tensor. The functional forms (``compiling/writes.py``) use ops every backend
+has (a one-hot MatMul and a Where for ``index_copy`` and ``x[key] = v``): they are exact, since
+each written row is one source row times 1 plus zeros and every other row is selected as it is.
 """
 
 from __future__ import annotations
@@ -31,38 +40,37 @@ import torch
 import torch.fx
 
 from ..exceptions import LoweringError
+from .writes import MutationPlan, Out, WriteBack, index_copy, parse_key, setitem
 
-# In-place methods we know how to make functional: name -> functional torch callable taking the
-# current value first. Anything else that writes into a graph input is refused.
+# In-place methods made functional: name -> functional callable taking the current value first.
+# Elementwise ones keep the destination's shape and, for same-dtype operands, its dtype. Anything
+# else that writes into a tensor is refused by name.
 _FUNCTIONAL = {
     "add_": torch.add,
     "sub_": torch.sub,
     "mul_": torch.mul,
     "div_": torch.div,
-    "copy_": None,  # special-cased: broadcast and cast to the destination
+    "masked_fill_": torch.masked_fill,
+    "clamp_": torch.clamp,
+    "clamp_min_": torch.clamp_min,
+    "clamp_max_": torch.clamp_max,
+    "neg_": torch.neg,
+    "copy_": None,  # broadcast and cast to the destination (_copy)
     "fill_": None,
     "zero_": None,
     "index_copy_": None,
+    "setitem": None,  # x[key] = v (writes.setitem)
 }
 
 # Methods returning their input itself (for a CPU tensor of that dtype): writes through them reach
 # the input.
 _ALIASING_METHODS = {"to", "detach", "contiguous", "cpu"}
 
-
-def index_copy(buf: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    """``buf.index_copy(dim, index, src)`` from MatMul, Equal and Where, which QNN backends run
-    (ONNX's ScatterND is not in every backend's op set). Row ``j`` of ``src`` lands at
-    ``index[j]``: ``onehot[i, j] = (i == index[j])``, and ``onehot @ src`` picks it exactly."""
-    dim = dim % buf.dim()
-    n = buf.shape[dim]
-    onehot = (torch.arange(n, dtype=index.dtype)[:, None] == index.reshape(1, -1)).to(buf.dtype)
-    hit = onehot.sum(dim=1) > 0
-    if dim == buf.dim() - 2:
-        # [.., L, X] -> [.., n, X] without transposes: the KV-cache layout [B, H, S, D], dim 2.
-        return torch.where(hit.reshape(n, 1), torch.matmul(onehot, src.to(buf.dtype)), buf)
-    moved = torch.matmul(src.to(buf.dtype).movedim(dim, -1), onehot.transpose(0, 1))
-    return torch.where(hit, moved, buf.movedim(dim, -1)).movedim(-1, dim)
+# Ops a copied-in tensor may be derived from the destination's own value by, and still be
+# replayed on the host from this step's rows only: the sliding-window cache's
+# ``new = keys.roll(-1, dims=-2); new[:, :, [-1]] = k; keys.copy_(new)``.
+_CHAIN_STARTS = {"roll", "clone"}
+_CHAIN_STEPS = {"setitem", "index_copy_"}
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
@@ -71,52 +79,6 @@ def _copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
 
 def _fill(dst: torch.Tensor, value: Any) -> torch.Tensor:
     return torch.full_like(dst, value) if not isinstance(value, torch.Tensor) else _copy(dst, value)
-
-
-@dataclasses.dataclass
-class WriteBack:
-    """Replays one in-place op on the caller's tensor ``inputs[input_index]`` after the graph ran:
-    ``inputs[input_index].<method>(*args)`` where an int in ``tensor_args`` positions is replaced
-    by the QNN output with that index (counted among the extra outputs)."""
-
-    input_index: int
-    method: str
-    args: list
-    tensor_args: dict  # arg position -> extra output index
-    kwargs: dict
-
-    def apply(self, inputs: Sequence[Any], extra: Sequence[torch.Tensor]) -> None:
-        args = list(self.args)
-        for pos, k in self.tensor_args.items():
-            args[pos] = extra[k]
-        getattr(inputs[self.input_index], self.method)(*args, **self.kwargs)
-
-
-@dataclasses.dataclass
-class MutationPlan:
-    """How the outputs of the rewritten graph map back to the original graph's outputs."""
-
-    n_outputs: int
-    """Outputs of the original graph."""
-    alias_outputs: dict
-    """Original output position -> input index: outputs that are a mutated input itself are the
-    caller's tensor (after the write-back), not a graph output."""
-    n_extra: int
-    """Extra graph outputs (after the kept original outputs) holding write-back arguments."""
-    writebacks: list
-
-    def finish(self, inputs: Sequence[Any], outs: Sequence[torch.Tensor]) -> list:
-        """The original graph's outputs, after applying the write-backs to ``inputs``."""
-        kept = len(outs) - self.n_extra
-        extra = outs[kept:]
-        for wb in self.writebacks:
-            wb.apply(inputs, extra)
-        result = []
-        it = iter(outs[:kept])
-        for i in range(self.n_outputs):
-            j = self.alias_outputs.get(i)
-            result.append(inputs[j] if j is not None else next(it))
-        return result
 
 
 def _example(node: Any) -> Optional[torch.Tensor]:
@@ -155,8 +117,16 @@ def _mutated_target(node: torch.fx.Node) -> Optional[torch.fx.Node]:
     return None
 
 
+def _view_base(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The tensor ``node`` is a view of (a slice, a reshape...), or None when it is not a view."""
+    ex = _example(node)
+    if ex is None or not ex._is_view() or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    return node.args[0]
+
+
 def mutated_inputs(gm: torch.fx.GraphModule) -> list[str]:
-    """Names of the graph inputs some node writes into (directly or through an alias)."""
+    """Names of the graph inputs some node writes into (directly, through an alias or a view)."""
     roots: dict[torch.fx.Node, torch.fx.Node] = {}
     names = []
     for node in gm.graph.nodes:
@@ -167,10 +137,48 @@ def mutated_inputs(gm: torch.fx.GraphModule) -> list[str]:
             src = node.args[0]
             if src in roots and _is_alias_of(node, src):
                 roots[node] = roots[src]
+        base = _view_base(node)
+        if base is not None and base in roots:
+            roots[node] = roots[base]
         target = _mutated_target(node)
         if isinstance(target, torch.fx.Node) and target in roots and roots[target].name not in names:
             names.append(roots[target].name)
     return names
+
+
+def _method(node: torch.fx.Node) -> str:
+    if node.op == "call_method":
+        return node.target
+    return "setitem" if node.target is operator.setitem else getattr(node.target, "__name__", str(node.target))
+
+
+def _constant(node: Any, memo: dict) -> Any:
+    """The value of a node computed from literals only (``torch.tensor([-1])``), else None: such
+    write-back arguments are kept as values instead of becoming graph outputs."""
+    if not isinstance(node, torch.fx.Node):
+        return node
+    if node not in memo:
+        memo[node] = None
+        # Not random draws or uninitialized memory, and not writes (which would change memo's values).
+        m = _method(node)
+        pure = node.op in ("call_function", "call_method") and _mutated_target(node) is None
+        deterministic = pure and "rand" not in m and "empty" not in m
+        if deterministic and all(_constant(n, memo) is not None for n in node.all_input_nodes):
+            args = torch.fx.node.map_arg(node.args, lambda n: memo[n])
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: memo[n])
+            fn = getattr(args[0], node.target) if node.op == "call_method" else node.target
+            memo[node] = fn(*args[1:], **kwargs) if node.op == "call_method" else fn(*args, **kwargs)
+    return memo[node]
+
+
+@dataclasses.dataclass
+class _Chain:
+    """A tensor computed from input ``root``'s value after ``version`` writes to it, by steps
+    the host can replay on the input itself: (method, args, kwargs) as write-back arguments."""
+
+    root: torch.fx.Node
+    version: int
+    steps: list
 
 
 def functionalize(gm: torch.fx.GraphModule, static: Sequence[bool]) -> tuple[torch.fx.GraphModule, MutationPlan]:
@@ -182,32 +190,43 @@ def functionalize(gm: torch.fx.GraphModule, static: Sequence[bool]) -> tuple[tor
     roots: dict = {}  # old node -> the old node it aliases (itself for non-aliases)
     current: dict = {}  # old root -> new node holding its latest value
     view_of: dict = {}  # old node that is a view (not an alias) -> old root it views
-    stale: set = set()  # old views taken before their root was written
+    stale: dict = {}  # old node whose value a write made unreadable -> why
     inputs: dict = {}  # old placeholder -> input index
     extra: list = []  # new nodes returned after the original outputs
     extra_index: dict = {}
     writebacks: list[WriteBack] = []
     mutated: set = set()
+    versions: dict = {}  # old root -> writes into it so far
+    chains: dict = {}  # old root of an intermediate -> _Chain
+    constants: dict = {}
 
     def lookup(n):
         if not isinstance(n, torch.fx.Node):
             return n
-        if n in stale:
-            raise LoweringError(
-                f"kv_cache: node {n.name} reads a view of input {view_of[n].name} taken before that input "
-                "was updated in place; such graphs cannot be made functional"
-            )
         r = roots.get(n)
+        why = stale.get(n, stale.get(r))
+        if why is not None:
+            raise LoweringError(f"kv_cache: node {n.name} {why}; such graphs cannot be made functional")
         return current[r] if r in current else env[n]
 
     def map_args(a):
         return torch.fx.node.map_arg(a, lookup)
 
-    def as_extra(n):
-        if n not in extra_index:
-            extra_index[n] = len(extra)
-            extra.append(n)
-        return extra_index[n]
+    def host_arg(a):
+        """An old-graph argument as a write-back argument: literals and constants as they are,
+        other tensors as extra graph outputs."""
+
+        def one(n):
+            value = _constant(n, constants)
+            if value is not None:
+                return value
+            new = lookup(n)
+            if new not in extra_index:
+                extra_index[new] = len(extra)
+                extra.append(new)
+            return Out(extra_index[new])
+
+        return torch.fx.node.map_aggregate(a, lambda x: one(x) if isinstance(x, torch.fx.Node) else x)
 
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -244,16 +263,27 @@ def functionalize(gm: torch.fx.GraphModule, static: Sequence[bool]) -> tuple[tor
                     if r is not None and r is not node:
                         view_of[node] = r
                         break
+            src = node.args[0] if node.args else None
+            r = roots.get(src) if isinstance(src, torch.fx.Node) and src not in view_of else None
+            if _method(node) in _CHAIN_STARTS and r is not None and r.op == "placeholder" and node not in view_of:
+                if not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:], *node.kwargs.values())):
+                    chains[node] = _Chain(r, versions.get(r, 0), [(_method(node), list(node.args[1:]), dict(node.kwargs))])
             continue
 
-        # An in-place node: `target.<op>_(...)`.
+        # An in-place node: `target.<op>_(...)` or `target[key] = value`.
         r = roots.get(target)
-        method = node.target if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
-        if r is None or node.op != "call_method" or method not in _FUNCTIONAL:
-            what = view_of.get(target, r)
+        method = _method(node)
+        base = view_of.get(target)
+        if base is not None and base.op == "placeholder":
             raise LoweringError(
-                f"kv_cache: in-place {method} on {getattr(what, 'name', target)} (node {node.name}) is not "
-                f"supported; supported in-place ops on inputs: {', '.join(sorted(_FUNCTIONAL))}"
+                f"kv_cache: in-place {method} (node {node.name}) writes through {target.name}, a view of "
+                f"input {base.name}; writes through views of inputs are not made functional: write into "
+                f"{base.name} itself (x[key] = v, index_copy_)"
+            )
+        if r is None or method not in _FUNCTIONAL or (node.op != "call_method" and method != "setitem"):
+            raise LoweringError(
+                f"kv_cache: in-place {method} on {getattr(r, 'name', target)} (node {node.name}) is not "
+                f"supported; supported in-place ops: {', '.join(sorted(_FUNCTIONAL))}"
             )
         if r.op == "placeholder" and static[inputs[r]]:
             raise LoweringError(
@@ -262,11 +292,16 @@ def functionalize(gm: torch.fx.GraphModule, static: Sequence[bool]) -> tuple[tor
             )
         if node.kwargs and any(isinstance(v, torch.fx.Node) for v in node.kwargs.values()):
             raise LoweringError(f"kv_cache: in-place {method} with tensor keyword arguments (node {node.name})")
+        if method == "setitem":
+            # Refused here, by the key's traced values, rather than mid-export.
+            parse_key(_example(target).shape, torch.fx.node.map_arg(node.args[1], lambda n: n.meta.get("example_value")))
         cur = lookup(target)
         args = [map_args(a) for a in node.args[1:]]
         kwargs = {k: map_args(v) for k, v in node.kwargs.items()}
         if method == "index_copy_":
             new = graph.call_function(index_copy, (cur, *args), kwargs)
+        elif method == "setitem":
+            new = graph.call_function(setitem, (cur, *args))
         elif method == "copy_":
             new = graph.call_function(_copy, (cur, args[0]))
         elif method == "fill_":
@@ -276,18 +311,38 @@ def functionalize(gm: torch.fx.GraphModule, static: Sequence[bool]) -> tuple[tor
         else:
             new = graph.call_function(_FUNCTIONAL[method], (cur, *args), kwargs)
         # Views taken of the old value no longer show it after this write.
-        stale.update(v for v, vr in view_of.items() if vr is r)
+        stale.update({v: f"reads a view of {r.name} taken before {node.name} wrote into it" for v, vr in view_of.items() if vr is r})
+        if base is not None:
+            # A write through a view of an intermediate: fine while nothing reads the viewed
+            # tensor (or its other views) afterwards, which would need the write to reach it.
+            why = f"reads {base.name} after {node.name} wrote into its view {target.name}"
+            stale.update({v: why for v, vr in view_of.items() if vr is base and roots.get(v) is not r})
+            stale[base] = why
         current[r] = new
         env[node] = new
         roots[node] = r
         mutated.add(r)
-        if r.op == "placeholder":
-            consts, tensor_args = [], {}
-            for pos, a in enumerate(args):
-                if isinstance(a, torch.fx.Node):
-                    tensor_args[pos] = as_extra(a)
-                    consts.append(None)
-                else:
-                    consts.append(a)
-            writebacks.append(WriteBack(inputs[r], method, consts, tensor_args, dict(node.kwargs)))
+        version = versions.get(r, 0)
+        versions[r] = version + 1
+        if r in chains:
+            if method in _CHAIN_STEPS:
+                # Its arguments as they are now (a later write must not change them).
+                chains[r].steps.append((method, list(host_arg(tuple(node.args[1:]))), host_arg(dict(node.kwargs))))
+            else:
+                del chains[r]
+        if r.op != "placeholder":
+            continue
+        src = roots.get(node.args[1]) if method == "copy_" and isinstance(node.args[1], torch.fx.Node) else None
+        chain = chains.get(src)
+        same = chain is not None and _same_layout(_example(node.args[1]), _example(target))
+        if same and chain.root is r and chain.version == version:
+            # The destination's own value, rolled and overwritten in a few rows: replay those
+            # steps on the caller's tensor, so that only the new rows leave the graph.
+            writebacks.extend(WriteBack(inputs[r], m, a, k) for m, a, k in chain.steps if m != "clone")
+            continue
+        writebacks.append(WriteBack(inputs[r], method, list(host_arg(tuple(node.args[1:]))), host_arg(dict(node.kwargs))))
     raise LoweringError("kv_cache: the FX graph has no output node")
+
+
+def _same_layout(a: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> bool:
+    return a is not None and b is not None and a.shape == b.shape and a.dtype == b.dtype

@@ -1,7 +1,8 @@
 """The decoder families people deploy on NPUs, through ``kv_cache=True`` on the emulated HTP:
 SmolLM (Llama architecture, tied embeddings), Qwen2, Qwen3 (QK norms), Phi-3 (fused QKV and
-gate-up projections), Gemma 2 and Gemma 3 (sliding-window layers beside global ones, one KV head,
-tied embeddings; Gemma 2 with logit soft-capping).
+gate-up projections; also with LongRoPE, which overwrites a buffer at every call), Gemma 2 and
+Gemma 3 (sliding-window layers beside global ones, one KV head, tied embeddings; Gemma 2 with
+logit soft-capping).
 
 Each model is built from its ``transformers`` config with random weights (no downloads), tiny
 (hidden 64, 2 layers, vocabulary 512). Greedy tokens are compared with eager's; a random model
@@ -25,6 +26,17 @@ NEW_TOKENS = 12
 # Gemma's sliding window, shorter than the prompt: the prefill fills the window, and every decode
 # step rolls it (transformers' StaticSlidingWindowLayer once full).
 WINDOW = 4
+# Phi-3.5-mini's and Phi-4-mini's rotary scaling: the model picks the short or long factors by
+# the largest position and writes them into its inv_freq buffer at every call. Within the
+# original context (64 here, 4096 for Phi-3.5-mini) the short ones; past it, transformers' Phi-3
+# drops the static cache for a DynamicCache (a new shape, so a new graph, at every step).
+LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 10000.0,
+    "short_factor": [1.0] * 8,
+    "long_factor": [4.0] * 8,
+    "original_max_position_embeddings": 64,
+}
 MIN_MARGIN = 0.01  # of the largest logit, between the best two at each step
 MIN_DISTINCT = 6
 
@@ -57,6 +69,10 @@ def _config(family: str, init: float) -> transformers.PretrainedConfig:
         return transformers.Qwen3Config(num_key_value_heads=2, head_dim=16, **common)
     if family == "phi3":
         return transformers.Phi3Config(num_key_value_heads=2, **common)
+    if family == "phi3_longrope":
+        return transformers.Phi3Config(
+            num_key_value_heads=2, rope_parameters=LONGROPE, original_max_position_embeddings=64, **common
+        )
     if family == "gemma2":
         return transformers.Gemma2Config(**gemma, **common)
     if family == "gemma3":
@@ -70,6 +86,7 @@ FAMILIES = {
     "qwen2": (0.1, 13),
     "qwen3": (0.3, 1),
     "phi3": (0.3, 0),
+    "phi3_longrope": (0.3, 27),
     "gemma2": (0.02, 5),
     "gemma3": (0.02, 5),
 }

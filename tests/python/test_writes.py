@@ -188,3 +188,59 @@ def test_a_write_through_a_view_of_an_intermediate_is_refused_only_if_the_tensor
         return gm.forward
 
     torch.compile(_IntermediateView(read=True), backend=backend)(x)
+
+
+class _Frequencies(torch.nn.Module):
+    """Phi-3's LongRoPE: a buffer overwritten whole at every call from two other tensors, picked
+    by the positions, then read. ``mode`` makes it read the buffer before the write, compute the
+    new value from the buffer itself, or add to it: a graph holding a frozen copy cannot."""
+
+    def __init__(self, mode: str = "overwrite"):
+        super().__init__()
+        self.mode = mode
+        self.register_buffer("freq", torch.ones(4))
+        self.register_buffer("short", torch.arange(4.0))
+        self.register_buffer("long", torch.arange(4.0) * 10)
+
+    def forward(self, positions):
+        before = self.freq * 1 if self.mode == "read_first" else 0
+        new = torch.where(positions.max() + 1 > 8, self.long, self.short)
+        if self.mode == "add":
+            self.freq.add_(new)
+        else:
+            self.freq.copy_(new + self.freq if self.mode == "from_itself" else new)
+        return positions[:, None] * self.freq + before
+
+
+def test_a_buffer_overwritten_whole_is_computed_in_the_graph_and_replayed_on_the_model():
+    from qnnx_backend.compiling import to_onnx
+
+    captured = {}
+
+    def backend(gm, example_inputs):
+        fgm, plan = kvcache.functionalize(gm, [to_onnx.is_static(a) for a in example_inputs])
+        captured["plan"] = plan
+        return lambda *a: tuple(plan.finish(a, list(fgm(*a))))
+
+    model, ref = _Frequencies(), _Frequencies()
+    step = torch.compile(model, backend=backend, dynamic=False)
+    for start in (0, 7, 2):  # short, long, short again
+        positions = torch.arange(start, start + 3)
+        assert torch.equal(step(positions), ref(positions))
+        assert torch.equal(model.freq, ref.freq)
+    assert [w.method for w in captured["plan"].writebacks] == ["copy_"]
+
+
+@pytest.mark.parametrize(
+    "mode,match",
+    [("read_first", "reads it before this write"), ("from_itself", "reads it before this write"), ("add", "add_ reads the value")],
+)
+def test_a_buffer_the_graph_reads_as_frozen_is_not_written(mode, match):
+    from qnnx_backend.compiling import to_onnx
+
+    def backend(gm, example_inputs):
+        with pytest.raises(qnnx_backend.LoweringError, match=match):
+            kvcache.functionalize(gm, [to_onnx.is_static(a) for a in example_inputs])
+        return gm.forward
+
+    torch.compile(_Frequencies(mode), backend=backend)(torch.arange(3))

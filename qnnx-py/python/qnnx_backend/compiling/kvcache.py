@@ -22,7 +22,11 @@ So, for ``kv_cache=True``, the FX graph is rewritten before export:
   the copy: the host rolls its cache and writes the new row, and only the row leaves the graph
   (copying the whole window out would also re-quantize it at every step in a quantized graph);
 * tensors created inside the graph and then updated in place (``StaticCache``'s lazily created
-  cache on the first call, the rolled copy above, masks) are simply computed by the graph.
+  cache on the first call, the rolled copy above, masks) are simply computed by the graph;
+* parameters and buffers are frozen into the graph when it is compiled, so a write into one is
+  accepted only when it overwrites the whole tensor (``copy_``, ``fill_``, ``zero_``) before the
+  graph reads it: the frozen copy is then never read, and the write is replayed on the model's
+  tensor like an input's (Phi-3's LongRoPE copies its factors into ``inv_freq`` at every call).
 
 In-place writes through a view (``x[:, 0].add_(v)``) are refused by name: the write would have
 to reach the viewed tensor. The functional forms (``compiling/writes.py``) use ops every backend
@@ -199,6 +203,7 @@ def functionalize(gm: torch.fx.GraphModule, static: Sequence[bool]) -> tuple[tor
     versions: dict = {}  # old root -> writes into it so far
     chains: dict = {}  # old root of an intermediate -> _Chain
     constants: dict = {}
+    frozen_read: set = set()  # old static placeholders whose frozen value some node read
 
     def lookup(n):
         if not isinstance(n, torch.fx.Node):
@@ -256,6 +261,7 @@ def functionalize(gm: torch.fx.GraphModule, static: Sequence[bool]) -> tuple[tor
             new = graph.node_copy(node, lookup)
             env[node] = new
             roots.setdefault(node, node)
+            frozen_read.update(_frozen_reads(node, roots, inputs, versions))
             ex = _example(node)
             if ex is not None and ex._is_view():
                 for a in node.all_input_nodes:
@@ -286,15 +292,28 @@ def functionalize(gm: torch.fx.GraphModule, static: Sequence[bool]) -> tuple[tor
                 f"supported; supported in-place ops: {', '.join(sorted(_FUNCTIONAL))}"
             )
         if r.op == "placeholder" and static[inputs[r]]:
-            raise LoweringError(
-                f"kv_cache: node {node.name} writes into {r.name}, a parameter or buffer of the model; "
-                "compiled graphs hold a copy of those"
-            )
+            # The graph holds a copy of a parameter or buffer frozen at compile time. Overwriting
+            # it whole, from values that do not read it, before anything reads it, leaves that copy
+            # unread: the graph computes the new value and the host replays the write on the
+            # model's tensor (Phi-3's LongRoPE picks its frequencies into inv_freq at every call).
+            why = None
+            if method not in ("copy_", "fill_", "zero_"):
+                why = f"{method} reads the value it updates"
+            elif r in frozen_read:
+                # (A value computed from it reads it too.)
+                why = "the graph reads it before this write"
+            if why is not None:
+                raise LoweringError(
+                    f"kv_cache: node {node.name} writes into {r.name}, a parameter or buffer of the model, and "
+                    f"{why}; compiled graphs hold a copy of parameters and buffers frozen when compiled, so "
+                    "only whole overwrites from other values are replayed"
+                )
         if node.kwargs and any(isinstance(v, torch.fx.Node) for v in node.kwargs.values()):
             raise LoweringError(f"kv_cache: in-place {method} with tensor keyword arguments (node {node.name})")
         if method == "setitem":
             # Refused here, by the key's traced values, rather than mid-export.
             parse_key(_example(target).shape, torch.fx.node.map_arg(node.args[1], lambda n: n.meta.get("example_value")))
+        frozen_read.update(_frozen_reads(node, roots, inputs, versions, skip=target))
         cur = lookup(target)
         args = [map_args(a) for a in node.args[1:]]
         kwargs = {k: map_args(v) for k, v in node.kwargs.items()}
@@ -342,6 +361,13 @@ def functionalize(gm: torch.fx.GraphModule, static: Sequence[bool]) -> tuple[tor
             continue
         writebacks.append(WriteBack(inputs[r], method, list(host_arg(tuple(node.args[1:]))), host_arg(dict(node.kwargs))))
     raise LoweringError("kv_cache: the FX graph has no output node")
+
+
+def _frozen_reads(node: torch.fx.Node, roots: dict, inputs: dict, versions: dict, skip: Any = None) -> list:
+    """The inputs whose value as given (before any write) ``node`` reads; not through an alias it
+    makes of them, not ``skip`` (the tensor an in-place node writes into)."""
+    rs = (roots.get(a) for a in node.all_input_nodes if a is not skip)
+    return [r for r in rs if r in inputs and r is not roots.get(node) and versions.get(r, 0) == 0]
 
 
 def _same_layout(a: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> bool:

@@ -142,7 +142,9 @@ def test_quantize_options():
         ({"quantize": "8a8w", "calibration": [0], "quantize_ops": ["softmax"]}, r"quantize_ops=\['softmax'\]: give a dict"),
         ({"quantize": "8a8w", "calibration": [0], "quantize_modules": {"fc": "8bit"}}, r"quantize_modules\['fc'\]='8bit'"),
         ({"quantize": "8a8w", "calibration": [0], "device": "gpu"}, r"compiles for the NPU"),
-        ({"quantize": "8a8w", "calibration": [0], "kv_cache": True}, r"kv_cache=True is not supported yet"),
+        ({"quantize": "8a8w", "calibration": lambda forward: None, "kv_cache": True}, r"calibrates on text"),
+        ({"quantize": "8a8w", "calibration": [0], "kv_cache": True, "kv_cache_bits": 4}, r"kv_cache_bits=4: use 8 or 16"),
+        ({"quantize": "8a8w", "calibration": [0], "tokenizer": str}, r"tokenizer: .* also pass kv_cache=True"),
         ({"calibration": [0], "observer": "histogram"}, r"calibration, observer: used only for a quantized graph"),
     ],
 )

@@ -95,7 +95,19 @@ class QnnSettings:
     """With ``quantize``: the calibration data, read on the host with PyTorch once per compiled
     graph. An iterable of samples, each one call's arguments (a tensor, a tuple of positional
     arguments or a dict of keyword arguments), or a callable ``calibrate(forward)`` that calls
-    ``forward(*args, **kwargs)`` like the model for each sample (see quantization.calibrate)."""
+    ``forward(*args, **kwargs)`` like the model for each sample (see quantization.calibrate).
+    With ``kv_cache``: token id sequences or text, each run once as a prefill
+    (quantization.prefill)."""
+    kv_cache_bits: int = 8
+    """With ``quantize`` and ``kv_cache``: how the decode graph's KV cache is held between steps:
+    8 (uint8 with one calibrated encoding per layer's keys and values; the new rows quantized in
+    the graph, the cache never re-quantized from float: quantization.kv8) or 16 (the cache enters
+    the graph as float and is quantized there with the scheme's activations)."""
+    tokenizer: Any = dataclasses.field(default=None, compare=False, repr=False)
+    """With ``quantize`` and ``kv_cache``: the model's tokenizer (a Hugging Face tokenizer, or any
+    callable ``tokenizer(text, return_tensors="pt")["input_ids"]``), so that calibration can be
+    text. KV-cache graphs calibrate on token sequences, each run once through a causal prefill
+    (quantization.prefill)."""
     observer: str = "minmax"
     """How activation ranges are calibrated: "minmax" (running minimum and maximum) or
     "histogram" (the range that minimises the quantization error, robust to outliers)."""
@@ -271,6 +283,8 @@ _QUANTIZE_OPTIONS = (
     "quantize_modules",
     "quantize_ops",
     "target_sqnr_db",
+    "tokenizer",
+    "kv_cache_bits",
 )
 
 
@@ -315,8 +329,12 @@ def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
             f"quantize={s.quantize!r} compiles for the NPU (HTP): use device='npu' or 'auto', or "
             "drop quantize for the GPU"
         )
-    if s.kv_cache:
+    if s.kv_cache and callable(c) and not hasattr(c, "__iter__"):
         raise ValueError(
-            "quantize with kv_cache=True is not supported yet: the cache tensors are graph inputs "
-            "that calibration samples cannot provide; quantize encoder or vision models, or drop quantize"
+            "quantize with kv_cache=True calibrates on text: give calibration=[token ids or strings, ...] "
+            "(strings with options={'tokenizer': tokenizer}), not a callable"
         )
+    if s.kv_cache_bits not in (8, 16) or isinstance(s.kv_cache_bits, bool):
+        raise ValueError(f"kv_cache_bits={s.kv_cache_bits!r}: use 8 or 16")
+    if s.tokenizer is not None and not s.kv_cache:
+        raise ValueError("tokenizer: used to tokenize calibration text for kv_cache=True graphs; also pass kv_cache=True")

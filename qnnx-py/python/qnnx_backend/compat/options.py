@@ -36,6 +36,8 @@ class QNNRouterCompileOptions(QNNCompileOptions, total=False):
     quantize_modules: Mapping[str, Optional[str]]
     quantize_ops: Mapping[str, Optional[str]]
     target_sqnr_db: float
+    tokenizer: Any
+    kv_cache_bits: Literal[8, 16]
 
 
 __all__ = ["QNNCompileOptions", "QNNRouterCompileOptions"]

@@ -29,10 +29,11 @@ from .. import _native, _warn
 from ..exceptions import LibraryLoadError, LoweringError, UnsupportedOpError
 from ..partitioning import plan as partition_plan
 from ..partitioning.split import Partitioned, Splitting
-from ..quantization import calibrate, mixed, pt2e
+from ..quantization import calibrate, kv8, mixed, pt2e
 from ..settings import QnnSettings
 from . import call, fingerprint, kvcache, scalars, to_onnx, warm
 from .aot import AotArtifacts
+from .kv_quant import QuantizedCache
 from .call import CompiledGraph
 from .decompose import decompose
 from .fix_inputs import onnx_fix_inputs
@@ -42,7 +43,7 @@ from .stats import FALLBACK_ERRORS, STATS
 logger = logging.getLogger("qnnx_backend")
 
 
-class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
+class QnnCallable(SharedCompiles, Splitting, AotArtifacts, QuantizedCache):
     """What the backend returns to dynamo: picks (or compiles) the graph for each call's input
     signature and falls back to the original graph when a signature cannot run on QNN.
 
@@ -124,6 +125,10 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
             if i in self.per_call
         }
         self.example_statics = {i: a for i, a in enumerate(example_inputs) if i not in self.per_call}
+        #: For a quantized KV-cache graph: argument index -> its role (quantization.prefill), set
+        #: while calibrating, and the 8-bit cache tensors of the graph being compiled (kv8).
+        self.kv_roles: dict = {}
+        self.kv8_caches: list = []
         #: (input names, output names) the compiled graph's I/O is given instead of the export's
         #: (qnnx_backend.export names a saved model's I/O after the forward's parameters).
         self.io_names: Optional[tuple[list[str], list[str]]] = None
@@ -178,8 +183,9 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
                 spec = s.spec(device)
                 if spec.soc_model is None and spec.htp_arch is None and not _native.is_available(device):
                     raise LibraryLoadError(_native.unavailable_reason(device))
-                if cache_dir is not None:
-                    # Warm start: an FX-level fingerprint maps straight to a cached binary, so
+                if cache_dir is not None and not self.kv8_wanted():
+                    # Warm start (not for 8-bit KV caches, whose encodings live beside the
+                    # binary: quantization.kv8; the compile cache below still applies): an FX-level fingerprint maps straight to a cached binary, so
                     # neither the ONNX export nor lowering nor finalize runs.
                     fp = self.fx_fingerprint(args, device, calibration_digest)
                     hit = warm.read_alias(fp, spec)
@@ -202,7 +208,10 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
                     logger.info("qnn dry run: every node is supported on %s", device)
                     self.outcome = {"device": device, "whole": True, "plan": None, "reasons": []}
                     return None
-                return self.compile_onnx(onnx_bytes, spec, fixed, fp)
+                graph = self.compile_onnx(onnx_bytes, spec, fixed, fp)
+                if self.kv8_caches:
+                    graph.kv8 = kv8.Shadow(self.kv8_caches)
+                return graph
             except FALLBACK_ERRORS as e:
                 # The native module's errors name everything but the device this loop chose.
                 if e.device is None:
@@ -262,6 +271,8 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
             )
         else:
             onnx_bytes = pt2e.quantize(traced, call_tensors, samples, s.quantize_config()).onnx
+        if self.kv8_wanted():
+            onnx_bytes = self.cache_at_8_bits(onnx_bytes, tensor_idx, samples)
         STATS["quantizations"] += 1
         STATS["exports"] += 1
         return onnx_bytes
@@ -314,6 +325,8 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
         """The calibration data as tuples of this call's per-call tensors (ValueError naming what
         to change when it does not fit)."""
         assert self.frame is not None
+        if self.kv_plan is not None or self.settings.kv_cache:
+            return self.prefill_samples(args)
         mapper = calibrate.Mapper(self.frame, args, self.per_call)
         index = [i for i in self.per_call if isinstance(args[i], torch.Tensor)]
 
@@ -341,11 +354,18 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts):
             outs = self.host_scalars.insert(outs, self.host_scalars(args))
             return tuple(outs) if self.returns_tuple else outs[0]
         tensors = [args[i] for i in self.per_call if isinstance(args[i], torch.Tensor)]
+        shadow = getattr(graph, "kv8", None)
+        if shadow is not None:
+            tensors = shadow.inputs(args, tensors)
         outs = graph(tensors)
+        if shadow is not None:
+            outs = shadow.outputs(outs, args)
         if self.host_scalars is not None:
             outs = self.host_scalars.insert(outs, self.host_scalars(args))
         if self.kv_plan is not None:
             outs = self.kv_plan.finish(args, outs)
+            if shadow is not None:
+                shadow.settle(args)
         outs = call.guard_autograd(outs, list(args) + self.statics)
         return tuple(outs) if self.returns_tuple else outs[0]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
+import weakref
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -87,6 +88,9 @@ class Frame:
     """Per graph placeholder (None where dynamo recorded no source)."""
     resumed: bool
     """Whether the frame resumes after a graph break."""
+    module: Optional[Callable[[], Any]] = None
+    """A weak reference to the module whose method is compiled (``self`` of the frame), or
+    None: KV-cache calibration runs its float forward (quantization.prefill)."""
 
     @staticmethod
     def capture(gm: torch.fx.GraphModule) -> "Frame":
@@ -101,7 +105,9 @@ class Frame:
         code, f_locals = _current_code()
         signature = _signature(code, f_locals) if code is not None else None
         function = code.co_name if code is not None else "?"
-        return Frame(function, signature, tuple(sources), function.startswith(_RESUME_PREFIX))
+        owner = f_locals.get("self")
+        module = weakref.ref(owner) if isinstance(owner, torch.nn.Module) else None
+        return Frame(function, signature, tuple(sources), function.startswith(_RESUME_PREFIX), module)
 
 
 def _current_code() -> tuple[Any, dict]:

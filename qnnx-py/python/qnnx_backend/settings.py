@@ -128,11 +128,20 @@ class QnnSettings:
     )
     """Per-op precision: {op kind ("softmax", "layer_norm", "conv", ...; quantization.config.OP_KINDS):
     scheme, or "float"}. A module override wins over an op override."""
+    quantize_values: Optional[Mapping[str, Optional[str]]] = dataclasses.field(
+        default=None, compare=False
+    )
+    """Per-value precision: {value name: scheme, or "float"}, for the output of any op, functional
+    ones included (``x * scale`` in a ``forward``). A value is named as torch.export names the FX
+    node of its op (``mul``, ``linear_1``), as the per-layer report and the QDQ model name it; its
+    producer and its readers run at the scheme's activation width. Wins over the module and op
+    overrides for those ops (see quantization/config.py)."""
     target_sqnr_db: Optional[float] = None
-    """With ``quantize="8a8w"``: automatic mixed precision. Modules are promoted to 16-bit
-    activations, fewest first, until every output on the first call's inputs is within this
-    SQNR (dB) of the float graph on the target HTP; the chosen ``quantize_modules`` are logged
-    to pin the result (see quantization/mixed.py, and ``qnnx_backend.mixed_precision`` to get them back)."""
+    """With ``quantize="8a8w"``: automatic mixed precision. Values and modules are promoted to
+    16-bit activations, fewest first, until every output on the first call's inputs is within
+    this SQNR (dB) of the float graph on the target HTP; the chosen ``quantize_modules`` and
+    ``quantize_values`` are logged to pin the result (see quantization/mixed.py, and
+    ``qnnx_backend.mixed_precision`` to get them back)."""
 
     def compile_settings(self) -> dict:
         """The options that change the compiled binary (they enter the cache key)."""
@@ -186,6 +195,7 @@ class QnnSettings:
             self.quantize_ops,
             arch,
             self.weight_rounding,
+            self.quantize_values,
         )
 
 
@@ -282,6 +292,7 @@ _QUANTIZE_OPTIONS = (
     "weight_rounding",
     "quantize_modules",
     "quantize_ops",
+    "quantize_values",
     "target_sqnr_db",
     "tokenizer",
     "kv_cache_bits",

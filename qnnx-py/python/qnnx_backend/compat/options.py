@@ -35,6 +35,7 @@ class QNNRouterCompileOptions(QNNCompileOptions, total=False):
     weight_rounding: Literal["nearest", "gptq"]
     quantize_modules: Mapping[str, Optional[str]]
     quantize_ops: Mapping[str, Optional[str]]
+    quantize_values: Mapping[str, Optional[str]]
     target_sqnr_db: float
     tokenizer: Any
     kv_cache_bits: Literal[8, 16]

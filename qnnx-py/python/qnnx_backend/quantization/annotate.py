@@ -52,6 +52,12 @@ def some_paths(gm: GraphModule, limit: int = 12) -> str:
     return ", ".join(paths[:limit]) + (", ..." if len(paths) > limit else "")
 
 
+def some_values(gm: GraphModule, limit: int = 12) -> str:
+    """Names of values ``gm``'s ops compute, for messages."""
+    names = [n.name for n in gm.graph.nodes if n.op == "call_function" and _is_float(n)]
+    return ", ".join(names[:limit]) + (", ..." if len(names) > limit else "") if names else "no values"
+
+
 def _is_float(n: Any) -> bool:
     if not isinstance(n, Node):
         return False
@@ -73,6 +79,9 @@ class QnnxQuantizer(Quantizer):
         self.biased: list[str] = []
         """Names of the weighted nodes with a derived bias (for fit_bias)."""
         self.matched: set[str] = set()
+        self.values = dict(config.values)
+        """Value overrides by FX node name (config.values); ``matched_values`` those found."""
+        self.matched_values: set[str] = set()
         self.counts: dict[str, int] = {}
         """Annotated nodes by op kind."""
 
@@ -106,6 +115,9 @@ class QnnxQuantizer(Quantizer):
     def unmatched_modules(self) -> list[str]:
         return [p for p, _ in self.config.modules if p not in self.matched]
 
+    def unmatched_values(self) -> list[str]:
+        return [v for v, _ in self.config.values if v not in self.matched_values]
+
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         """Scalar operands of quantized add/sub/mul/div become constant tensors, quantized like
         any other input (a QDQ model has no float constant beside quantized tensors)."""
@@ -136,6 +148,44 @@ class QnnxQuantizer(Quantizer):
         schemes = {
             n: self.scheme_of(n) for n in model.graph.nodes if n.op == "call_function" and n.target in KIND_OF
         }
+        # Value overrides (config.values): the width each overridden value is read at, through
+        # the views and clamps that keep it. Its producer and its readers run at the value's
+        # scheme, inputs and output: the HTP takes no op (FullyConnected included) whose
+        # tensors mix 8 and 16 bits, so the widths change between ops (a QNN Convert).
+        read: dict[Node, Optional[Scheme]] = {}
+        for n in model.graph.nodes:
+            if n.op != "call_function" or not _is_float(n):
+                continue
+            src = n.args[0] if n.args else None
+            if n.name in self.values:
+                read[n] = self.values[n.name]
+                self.matched_values.add(n.name)
+                if n in schemes:
+                    schemes[n] = read[n]
+                # A clamp absorbed into its source's encoding names the source's value (the
+                # QDQ model and the report name it after the clamp): the source goes along.
+                if n.target in _CLAMPS and isinstance(src, Node) and len(src.users) == 1 and src in schemes:
+                    schemes[src] = read[n]
+            elif src in read and (n.target in _DATA_MOVEMENT or (n.target in _CLAMPS and len(src.users) == 1)):
+                read[n] = read[src]
+                if n in schemes:
+                    schemes[n] = read[n]
+        for n, v in read.items():
+            for u in n.users:
+                if u in schemes and u not in read:
+                    schemes[u] = v
+
+        def act(a: Node, specs: Specs) -> Any:
+            """The spec that a reader of ``a`` with ``specs`` reads it with (None: float)."""
+            if a in read:
+                v = read[a]
+                return None if v is None else self.specs(v).act
+            return specs.act
+
+        def put(inputs: dict, a: Node, specs: Specs) -> None:
+            spec = act(a, specs)
+            if spec is not None:
+                inputs[a] = spec
 
         def mark(node: Node, inputs: dict, output: Any) -> None:
             node.meta["quantization_annotation"] = QuantizationAnnotation(
@@ -186,9 +236,11 @@ class QnnxQuantizer(Quantizer):
             inputs: dict = {}
             output: Any = specs.act
             if target in _WEIGHTED:
-                if not _is_float(x) or not _is_float(node.args[1]):
+                # A weighted op reading a value kept float stays float: its int32 bias derives
+                # from the input's encoding.
+                if not _is_float(x) or not _is_float(node.args[1]) or act(x, specs) is None:
                     continue
-                inputs[x] = specs.act
+                put(inputs, x, specs)
                 axis: Optional[int] = 0
                 if kind == "conv_transpose":
                     # The weight is [in, out / groups, ...]: output channels on axis 1, all of
@@ -205,7 +257,7 @@ class QnnxQuantizer(Quantizer):
             elif kind == "layer_norm":
                 if not _is_float(x):
                     continue
-                inputs[x] = specs.act
+                put(inputs, x, specs)
                 weight = node.args[2] if len(node.args) > 2 else None
                 bias = node.args[3] if len(node.args) > 3 else None
                 if _is_float(weight):
@@ -215,14 +267,14 @@ class QnnxQuantizer(Quantizer):
             elif kind == "embedding":
                 if not _is_float(x):
                     continue
-                inputs[x] = specs.act
+                put(inputs, x, specs)
                 output = SharedQuantizationSpec((x, node))
             elif kind == "cat":
                 tensors = [t for t in node.args[0] if isinstance(t, Node)]
                 if not tensors or not all(_is_float(t) for t in tensors):
                     continue
                 first = tensors[0]
-                inputs[first] = specs.act
+                inputs[first] = act(first, specs) or specs.act
                 shared = SharedQuantizationSpec((first, node))
                 for t in tensors[1:]:
                     if t is not first:
@@ -235,16 +287,16 @@ class QnnxQuantizer(Quantizer):
                 if annotation is not None and annotation.output_qspec is None and clamped_by(x):
                     node.meta[_ABSORB] = True
                 else:
-                    inputs[x] = specs.act
+                    put(inputs, x, specs)
             elif target in _SHARING:
                 if not _is_float(x):
                     continue
-                inputs[x] = specs.act
+                put(inputs, x, specs)
                 output = SharedQuantizationSpec((x, node))
             else:
                 for a in node.args:
                     if _is_float(a):
-                        inputs[a] = specs.act
+                        put(inputs, a, specs)
                 if not inputs:
                     continue
                 if kind == "sigmoid":

@@ -95,6 +95,13 @@ class QuantizeConfig:
     weight_rounding: str = "nearest"
     """How weights take their grid points: "nearest", or "gptq" (each rounding error moved
     onto the weights not yet rounded so that the layer's output changes least: ``gptq``)."""
+    values: tuple[tuple[str, Optional[Scheme]], ...] = ()
+    """(value name, scheme or None = float): the output of one op, named as torch.export names
+    its FX node (and the QDQ ONNX model and the per-layer report name the value), stored and read
+    at the scheme's activation width whatever its producer's and readers' schemes are; float
+    keeps its producer float and its readers reading it unquantized. Wins over ``modules``
+    and ``ops`` for that value only: the producer's other inputs and the readers' outputs
+    keep theirs."""
 
     def has_4bit_weights(self) -> bool:
         """Whether the scheme or an override stores weights in 4 bits."""
@@ -120,6 +127,7 @@ class QuantizeConfig:
                 self.matmul_at_8_bits(),
                 self.weight_rounding,
             )
+            + ((tuple((v, name(s)) for v, s in self.values),) if self.values else ())
         )
 
 
@@ -134,7 +142,7 @@ def _override_value(option: str, key: str, value: Any) -> Optional[Scheme]:
 
 
 def parse_overrides(option: str, value: Any, kinds: bool) -> tuple[tuple[str, Optional[Scheme]], ...]:
-    """``quantize_modules`` (``kinds=False``) or ``quantize_ops`` as (key, scheme) pairs;
+    """``quantize_modules`` or ``quantize_values`` (``kinds=False``) or ``quantize_ops`` as (key, scheme) pairs;
     ValueError naming what to change for anything else."""
     if value is None:
         return ()
@@ -143,6 +151,8 @@ def parse_overrides(option: str, value: Any, kinds: bool) -> tuple[tuple[str, Op
             "{'softmax': '16a8w', 'layer_norm': 'float'}" if kinds else "{'encoder.layers.*.attn': '16a8w', 'fc': 'float'}"
         )
         what = "op kind" if kinds else "nn.Module path pattern"
+        if option == "quantize_values":
+            example, what = "{'mul_1': '16a8w'}", "value name (the FX node's, as the per-layer report names it)"
         raise ValueError(f"{option}={value!r}: give a dict of {what} -> scheme or 'float', e.g. {example}")
     out = []
     for key, v in value.items():
@@ -162,6 +172,7 @@ def config(
     ops: Optional[Mapping[str, Any]] = None,
     htp_arch: Optional[int] = None,
     weight_rounding: str = "nearest",
+    values: Optional[Mapping[str, Any]] = None,
 ) -> QuantizeConfig:
     """A validated QuantizeConfig from option values (ValueError naming the option to change)."""
     if scheme not in SCHEMES:
@@ -180,4 +191,5 @@ def config(
         parse_overrides("quantize_ops", ops, kinds=True),
         htp_arch,
         weight_rounding,
+        parse_overrides("quantize_values", values, kinds=False),
     )

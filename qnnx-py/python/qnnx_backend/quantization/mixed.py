@@ -3,11 +3,22 @@
 Starting from the scheme (8a8w), each attempt quantizes the graph with the overrides found so
 far, compiles it for the target HTP with every model value observed, and compares it with the
 float graph run once, exactly, on the SoC-less emulator (``_native.Reference``, the engine's
-per-layer report). While the lowest output SQNR is below the target, the value where the error
-first jumps (else the one that loses most against its inputs) is promoted: the modules of its
-producer and of its readers go to 16-bit activations, so the value is stored and read at 16
-bits (PT2E requantizes at the modules' edges). The result is a ``quantize_modules`` dict, the
-override a user writes by hand, so it can be pinned.
+per-layer report). While the lowest output SQNR is below the target, a value is promoted:
+
+* an outlier value first: among the value where the error first jumps (else the one that
+  loses most against its inputs) and the values it reads, the one whose median channel spans
+  fewest steps of its encoding (``outliers``: one channel 1000x wider than the rest leaves the
+  others below one 8-bit step), when that is below ``OUTLIER_BITS``. It is promoted by name, a
+  ``quantize_values`` override: its producer and readers run at 16-bit activations. Its own
+  SQNR can be high (the wide channel dominates it); the jump shows at a reader that weighs the
+  narrow channels;
+* else the jump value itself: the modules of its producer and of its readers go to 16-bit
+  activations (a ``quantize_modules`` override), so the value is stored and read at 16 bits
+  (PT2E requantizes at the modules' edges); a value computed outside any submodule (a
+  functional op in the model's own ``forward``) is promoted by name.
+
+The result holds both dicts, the overrides a user writes by hand, so it can be pinned
+(``MixedPrecision.options``).
 
 A promotion is to 16-bit activations, which every HTP (v68 included) runs; a module already at 16
 bits that is still where the error jumps is kept float next, where the HTP computes floats (in
@@ -40,12 +51,16 @@ from .config import FLOAT, SCHEMES, QuantizeConfig, Scheme
 from .config import config as quantize_config
 from .kinds import OP_KINDS
 from .modpaths import module_paths
+from .outliers import RangeUse, range_use
 from .qdq import QDQ_OPSET
 
 logger = logging.getLogger("qnnx_backend")
 
 #: How many QDQ models a search builds and compares at most, the first (no promotion) included.
 MAX_ATTEMPTS = 8
+#: A value whose median channel spans fewer steps of its encoding than 2**OUTLIER_BITS is an
+#: outlier value (its channels' ranges spread so that the typical one is barely represented).
+OUTLIER_BITS = 4.0
 
 _CLAMPS = OP_KINDS["relu"] | OP_KINDS["clamp"]
 _UNSET = object()
@@ -68,7 +83,19 @@ class MixedPrecision:
     onnx: bytes = dataclasses.field(repr=False)
     """The chosen QDQ model."""
     refused: tuple = ()
-    """(module path, reason) of promotions the target refused."""
+    """(module path or value name, reason) of promotions the target refused."""
+    quantize_values: dict = dataclasses.field(default_factory=dict)
+    """The value overrides it chose, {value name: scheme}, the user's own included: pass them
+    as ``options={"quantize_values": ...}``. A value is named as torch.export names the FX
+    node of its op (``mul``, ``linear_1``), as the per-layer report and the QDQ model do."""
+    promoted_values: tuple = ()
+    """The values it promoted by name, in the order first chosen."""
+
+    @property
+    def options(self) -> dict:
+        """The torch.compile options that pin the result (the non-empty override dicts)."""
+        out = {"quantize_modules": self.quantize_modules, "quantize_values": self.quantize_values}
+        return {k: v for k, v in out.items() if v}
 
 
 @dataclasses.dataclass
@@ -80,10 +107,16 @@ class _Graph:
     readers: dict
     clamps: dict
     """Clamp node name -> its input's name, where the input has no other reader."""
+    inputs: dict
+    """Node name -> the names of the op outputs it reads."""
+    use: dict
+    """Node name -> its RangeUse on the calibration samples."""
 
 
 @to_onnx.exclusive
-def _float_graph(traced: torch.nn.Module, example: Sequence[torch.Tensor]) -> tuple[bytes, _Graph]:
+def _float_graph(
+    traced: torch.nn.Module, example: Sequence[torch.Tensor], samples: Sequence[Sequence[torch.Tensor]]
+) -> tuple[bytes, _Graph]:
     try:
         with torch.no_grad(), warnings.catch_warnings(), torch.fx.traceback.preserve_node_meta():
             warnings.simplefilter("ignore")
@@ -99,17 +132,19 @@ def _float_graph(traced: torch.nn.Module, example: Sequence[torch.Tensor]) -> tu
             )
     except to_onnx.EXPORT_ERRORS as e:
         raise LoweringError(f"target_sqnr_db: the float graph could not be exported: {e}") from None
-    module, readers, clamps = {}, {}, {}
+    module, readers, clamps, inputs = {}, {}, {}, {}
     for n in program.graph.nodes:
         if n.op != "call_function":
             continue
         paths = module_paths(n)
         module[n.name] = paths[-1] if paths else ""
         readers[n.name] = [u.name for u in n.users]
+        inputs[n.name] = [a.name for a in n.all_input_nodes if a.op == "call_function"]
         src = n.args[0] if n.args else None
         if n.target in _CLAMPS and isinstance(src, torch.fx.Node) and len(src.users) == 1:
             clamps[n.name] = src.name
-    return exported.model_proto.SerializeToString(), _Graph(module, readers, clamps)
+    use = range_use(program.module(), samples)
+    return exported.model_proto.SerializeToString(), _Graph(module, readers, clamps, inputs, use)
 
 
 def _name_clamped_values(qdq: bytes, graph: _Graph) -> bytes:
@@ -134,16 +169,12 @@ def _output_sqnr(report: AccuracyReport) -> float:
     return min(outs) if outs else -math.inf
 
 
-def _candidate(report: AccuracyReport, graph: _Graph, tried) -> Optional[str]:
+def _candidate(report: AccuracyReport, open_) -> Optional[str]:
     """The value to promote next: the first jump, else the one losing most against its inputs,
-    else the worst, among values with a module path that is not tried yet."""
-
-    def open_(l) -> bool:
-        return bool(graph.module.get(l.value)) and graph.module[l.value] not in tried
-
-    layers = [l for l in report.layers if open_(l)]
+    else the worst, among the layers ``open_`` accepts."""
+    layers = [l for l in report.layers if open_(l.value)]
     j = report.first_jump
-    if j is not None and open_(j):
+    if j is not None and open_(j.value):
         return j.value
 
     def drop(l) -> float:
@@ -155,6 +186,22 @@ def _candidate(report: AccuracyReport, graph: _Graph, tried) -> Optional[str]:
     if scored:
         return max(scored, key=drop).value
     return layers[0].value if layers else None
+
+
+def _outlier(graph: _Graph, anchors: Sequence[str], bits, done) -> Optional[tuple[str, float]]:
+    """Among ``anchors`` and the values they read (not ``done``), the one whose median channel
+    spans the fewest steps at its width (``bits(name)``), with that number of bits, when it is
+    below OUTLIER_BITS."""
+    suspects = list(dict.fromkeys(s for a in anchors for s in [a, *graph.inputs.get(a, [])]))
+    scored = []
+    for name in suspects:
+        use: Optional[RangeUse] = graph.use.get(name)
+        if use is not None and name not in done and name in graph.module:
+            scored.append((use.bits(bits(name)), name))
+    if not scored:
+        return None
+    b, name = min(scored)
+    return (name, b) if b < OUTLIER_BITS else None
 
 
 def _promoted_nodes(graph: _Graph, value: str) -> list:
@@ -178,37 +225,56 @@ def search(
     target_sqnr_db: float,
     max_attempts: int = MAX_ATTEMPTS,
 ) -> MixedPrecision:
-    """Searches module promotions of ``traced`` quantized with ``cfg`` until every output is
-    within ``target_sqnr_db`` of the float graph on ``example``, on the HTP ``spec`` names.
-    Raises LoweringError naming the best reached when no assignment within ``max_attempts``
-    does."""
+    """Searches value and module promotions of ``traced`` quantized with ``cfg`` until every
+    output is within ``target_sqnr_db`` of the float graph on ``example``, on the HTP ``spec``
+    names. Raises LoweringError naming the best reached when no assignment within
+    ``max_attempts`` does."""
     if cfg.scheme.act_bits != 8:
         raise ValueError(
             f"target_sqnr_db: quantize={cfg.scheme.name!r} has 16-bit activations already; the "
             "search promotes 8-bit ones (use quantize='8a8w')"
         )
-    float_onnx, graph = _float_graph(traced, example)
+    float_onnx, graph = _float_graph(traced, example, samples)
     packed = [(_DTYPE_NAMES[t.dtype], list(t.shape), t.detach().cpu().contiguous().numpy().tobytes()) for t in example]
     reference = _native.Reference(float_onnx, packed)
     up = SCHEMES["16a8w"] if cfg.scheme.weight_bits == 8 else SCHEMES["16a16w"]
     arch = spec.arch
     # The QDQ builds are compared without fp16 (a user's fp16 is for float graphs).
     test_spec = _native.Spec("npu", spec.soc_model, spec.htp_arch)
-    # Where the HTP computes floats (in fp16; not v68), a module already at 16 bits that is
-    # still where the error jumps is kept float next.
+    # Where the HTP computes floats (in fp16; not v68), a module or value already at 16 bits
+    # that is still to blame is kept float next.
     can_float = arch is None or arch != 68
-    level: dict[str, Optional[Scheme]] = {}  # path -> up, or None = float
-    steps: list[list[tuple[str, Optional[Scheme]]]] = []  # (path, previous level) per step
-    refused: list[tuple[str, str]] = []
+    # ("module", path) or ("value", name) -> up, or None = float
+    level: dict[tuple[str, str], Optional[Scheme]] = {}
+    steps: list[list[tuple[tuple[str, str], object]]] = []  # (key, previous level) per step
+    refused: list[tuple[tuple[str, str], str]] = []
     history: list[float] = []
     best: Optional[tuple[float, dict]] = None
+    user_values = dict(cfg.values)
 
-    def pins() -> dict:
-        return {p: (l.name if l is not None else FLOAT) for p, l in level.items()}
+    def pins(kind: str) -> dict:
+        return {k: (l.name if l is not None else FLOAT) for (t, k), l in level.items() if t == kind}
+
+    def options() -> dict:
+        return {o: p for o, p in (("quantize_modules", pins("module")), ("quantize_values", pins("value"))) if p}
+
+    def bits(name: str) -> float:
+        """The activation bits ``name`` is stored with in the last attempt (inf: float)."""
+        if ("value", name) in level or name in user_values:
+            s = level.get(("value", name), user_values.get(name))
+            return s.act_bits if s is not None else math.inf
+        s = level.get(("module", graph.module.get(name) or ""), cfg.scheme)
+        return s.act_bits if s is not None else math.inf
+
+    def promote(key: tuple[str, str], step: list) -> None:
+        before = level.get(key, _UNSET)
+        level[key] = up if before is _UNSET else None
+        step.append((key, before))
 
     for _ in range(max(1, max_attempts)):
-        modules = cfg.modules + tuple(level.items())
-        q = pt2e.quantize(traced, example, samples, dataclasses.replace(cfg, modules=modules))
+        modules = cfg.modules + tuple((k, l) for (t, k), l in level.items() if t == "module")
+        values = cfg.values + tuple((k, l) for (t, k), l in level.items() if t == "value")
+        q = pt2e.quantize(traced, example, samples, dataclasses.replace(cfg, modules=modules, values=values))
         qdq = _name_clamped_values(q.onnx, graph)
         try:
             report = AccuracyReport(reference.compare(qdq, test_spec))
@@ -217,34 +283,62 @@ def search(
                 raise
             # The target refused the last step (v68 has no 16-bit MatMul of two activations,
             # say): undone, and the next candidate is tried.
-            for path, before in steps.pop():
+            for key, before in steps.pop():
                 if before is _UNSET:
-                    del level[path]
+                    del level[key]
                 else:
-                    level[path] = before
-                refused.append((path, str(e).splitlines()[0]))
+                    level[key] = before  # type: ignore[assignment]
+                refused.append((key, str(e).splitlines()[0]))
             continue
         out = _output_sqnr(report)
         history.append(out)
-        logger.info("qnn mixed precision: attempt %d, %s, output SQNR %.2f dB", len(history), pins(), out)
+        logger.info("qnn mixed precision: attempt %d, %s, output SQNR %.2f dB", len(history), options(), out)
         if best is None or out > best[0]:
-            best = (out, pins())
+            best = (out, options())
         if out >= target_sqnr_db:
             user = {p: (s.name if s is not None else FLOAT) for p, s in cfg.modules}
-            return MixedPrecision({**user, **pins()}, tuple(level), tuple(history), report, qdq, tuple(refused))
-        refused_paths = {p for p, _ in refused}
-        exhausted = refused_paths | {p for p, l in level.items() if l is None or not can_float}
-        value = _candidate(report, graph, exhausted)
-        if value is None:
-            break
-        step = []
-        for name in _promoted_nodes(graph, value):
+            mine = {v: (s.name if s is not None else FLOAT) for v, s in cfg.values}
+            found = MixedPrecision(
+                {**user, **pins("module")},
+                tuple(k for t, k in level if t == "module"),
+                tuple(history),
+                report,
+                qdq,
+                tuple((k, why) for (_, k), why in refused),
+                {**mine, **pins("value")},
+                tuple(k for t, k in level if t == "value"),
+            )
+            logger.info(
+                "qnn mixed precision: %.2f dB at the output in %d attempt(s); pin it with options=%r",
+                out, len(history), found.options,
+            )
+            return found
+        done = {k for k, _ in refused} | {k for k, l in level.items() if l is None or not can_float}
+        done_paths = {k for t, k in done if t == "module"}
+        done_values = {k for t, k in done if t == "value"} | set(user_values)
+
+        def open_(name: str) -> bool:
             path = graph.module.get(name)
-            if not path or path in exhausted or any(p == path for p, _ in step):
-                continue
-            before = level.get(path, _UNSET)
-            level[path] = up if before is _UNSET else None
-            step.append((path, before))
+            return path is not None and (path not in done_paths if path else name not in done_values)
+
+        value = _candidate(report, open_)
+        anchors = [a for a in (report.first_jump.value if report.first_jump else None, value) if a]
+        outlier = _outlier(graph, anchors, bits, done_values)
+        step: list = []
+        if outlier is not None:
+            logger.info(
+                "qnn mixed precision: %r is an outlier value (its median channel spans %.1f bits of "
+                "its encoding; the error jumps at %r)", outlier[0], outlier[1], anchors[0],
+            )
+            promote(("value", outlier[0]), step)
+        elif value is not None and not graph.module.get(value):
+            promote(("value", value), step)  # computed outside any submodule: by name
+        elif value is not None:
+            for name in _promoted_nodes(graph, value):
+                path = graph.module.get(name)
+                if not path or path in done_paths or any(k == ("module", path) for k, _ in step):
+                    continue
+                promote(("module", path), step)
         if not step:
             break
         steps.append(step)
@@ -252,7 +346,7 @@ def search(
     raise LoweringError(
         f"target_sqnr_db={target_sqnr_db}: no assignment within {max_attempts} attempts reaches it at the "
         f"output: the best was {b:.2f} dB with {p or 'nothing promoted'}"
-        + (f"; the target refused 16 bits for {[r for r, _ in refused]}" if refused else "")
+        + (f"; the target refused 16 bits for {[k for (_, k), _ in refused]}" if refused else "")
         + "; raise max_attempts, lower the target, calibrate on more representative data, or use quantize='16a8w'"
     )
 
@@ -272,13 +366,14 @@ def mixed_precision(
     weight_rounding: str = "nearest",
     quantize_modules=None,
     quantize_ops=None,
+    quantize_values=None,
 ) -> MixedPrecision:
-    """Finds the fewest modules of ``model`` to keep at 16-bit activations so that, quantized
-    with ``quantize`` and calibrated on ``calibration`` (a list of samples: tensors or tuples of
-    tensors), every output on ``example_inputs`` is within ``target_sqnr_db`` of the float model,
-    measured on the HTP of ``soc_model`` (emulated on x86_64). Returns the overrides
-    (``result.quantize_modules``) to pass as torch.compile options, with the per-layer report of
-    the chosen model. Raises LoweringError when no assignment within ``max_attempts`` compiles
+    """Finds the fewest values and modules of ``model`` to keep at 16-bit activations so that,
+    quantized with ``quantize`` and calibrated on ``calibration`` (a list of samples: tensors or
+    tuples of tensors), every output on ``example_inputs`` is within ``target_sqnr_db`` of the
+    float model, measured on the HTP of ``soc_model`` (emulated on x86_64). Returns the
+    overrides (``result.options``: ``quantize_modules`` and ``quantize_values``) to pass as
+    torch.compile options, with the per-layer report of the chosen model. Raises LoweringError when no assignment within ``max_attempts`` compiles
     reaches the target. Call it before compiling anything for a v68 SoC in the process: the
     reference runs on the SoC-less emulator, which refuses float graphs once a v68 backend
     opened."""
@@ -290,5 +385,7 @@ def mixed_precision(
     if not samples:
         raise ValueError("calibration is empty: give at least one sample, ideally a few dozen of the data the model sees")
     spec = _native.Spec("npu", soc_model, htp_arch)
-    cfg = quantize_config(quantize, observer, per_channel, quantize_modules, quantize_ops, spec.arch, weight_rounding)
+    cfg = quantize_config(
+        quantize, observer, per_channel, quantize_modules, quantize_ops, spec.arch, weight_rounding, quantize_values
+    )
     return search(model.eval(), example, samples, cfg, spec, float(target_sqnr_db), max_attempts)

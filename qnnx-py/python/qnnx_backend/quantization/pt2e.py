@@ -104,7 +104,7 @@ def quantize(
     ``nn_module_stack``: ``to_onnx.Interpreted``) on ``samples`` (tuples of per-call tensors
     like ``example``) and returns its QDQ ONNX model, inputs named ``input_<i>``. LoweringError
     when the graph cannot be captured or exported; ValueError for a ``quantize_modules``
-    pattern that matches no module."""
+    pattern that matches no module or a ``quantize_values`` name that names no value."""
     # Imported here for their cost (torchao takes seconds), which float compiles do not pay;
     # annotate first: its import of torchao quietens torch's pytree deprecation log.
     from . import annotate, rewrites
@@ -131,6 +131,13 @@ def quantize(
             f"quantize_modules: pattern(s) {unmatched} match no module of this graph; patterns are "
             "fnmatch patterns over module paths as model.named_modules() spells them (this graph "
             f"has {annotate.some_paths(gm)})"
+        )
+    unmatched = quantizer.unmatched_values()
+    if unmatched:
+        raise ValueError(
+            f"quantize_values: {unmatched} name no value of this graph; a value is named as "
+            "torch.export names the FX node of the op that computes it (and the per-layer report "
+            f"and the QDQ model name it): this graph has {annotate.some_values(gm)}"
         )
     seconds["prepare"] = time.perf_counter() - t
     t = time.perf_counter()

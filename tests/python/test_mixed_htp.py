@@ -201,7 +201,7 @@ print(json.dumps({"history": m.history, "values": m.quantize_values, "modules": 
 
 @pytest.mark.htp
 def test_an_outlier_channel_made_by_a_functional_mul_is_found_by_value_in_two_attempts():
-    # The held-out case of issue 41. Before values (1cde86c4 and earlier): c, then a, promoted
+    # The held-out case of issue 41. Before values (2979234 and earlier): c, then a, promoted
     # to 16 bits and float, 1.5 dB at best, LoweringError. SoC 60, QNN 2.51: 1.55 -> 27.25 dB.
     out = subprocess.run([sys.executable, "-c", HELD_OUT], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]

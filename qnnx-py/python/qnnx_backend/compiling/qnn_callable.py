@@ -264,10 +264,10 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts, QuantizedCache):
             )
             onnx_bytes = found.onnx
             logger.warning(
-                "qnn mixed precision: %d module(s) at 16-bit activations reach %.1f dB at the output "
-                "(target %s dB; per attempt %s); pin it with options={'quantize_modules': %r}",
-                len(found.promoted), found.history[-1], s.target_sqnr_db,
-                [round(h, 1) for h in found.history], found.quantize_modules,
+                "qnn mixed precision: %d module(s) and %d value(s) at 16-bit activations reach %.1f dB "
+                "at the output (target %s dB; per attempt %s); pin it with options=%r",
+                len(found.promoted), len(found.promoted_values), found.history[-1], s.target_sqnr_db,
+                [round(h, 1) for h in found.history], found.options,
             )
         else:
             onnx_bytes = pt2e.quantize(traced, call_tensors, samples, s.quantize_config()).onnx

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from ..quantization import kv8, prefill
 from .stats import STATS
@@ -53,3 +53,10 @@ class QuantizedCache:
         )
         return samples
 
+    def kv_host(self, tensor_idx: Sequence[int]) -> Optional[kv8.Shadow]:
+        """The host side of the quantized KV-cache graph just compiled (its 8-bit cache twins and
+        clamped masks), or None for any other graph."""
+        if self.settings.quantize is None or not self.kv_roles:
+            return None
+        masks = [k for k, i in enumerate(tensor_idx) if getattr(self.kv_roles.get(i), "role", None) == "attention_mask"]
+        return kv8.Shadow(self.kv8_caches, masks)

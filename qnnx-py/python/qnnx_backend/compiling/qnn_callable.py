@@ -29,7 +29,7 @@ from .. import _native, _warn
 from ..exceptions import LibraryLoadError, LoweringError, UnsupportedOpError
 from ..partitioning import plan as partition_plan
 from ..partitioning.split import Partitioned, Splitting
-from ..quantization import calibrate, kv8, mixed, pt2e
+from ..quantization import calibrate, mixed, pt2e
 from ..settings import QnnSettings
 from . import call, fingerprint, kvcache, scalars, to_onnx, warm
 from .aot import AotArtifacts
@@ -183,10 +183,11 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts, QuantizedCache):
                 spec = s.spec(device)
                 if spec.soc_model is None and spec.htp_arch is None and not _native.is_available(device):
                     raise LibraryLoadError(_native.unavailable_reason(device))
-                if cache_dir is not None and not self.kv8_wanted():
-                    # Warm start (not for 8-bit KV caches, whose encodings live beside the
-                    # binary: quantization.kv8; the compile cache below still applies): an FX-level fingerprint maps straight to a cached binary, so
-                    # neither the ONNX export nor lowering nor finalize runs.
+                if cache_dir is not None and not (s.quantize is not None and self.kv_plan is not None):
+                    # Warm start: an FX-level fingerprint maps straight to a cached binary, so
+                    # neither the ONNX export nor lowering nor finalize runs. Not for quantized
+                    # KV-cache graphs, whose host side (quantization.kv8) is made while
+                    # calibrating; the compile cache below still applies to them.
                     fp = self.fx_fingerprint(args, device, calibration_digest)
                     hit = warm.read_alias(fp, spec)
                     if hit is not None:
@@ -209,8 +210,7 @@ class QnnCallable(SharedCompiles, Splitting, AotArtifacts, QuantizedCache):
                     self.outcome = {"device": device, "whole": True, "plan": None, "reasons": []}
                     return None
                 graph = self.compile_onnx(onnx_bytes, spec, fixed, fp)
-                if self.kv8_caches:
-                    graph.kv8 = kv8.Shadow(self.kv8_caches)
+                graph.kv8 = self.kv_host(tensor_idx)
                 return graph
             except FALLBACK_ERRORS as e:
                 # The native module's errors name everything but the device this loop chose.

@@ -29,6 +29,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from .prefill import MASK_FLOOR
+
 #: uint8's range.
 QMIN, QMAX = 0, 255
 
@@ -150,15 +152,22 @@ class _Twin:
 
 
 class Shadow:
-    """The uint8 twins of a decode graph's cache tensors (see the module's docstring)."""
+    """The host side of a quantized KV-cache graph: the uint8 twins of its cache tensors (see the
+    module's docstring), and its float attention masks clamped to ``prefill.MASK_FLOOR`` as they
+    were when the graph was calibrated."""
 
-    def __init__(self, caches: Sequence[CacheIO]):
+    def __init__(self, caches: Sequence[CacheIO], masks: Sequence[int] = ()):
         self.caches = list(caches)
+        self.masks = list(masks)
         self.twins: dict[int, _Twin] = {}
 
     def inputs(self, args: Sequence[Any], tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The graph's per-call tensors with each float cache replaced by its uint8 twin."""
+        """The graph's per-call tensors with each float cache replaced by its uint8 twin and the
+        masks clamped."""
         tensors = list(tensors)
+        for k in self.masks:
+            if tensors[k].is_floating_point():
+                tensors[k] = tensors[k].clamp(min=MASK_FLOOR)
         for c in self.caches:
             f = args[c.arg]
             t = self.twins.get(c.arg)

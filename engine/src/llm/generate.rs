@@ -10,6 +10,7 @@ use qnnx_types::DType;
 
 use super::artifact::{Artifact, LoadedGraph};
 use super::sample::{Sampler, Sampling};
+use super::stream::TextStream;
 use crate::error::{Error, Result};
 use crate::io::HostTensor;
 
@@ -332,8 +333,7 @@ impl Generator {
         timings.prefill_ms = start.elapsed().as_secs_f64() * 1e3;
         timings.prefill_chunks = self.chunks;
         let mut tokens: Vec<u32> = Vec::new();
-        let mut text = String::new();
-        let mut sent = 0;
+        let mut text = TextStream::new(&opts.stop_strings);
         let mut stop = StopReason::MaxTokens;
         let mut decode_start = None;
         while tokens.len() < opts.max_new_tokens {
@@ -351,78 +351,30 @@ impl Generator {
                 break;
             }
             tokens.push(next);
-            text = art.decode(&tokens)?;
-            if let Some((at, s)) = find_stop(&text, &opts.stop_strings) {
-                text.truncate(at);
+            if let Some(s) = text.update(art.decode(&tokens)?) {
                 stop = StopReason::StopString(s);
                 break;
             }
-            // Complete characters only, and nothing that may begin a stop string.
-            let ready = safe_len(&text, &opts.stop_strings);
-            if ready > sent && !text[..ready].ends_with('\u{fffd}') {
-                if !on_text(&text[sent..ready]) {
+            if let Some(piece) = text.next_piece() {
+                if !on_text(piece) {
                     stop = StopReason::Cancelled;
                     break;
                 }
-                sent = ready;
             }
         }
-        if text.len() > sent && stop != StopReason::Cancelled {
-            on_text(&text[sent..]);
+        if stop != StopReason::Cancelled {
+            if let Some(piece) = text.rest() {
+                on_text(piece);
+            }
         }
         timings.decode_ms = decode_start.map_or(0.0, |d| d.elapsed().as_secs_f64() * 1e3);
         timings.execute_ms = self.execute_ms;
         Ok(Generation {
             prompt_tokens: prompt.to_vec(),
             tokens,
-            text,
+            text: text.into_text(),
             stop,
             timings,
         })
-    }
-}
-
-/// The first stop string in `text`: its byte offset and the string.
-fn find_stop(text: &str, stops: &[String]) -> Option<(usize, String)> {
-    stops
-        .iter()
-        .filter(|s| !s.is_empty())
-        .filter_map(|s| text.find(s.as_str()).map(|at| (at, s.clone())))
-        .min_by_key(|(at, _)| *at)
-}
-
-/// How much of `text` can be shown: all of it but a tail that is the start of a stop string.
-fn safe_len(text: &str, stops: &[String]) -> usize {
-    let mut keep = text.len();
-    for s in stops.iter().filter(|s| !s.is_empty()) {
-        for (i, _) in s.char_indices().skip(1) {
-            if text.ends_with(&s[..i]) {
-                keep = keep.min(text.len() - i);
-            }
-        }
-    }
-    keep
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stop_strings_are_found_and_their_starts_held_back() {
-        let stops = vec!["\nUser:".to_string(), "###".to_string()];
-        assert_eq!(
-            find_stop("hi there\nUser: x", &stops),
-            Some((8, "\nUser:".into()))
-        );
-        assert_eq!(
-            find_stop("a ### b \nUser:", &stops),
-            Some((2, "###".into()))
-        );
-        assert_eq!(find_stop("nothing", &stops), None);
-        assert_eq!(safe_len("hello\nUs", &stops), 5);
-        assert_eq!(safe_len("hello #", &stops), 6);
-        assert_eq!(safe_len("hello", &stops), 5);
-        assert_eq!(safe_len("hello", &[]), 5);
     }
 }

@@ -23,11 +23,14 @@
 pub mod artifact;
 mod chat;
 pub mod generate;
+pub mod manifest;
 pub mod sample;
+mod stream;
 
-pub use artifact::{read_manifest, Artifact, Manifest, OpenOptions};
+pub use artifact::{Artifact, LoadedGraph, OpenOptions};
 pub use chat::{ChatTemplate, Message};
 pub use generate::{GenerateOptions, Generation, Generator, StopReason, Timings};
+pub use manifest::{read_manifest, Manifest, FORMAT};
 pub use sample::{Sampler, Sampling};
 
 impl Artifact {

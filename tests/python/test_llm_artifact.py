@@ -19,6 +19,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
+import decoders  # noqa: E402
 import tiny_llm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,3 +175,35 @@ def test_bad_requests_are_refused(built):
     assert "empty" in refused(out, "--prompt", "", code=2)
     assert "top_p" in refused(out, "--prompt", "hi", "--top-p", "0", code=2)
     assert "folder" in refused(out / "decode.qnnx", "--prompt", "hi")
+
+
+def test_the_command_builds_from_a_pretrained_folder(tmp_path):
+    """``python -m qnnx_backend.llm build FOLDER`` (``load_source`` reads it offline), and its
+    refusals: an unsupported family, prefill buckets that do not fit the cache, a folder that is
+    not an artifact as the output."""
+    from qnnx_backend.llm import build
+
+    src = tmp_path / "hf"
+    model, tok = tiny_llm.model(), tiny_llm.tokenizer()
+    model.save_pretrained(src)
+    tok.save_pretrained(src)
+    out = tmp_path / "art"
+    cmd = [sys.executable, "-m", "qnnx_backend.llm", "build", str(src), "-o", str(out), "--cache-len", "48", "--prefill", "8,16"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["prefill_buckets"] == [8, 16] and m["cache"]["length"] == 48
+    assert m["source"] == str(src) and m["chat_template"] == "chat_template.jinja"
+    with pytest.raises(ValueError, match="must exceed the longest prefill bucket"):
+        build.build_from(model, tok, tmp_path / "x", cache_len=16, prefill=[16])
+    with pytest.raises(ValueError, match="at least one length"):
+        build.build_from(model, tok, tmp_path / "x", prefill=[])
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not an LLM artifact"):
+        build.build_from(model, tok, tmp_path / "busy")
+    gpt2 = decoders.build("gpt2", hidden=64, layers=1, vocab=512, max_positions=64)
+    with pytest.raises(ValueError, match="model type 'gpt2' is not supported"):
+        build.build_from(gpt2, tok, tmp_path / "x")
+    r = subprocess.run([sys.executable, "-m", "qnnx_backend.llm", "build", str(tmp_path / "nothing"), "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 1 and "no such file or folder" in r.stderr

@@ -1,7 +1,8 @@
 //! LLMs without Python: an artifact made by `python -m qnnx_backend.llm build` (docs/llm.md)
 //! opened and checked ([`Artifact::open`]), and the generation loop over it ([`Generator`]:
 //! the KV cache on the host, prefill in chunks of the artifact's buckets, decode steps,
-//! sampling, stop tokens and strings, timings). `qnnx generate` is a front end of this module.
+//! sampling, stop tokens and strings, timings). `qnnx generate` is a front end of this module;
+//! `engine/examples/chat.rs` is a runnable example.
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -70,6 +70,8 @@ def test_manifest_describes_the_artifact(built):
     assert m["tokens"]["stop"] == [1]
     for name, f in m["files"].items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == f["sha256"]
+    r = qnnx("inspect", str(out))
+    assert r.returncode == 0 and "LLM artifact" in r.stdout and "graph prefill-16 (prefill, 16 tokens)" in r.stdout
 
 
 @pytest.mark.htp

@@ -94,7 +94,9 @@ pub struct Generation {
     pub timings: Timings,
 }
 
-/// The KV cache and position of one sequence over an [`Artifact`].
+/// The KV cache and position of one sequence over an [`Artifact`]. Generators over one
+/// artifact share its graphs: run one at a time (QNN asks callers to serialize executes of a
+/// graph; the x86_64 library was seen to tolerate concurrent ones, docs/qnn-notes.md).
 pub struct Generator {
     artifact: Arc<Artifact>,
     /// The graph inputs in order: `input_ids`, `position_ids`, `attention_mask`, then the

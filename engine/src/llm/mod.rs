@@ -46,3 +46,16 @@ impl Artifact {
         t.render(messages, true).map_err(crate::Error::Input)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The server of `qnnx serve` shares one artifact between request threads and moves a
+    /// generator into each.
+    #[test]
+    fn artifacts_are_shared_and_generators_sent_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<super::Artifact>();
+        send::<super::Generator>();
+    }
+}

@@ -5,6 +5,7 @@
 
 mod compiled;
 mod errors;
+mod llm;
 mod log;
 
 use std::collections::BTreeMap;
@@ -888,6 +889,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Compiled>()?;
     m.add_class::<Spec>()?;
     m.add_class::<Reference>()?;
+    m.add_class::<llm::LlmArtifact>()?;
     m.add_function(wrap_pyfunction!(is_available, m)?)?;
     m.add_function(wrap_pyfunction!(unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(build_id, m)?)?;

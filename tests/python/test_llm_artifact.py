@@ -209,3 +209,41 @@ def test_the_command_builds_from_a_pretrained_folder(tmp_path):
         build.build_from(gpt2, tok, tmp_path / "x")
     r = subprocess.run([sys.executable, "-m", "qnnx_backend.llm", "build", str(tmp_path / "nothing"), "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 1 and "no such file or folder" in r.stderr
+
+
+@pytest.mark.htp
+def test_the_python_session_gives_the_tokens_of_qnnx_generate_without_torch(built, tmp_path):
+    """``qnnx_backend.llm.session`` runs the Rust loop: the same options give `qnnx generate`'s
+    tokens, pieces stream to a callback, errors are the package's exceptions; torch is never
+    imported."""
+    out = built[2]
+    code = f"""
+import json, sys
+from qnnx_backend.exceptions import InputError, SavedModelError
+from qnnx_backend.llm.session import LlmSession
+s = LlmSession({str(out)!r})
+pieces = []
+raw = s.generate("the quick brown fox", max_new_tokens=12, on_text=pieces.append)
+assert "".join(pieces) == raw["text"], (pieces, raw["text"])
+chat = s.generate(messages=[{{"role": "user", "content": "hello"}}], max_new_tokens=4, temperature=1.0, seed=3)
+try:
+    s.generate("the quick brown fox", max_new_tokens=80)
+    raise AssertionError("no InputError")
+except InputError as e:
+    assert "exceed the cache" in str(e)
+try:
+    LlmSession({str(out)!r}, soc_model=57)
+    raise AssertionError("no SavedModelError")
+except SavedModelError as e:
+    assert "built for SoC" in str(e)
+stopped = s.generate("the quick brown fox", max_new_tokens=12, on_text=lambda p: False)
+print(json.dumps([raw["tokens"], chat["tokens"], stopped["stop"], "torch" in sys.modules]))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    raw, chat, stopped, torch_imported = json.loads(r.stdout.splitlines()[-1])
+    assert not torch_imported
+    assert raw == generate_json(out, "--prompt", "the quick brown fox", "--max-new-tokens", "12")["tokens"]
+    want = generate_json(out, "--chat", "hello", "--max-new-tokens", "4", "--temperature", "1.0", "--seed", "3")
+    assert chat == want["tokens"]
+    assert stopped == "cancelled"

@@ -122,6 +122,9 @@ fn inspect_llm(cli: &Cli, dir: &Path) -> Result<ExitCode, Failure> {
             m.prefill_buckets,
             m.tokens.stop
         );
+        if let Some(c) = &m.contexts {
+            out += &format!("contexts: {c}\n");
+        }
         for g in &m.graphs {
             out += &format!(
                 "graph {} ({}, {} tokens) in {}\n",

@@ -247,3 +247,24 @@ print(json.dumps([raw["tokens"], chat["tokens"], stopped["stop"], "torch" in sys
     want = generate_json(out, "--chat", "hello", "--max-new-tokens", "4", "--temperature", "1.0", "--seed", "3")
     assert chat == want["tokens"]
     assert stopped == "cancelled"
+
+
+@pytest.mark.htp
+def test_graphs_in_one_context_and_with_shared_weights(built, tmp_path):
+    """``contexts="one"`` puts every graph in one context (``model.qnnx``) and gives the same
+    tokens; ``shared`` stores the weights once, which the x86_64 emulator refuses to load with a
+    hint (a device library loads it)."""
+    from qnnx_backend.llm import build
+
+    model, tok, per_graph, _ = built
+    args = ["--prompt", "the quick brown fox", "--max-new-tokens", "12"]
+    want = generate_json(per_graph, *args)["tokens"]
+    sizes = {}
+    for contexts in ("one", "shared"):
+        out = tmp_path / contexts
+        m = build.build_from(model, tok, out, cache_len=CACHE_LEN, prefill=[PREFILL], contexts=contexts)
+        assert {g["file"] for g in m["graphs"]} == {"model.qnnx"} and m["contexts"] == contexts
+        sizes[contexts] = m["files"]["model.qnnx"]["size"]
+    assert generate_json(tmp_path / "one", *args)["tokens"] == want
+    assert sizes["shared"] < 0.8 * sizes["one"], sizes
+    assert "--contexts one or per-graph" in refused(tmp_path / "shared", *args)

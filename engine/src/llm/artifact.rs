@@ -142,8 +142,32 @@ impl Artifact {
         }
         let mut decode = None;
         let mut prefill = Vec::new();
+        // Saved models by file: one per graph, or one holding every graph of one context.
+        let mut files: std::collections::BTreeMap<&str, Vec<Compiled>> = Default::default();
         for g in &m.graphs {
-            let compiled = load_graph(dir, &m, g)?;
+            if !files.contains_key(g.file.as_str()) {
+                let loaded = crate::saved::load(&dir.join(&g.file)).map_err(|e| {
+                    if m.contexts.as_deref() == Some("shared") {
+                        bad(
+                            dir,
+                            format!(
+                                "{e}\nhint: the artifact was built with --contexts shared; \
+                                 --contexts one or per-graph makes one that runs here"
+                            ),
+                        )
+                    } else {
+                        e
+                    }
+                })?;
+                files.insert(&g.file, loaded.graphs);
+            }
+            let in_file = files.get_mut(g.file.as_str()).expect("loaded above");
+            let at = in_file
+                .iter()
+                .position(|c| c.emitted.graph.name() == g.name)
+                .ok_or_else(|| bad(dir, format!("{} has no graph {:?}", g.file, g.name)))?;
+            let compiled = in_file.swap_remove(at);
+            check_graph(dir, &m, g, &compiled)?;
             let loaded = LoadedGraph {
                 entry: g.clone(),
                 compiled,
@@ -190,17 +214,8 @@ impl Artifact {
     }
 }
 
-/// Loads `g`'s saved model and checks the graph's I/O against the manifest.
-fn load_graph(dir: &Path, m: &Manifest, g: &GraphEntry) -> Result<Compiled> {
-    let loaded = crate::saved::load(&dir.join(&g.file))?;
-    let mut graphs = loaded.graphs;
-    if graphs.len() != 1 {
-        return Err(bad(
-            dir,
-            format!("{}: {} graphs, expected 1", g.file, graphs.len()),
-        ));
-    }
-    let compiled = graphs.remove(0);
+/// Checks the graph's I/O against the manifest.
+fn check_graph(dir: &Path, m: &Manifest, g: &GraphEntry, compiled: &Compiled) -> Result<()> {
     let e = &compiled.emitted;
     let (s, c, t) = (&m.model, m.cache.length, g.tokens);
     let cache_in = [1, s.kv_heads, c, s.head_dim];
@@ -274,5 +289,5 @@ fn load_graph(dir: &Path, m: &Manifest, g: &GraphEntry) -> Result<Compiled> {
             ),
         ));
     }
-    Ok(compiled)
+    Ok(())
 }

@@ -110,6 +110,10 @@ pub struct Manifest {
     pub tokenizer: String,
     pub chat_template: Option<String>,
     pub files: BTreeMap<String, FileEntry>,
+    /// How the graphs were put in contexts: `per-graph`, `one` (every graph in one context) or
+    /// `shared` (one context with HTP weight sharing: devices only).
+    #[serde(default)]
+    pub contexts: Option<String>,
 }
 
 pub(super) fn bad(dir: &Path, what: impl std::fmt::Display) -> Error {

@@ -20,6 +20,13 @@ def main(argv: list[str] | None = None) -> int:
         "--prefill", default="32", help="prefill bucket lengths in tokens, comma-separated (default 32)"
     )
     b.add_argument("--keep-onnx", action="store_true", help="leave the exported ONNX graphs in the folder")
+    b.add_argument(
+        "--contexts",
+        choices=("per-graph", "one", "shared"),
+        default="per-graph",
+        help="per-graph: a context per graph, each with its weights (runs on the x86_64 emulator); one: "
+        "every graph in one context; shared: one context with the weights stored once (devices only)",
+    )
     args = p.parse_args(argv)
     from . import build  # torch and transformers: after the arguments parse
 
@@ -36,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             cache_len=args.cache_len,
             prefill=prefill,
             keep_onnx=args.keep_onnx,
+            contexts=args.contexts,
             progress=lambda s: print(f"qnnx llm: {s}", file=sys.stderr, flush=True),
         )
     except (ValueError, FileNotFoundError, FileExistsError) as e:

@@ -4,10 +4,11 @@ opens without Python. Layout (docs/llm.md):
 * ``manifest.json``: format, model shape, cache layout and dtype, graphs with their I/O (dtypes,
   shapes, encodings), prefill buckets, special and stop tokens, target SoC, QNN build, qnnx
   version, and the size and sha256 of every other file;
-* ``decode.qnnx`` and ``prefill-<N>.qnnx``: one saved model (``qnnx_engine::saved``) per graph.
-  Prefill and decode are separate contexts because the x86_64 HTP library refuses to load the
-  weight-shared contexts that would store their weights once (docs/llm.md, "Prefill and decode
-  graphs in one context"); each graph carries its own copy of the weights;
+* ``decode.qnnx`` and ``prefill-<N>.qnnx``: one saved model (``qnnx_engine::saved``) per graph,
+  each with its own copy of the weights (the default, ``contexts="per-graph"``); or
+  ``model.qnnx``, every graph in one context (``one``), with HTP weight sharing storing the
+  weights once (``shared``), which only a device library loads: the x86_64 HTP library refuses
+  weight-shared contexts (docs/llm.md, "Prefill and decode graphs in one context");
 * ``tokenizer.json`` (Hugging Face ``tokenizers``) and ``chat_template.jinja`` (when the model
   has one).
 """
@@ -29,6 +30,8 @@ from . import export
 
 #: The manifest's ``format``; ``qnnx_engine::llm`` refuses another.
 FORMAT = "qnnx-llm/1"
+#: How the graphs are put in contexts (``build_from``).
+CONTEXTS = ("per-graph", "one", "shared")
 
 
 def load_source(source: str) -> tuple[torch.nn.Module, Any]:
@@ -75,8 +78,8 @@ def special_tokens(model: torch.nn.Module, tokenizer: Any) -> dict[str, Any]:
     return {"bos": tokenizer.bos_token_id, "eos": stop[0], "stop": stop, "pad": tokenizer.pad_token_id}
 
 
-def _graph_io(saved: dict) -> dict[str, Any]:
-    g = saved["graphs"][0]
+def _graph_io(saved: dict, index: int) -> dict[str, Any]:
+    g = saved["graphs"][index]
     side = lambda ts: [{k: t[k] for k in ("name", "dtype", "dims", "encoding")} for t in ts]  # noqa: E731
     return {"inputs": side(g["inputs"]), "outputs": side(g["outputs"])}
 
@@ -91,12 +94,19 @@ def build_from(
     prefill: Sequence[int] = (32,),
     source: str = "",
     keep_onnx: bool = False,
+    contexts: str = "per-graph",
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict:
     """Writes the artifact of ``model`` (a float32 Hugging Face decoder) and ``tokenizer`` (a
     fast tokenizer) to the folder ``output`` (replaced if it is an artifact, refused if it is
     another non-empty folder) and returns its manifest. Graphs are compiled in fp16 for the HTP
-    of ``soc_model``; the cache holds ``cache_len`` positions (prompt plus new tokens)."""
+    of ``soc_model``; the cache holds ``cache_len`` positions (prompt plus new tokens).
+    ``contexts``: ``per-graph`` (a saved model per graph, each with its weights: what the x86_64
+    emulator runs), ``one`` (every graph in one context of ``model.qnnx``, weights still per
+    graph) or ``shared`` (one context with HTP weight sharing, weights stored once: only a
+    device library loads it)."""
+    if contexts not in CONTEXTS:
+        raise ValueError(f"contexts {contexts!r}: one of {', '.join(CONTEXTS)}")
     shape = export.Shape.of(model)
     buckets = sorted({int(n) for n in prefill})
     if not buckets or buckets[0] < 2:
@@ -112,38 +122,42 @@ def build_from(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     spec = _native.Spec("npu", soc_model, None, True)
-    graphs, build_id, started = [], None, time.perf_counter()
-    for kind, tokens in [("decode", 1)] + [("prefill", n) for n in buckets]:
+    started = time.perf_counter()
+    options = {"precision": "fp16", "soc_model": str(soc_model), "contexts": contexts}
+    kinds = [("decode", 1)] + [("prefill", n) for n in buckets]
+    graphs, pending, saved = [], [], None
+    for kind, tokens in kinds:
         name = "decode" if kind == "decode" else f"prefill-{tokens}"
         progress(f"exporting {name}")
-        step = export.DecoderStep(model, cache_len, tokens)
         t0 = time.perf_counter()
-        onnx = export.onnx_bytes(step)
-        export_s = time.perf_counter() - t0
+        onnx = export.onnx_bytes(export.DecoderStep(model, cache_len, tokens))
+        entry = {"name": name, "kind": kind, "tokens": tokens, "export_s": round(time.perf_counter() - t0, 2)}
         if keep_onnx:
             (tmp / f"{name}.onnx").write_bytes(onnx)
-        progress(f"compiling {name} ({len(onnx) / 2**20:.0f} MB of ONNX)")
+        if contexts == "per-graph":
+            progress(f"compiling {name} ({len(onnx) / 2**20:.0f} MB of ONNX)")
+            t0 = time.perf_counter()
+            compiled = _native.compile(onnx, spec, name=name)
+            entry["compile_s"] = round(time.perf_counter() - t0, 2)
+            del onnx
+            entry["file"] = f"{name}.qnnx"
+            saved = json.loads(_native.save(compiled, str(tmp / entry["file"]), options, {}))
+            del compiled
+            graphs.append({**entry, **_graph_io(saved, 0)})
+        else:
+            pending.append(onnx)
+            graphs.append(entry)
+    if contexts != "per-graph":
+        progress(f"compiling {len(pending)} graphs into one context" + (" with shared weights" if contexts == "shared" else ""))
         t0 = time.perf_counter()
-        compiled = _native.compile(onnx, spec, name=name)
-        compile_s = time.perf_counter() - t0
-        del onnx
-        saved = json.loads(
-            _native.save(compiled, str(tmp / f"{name}.qnnx"), {"precision": "fp16", "soc_model": str(soc_model)}, {})
-        )
+        compiled = _native.compile_many(pending, [g["name"] for g in graphs], spec, weight_sharing=contexts == "shared")
+        del pending
+        saved = json.loads(_native.save_many(compiled, str(tmp / "model.qnnx"), options, {}))
         del compiled
-        build_id, qnnx_version = saved["qnn_build_id"], saved["qnnx_version"]
-        graphs.append(
-            {
-                "name": name,
-                "kind": kind,
-                "tokens": tokens,
-                "file": f"{name}.qnnx",
-                "export_s": round(export_s, 2),
-                "compile_s": round(compile_s, 2),
-                **_graph_io(saved),
-            }
-        )
-        htp_arch = saved.get("htp_arch")
+        for i, g in enumerate(graphs):
+            g.update(file="model.qnnx", **_graph_io(saved, i))
+        graphs[0]["compile_s"] = round(time.perf_counter() - t0, 2)
+    build_id, qnnx_version, htp_arch = saved["qnn_build_id"], saved["qnnx_version"], saved.get("htp_arch")
     tokenizer.backend_tokenizer.save(str(tmp / "tokenizer.json"))
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
     if template:
@@ -165,6 +179,7 @@ def build_from(
         },
         "attention_mask": {"kind": "additive", "masked": export.MASKED},
         "prefill_buckets": buckets,
+        "contexts": contexts,
         "graphs": graphs,
         "tokens": special_tokens(model, tokenizer),
         "tokenizer": "tokenizer.json",
@@ -187,6 +202,7 @@ def build(
     cache_len: int = 256,
     prefill: Sequence[int] = (32,),
     keep_onnx: bool = False,
+    contexts: str = "per-graph",
     progress: Optional[Callable[[str], None]] = None,
 ) -> dict:
     """``build_from`` for a ``from_pretrained`` folder or GGUF file (``load_source``)."""
@@ -202,5 +218,6 @@ def build(
         prefill=prefill,
         source=str(source),
         keep_onnx=keep_onnx,
+        contexts=contexts,
         progress=say,
     )

@@ -400,10 +400,15 @@ fn target_of(path: &Path, m: &Manifest, library: Option<std::path::PathBuf>) -> 
 /// its target ([`registry`]); no ONNX, lowering or finalize. Every check in the module docs
 /// runs first.
 pub fn load(path: &Path) -> Result<Loaded> {
+    load_with_library(path, None)
+}
+
+/// [`load`] with the backend library at `library` (else the documented search order).
+pub fn load_with_library(path: &Path, library: Option<std::path::PathBuf>) -> Result<Loaded> {
     let start = Instant::now();
     let file = qnn::MappedFile::open(path)?;
     let (layout, manifest) = parse(file.bytes()).map_err(|why| bad(path, why))?;
-    let target = target_of(path, &manifest, None)?;
+    let target = target_of(path, &manifest, library)?;
     let runtime = registry::for_target(&target, None, false)?;
     load_on(&runtime, Source::Mapped(&file), &layout, manifest, start)
 }

@@ -274,6 +274,7 @@ fn requests_beyond_the_cache_and_other_socs_are_refused() {
         artifact().unwrap(),
         &OpenOptions {
             soc_model: Some(57),
+            ..Default::default()
         },
     )
     .err()

@@ -90,6 +90,7 @@ pub fn generate(cli: &Cli, args: &GenerateArgs) -> Result<ExitCode, Failure> {
     }
     let opts = OpenOptions {
         soc_model: args.soc.as_deref().map(soc_model).transpose()?,
+        library: cli.qnn_lib.clone(),
     };
     let art = Arc::new(Artifact::open(&args.artifact, &opts)?);
     let (text, special) = match (&args.prompt, &args.chat) {

@@ -25,7 +25,10 @@ impl LlmArtifact {
     #[new]
     #[pyo3(signature = (path, soc_model = None))]
     fn new(py: Python<'_>, path: PathBuf, soc_model: Option<u32>) -> PyResult<LlmArtifact> {
-        let opts = OpenOptions { soc_model };
+        let opts = OpenOptions {
+            soc_model,
+            library: None,
+        };
         let inner = py
             .detach(|| Artifact::open(&path, &opts))
             .map_err(|e| engine_error(py, e))?;

@@ -25,6 +25,8 @@ pub struct OpenOptions {
     /// takes the artifact's SoC (the x86_64 emulator emulates it; a device's library checks the
     /// binary's SoC itself).
     pub soc_model: Option<u32>,
+    /// The QNN backend library (else the documented search order, `qnn-sys/README.md`).
+    pub library: Option<PathBuf>,
 }
 
 /// A graph of the artifact, loaded.
@@ -118,6 +120,7 @@ impl Artifact {
             &TargetSpec {
                 backend,
                 soc_model: Some(t.soc_model).filter(|_| emulated),
+                library: opts.library.clone(),
                 ..TargetSpec::default()
             },
             None,
@@ -146,19 +149,21 @@ impl Artifact {
         let mut files: std::collections::BTreeMap<&str, Vec<Compiled>> = Default::default();
         for g in &m.graphs {
             if !files.contains_key(g.file.as_str()) {
-                let loaded = crate::saved::load(&dir.join(&g.file)).map_err(|e| {
-                    if m.contexts.as_deref() == Some("shared") {
-                        bad(
-                            dir,
-                            format!(
-                                "{e}\nhint: the artifact was built with --contexts shared; \
+                let file = dir.join(&g.file);
+                let loaded =
+                    crate::saved::load_with_library(&file, opts.library.clone()).map_err(|e| {
+                        if m.contexts.as_deref() == Some("shared") {
+                            bad(
+                                dir,
+                                format!(
+                                    "{e}\nhint: the artifact was built with --contexts shared; \
                                  --contexts one or per-graph makes one that runs here"
-                            ),
-                        )
-                    } else {
-                        e
-                    }
-                })?;
+                                ),
+                            )
+                        } else {
+                            e
+                        }
+                    })?;
                 files.insert(&g.file, loaded.graphs);
             }
             let in_file = files.get_mut(g.file.as_str()).expect("loaded above");

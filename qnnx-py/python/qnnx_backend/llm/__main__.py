@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     size = sum(f["size"] for f in m["files"].values())
     print(
-        f"wrote {args.output}: {size / 2**20:.1f} MB, graphs "
+        f"wrote {args.output}: {size / 1e6:.1f} MB, graphs "
         f"{', '.join(g['name'] for g in m['graphs'])} for SoC {m['target']['soc_model']} "
         f"(QNN {m['target']['qnn_build_id']}) in {time.perf_counter() - start:.1f} s"
     )

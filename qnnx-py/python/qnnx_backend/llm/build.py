@@ -135,7 +135,7 @@ def build_from(
         if keep_onnx:
             (tmp / f"{name}.onnx").write_bytes(onnx)
         if contexts == "per-graph":
-            progress(f"compiling {name} ({len(onnx) / 2**20:.0f} MB of ONNX)")
+            progress(f"compiling {name} ({len(onnx) / 1e6:.0f} MB of ONNX)")
             t0 = time.perf_counter()
             compiled = _native.compile(onnx, spec, name=name)
             entry["compile_s"] = round(time.perf_counter() - t0, 2)

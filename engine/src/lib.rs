@@ -4,7 +4,8 @@
 //! process-wide backend [`registry`], [`emit`] (a lowered plan to a QNN graph), the
 //! [`compile`] driver (cache lookup, lowering, emit, finalize, cache store, with progress stages),
 //! host I/O ([`io`]: int64 narrowing, NaN and shape checks) and the context-binary [`cache`] with
-//! its key policy, and [`saved`] models (a compiled binary with its manifest in one file).
+//! its key policy, [`saved`] models (a compiled binary with its manifest in one file), and
+//! [`llm`] artifacts with their generation loop.
 //!
 //! ```text
 //! ONNX bytes --lowering::lower--> Plan --emit--> qnn::Graph --io--> host tensors
@@ -18,6 +19,7 @@ pub mod compile;
 pub mod emit;
 mod error;
 pub mod io;
+pub mod llm;
 pub mod mixed;
 pub mod power;
 pub mod profile;

@@ -168,20 +168,50 @@ pub fn to_bytes(
     options: BTreeMap<String, String>,
     extra: BTreeMap<String, String>,
 ) -> Result<(Vec<u8>, Manifest)> {
-    let backend = &compiled.runtime.backend;
-    let binary = compiled.context.to_binary()?;
+    to_bytes_many(&[compiled], options, extra)
+}
+
+/// The file's bytes for a saved model of several graphs of one context (as
+/// [`crate::compile::multi::MultiCompiled::into_compiled`] makes them: the prefill and decode
+/// graphs of an LLM, say), in the order given: every graph of the context, each once.
+pub fn to_bytes_many(
+    graphs: &[&Compiled],
+    options: BTreeMap<String, String>,
+    extra: BTreeMap<String, String>,
+) -> Result<(Vec<u8>, Manifest)> {
+    let first = graphs
+        .first()
+        .ok_or_else(|| Error::SavedModel("a saved model needs a graph".into()))?;
+    let backend = &first.runtime.backend;
+    let binary = first.context.to_binary()?;
     let system = backend.system()?;
     let info = qnn::binary_info(&system, &binary)?;
-    let name = compiled.emitted.graph.name();
-    let g =
-        info.graphs.iter().find(|g| g.name == name).ok_or_else(|| {
-            Error::SavedModel(format!("the context binary has no graph {name:?}"))
+    let mut saved = Vec::with_capacity(graphs.len());
+    for compiled in graphs {
+        let name = compiled.emitted.graph.name();
+        let g = info.graphs.iter().find(|g| g.name == name).ok_or_else(|| {
+            Error::SavedModel(format!(
+                "the context binary has no graph {name:?}: the graphs of a saved model share \
+                 one context"
+            ))
         })?;
-    if info.graphs.len() != 1 {
+        saved.push(SavedGraph {
+            name: g.name.clone(),
+            inputs: g.inputs.iter().map(SavedTensor::from).collect(),
+            outputs: g.outputs.iter().map(SavedTensor::from).collect(),
+            io: compiled.emitted.io_binding_json(),
+            origins: (!compiled.origins.is_empty()).then(|| compiled.origins.to_json()),
+        });
+    }
+    let mut names: Vec<&str> = saved.iter().map(|g| g.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.len() != saved.len() || info.graphs.len() != saved.len() {
         return Err(Error::SavedModel(format!(
-            "the context holds {} graphs; a saved model of one compiled graph needs a context \
-             of its own",
-            info.graphs.len()
+            "the context holds {} graphs and {} distinct ones were given: a saved model holds \
+             every graph of its context, each once",
+            info.graphs.len(),
+            names.len()
         )));
     }
     let target = Target::of_config(backend.config());
@@ -194,13 +224,7 @@ pub fn to_bytes(
         htp_arch: target.arch().map(|a| a.number()),
         binary_size: binary.len() as u64,
         binary_sha256: sha256_hex(&binary),
-        graphs: vec![SavedGraph {
-            name: g.name.clone(),
-            inputs: g.inputs.iter().map(SavedTensor::from).collect(),
-            outputs: g.outputs.iter().map(SavedTensor::from).collect(),
-            io: compiled.emitted.io_binding_json(),
-            origins: (!compiled.origins.is_empty()).then(|| compiled.origins.to_json()),
-        }],
+        graphs: saved,
         options,
         extra,
     };
@@ -218,6 +242,19 @@ pub fn to_bytes(
     out.resize(bin_off, 0);
     out.extend_from_slice(&binary);
     Ok((out, manifest))
+}
+
+/// Writes a saved model of several graphs of one context to `path` atomically
+/// ([`to_bytes_many`]).
+pub fn save_many(
+    graphs: &[&Compiled],
+    path: &Path,
+    options: BTreeMap<String, String>,
+    extra: BTreeMap<String, String>,
+) -> Result<Manifest> {
+    let (bytes, manifest) = to_bytes_many(graphs, options, extra)?;
+    qnn::write_atomic(path, &bytes)?;
+    Ok(manifest)
 }
 
 /// Writes a saved model of `compiled` to `path` atomically (temporary file, then rename).
@@ -363,10 +400,15 @@ fn target_of(path: &Path, m: &Manifest, library: Option<std::path::PathBuf>) -> 
 /// its target ([`registry`]); no ONNX, lowering or finalize. Every check in the module docs
 /// runs first.
 pub fn load(path: &Path) -> Result<Loaded> {
+    load_with_library(path, None)
+}
+
+/// [`load`] with the backend library at `library` (else the documented search order).
+pub fn load_with_library(path: &Path, library: Option<std::path::PathBuf>) -> Result<Loaded> {
     let start = Instant::now();
     let file = qnn::MappedFile::open(path)?;
     let (layout, manifest) = parse(file.bytes()).map_err(|why| bad(path, why))?;
-    let target = target_of(path, &manifest, None)?;
+    let target = target_of(path, &manifest, library)?;
     let runtime = registry::for_target(&target, None, false)?;
     load_on(&runtime, Source::Mapped(&file), &layout, manifest, start)
 }

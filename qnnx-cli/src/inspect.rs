@@ -1,5 +1,5 @@
 //! `qnnx inspect`: a context binary's or saved model's graphs, inputs and outputs, build id and
-//! SoC.
+//! SoC; an LLM artifact's manifest.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -85,7 +85,61 @@ fn inspect_saved(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `inspect` of an LLM artifact folder: its manifest, every file's sha256 checked.
+fn inspect_llm(cli: &Cli, dir: &Path) -> Result<ExitCode, Failure> {
+    let m = qnnx_engine::llm::read_manifest(dir)?;
+    let report = json!({ "artifact": dir, "llm": m });
+    emit(cli, &report, || {
+        let (s, t) = (&m.model, &m.target);
+        let size: u64 = m.files.values().map(|f| f.size).sum();
+        let mut out = format!(
+            "{}: LLM artifact (qnnx {}), {} {}, {} layers, hidden {}, {} heads / {} KV heads \
+             of {}, vocabulary {}\n{} for SoC {} (HTP v{}), QNN build {}; {} bytes in {} \
+             files\ncache {} positions of {}{}; prefill buckets {:?}; stop tokens {:?}\n",
+            dir.display(),
+            m.qnnx_version,
+            s.family,
+            m.precision,
+            s.layers,
+            s.hidden_size,
+            s.heads,
+            s.kv_heads,
+            s.head_dim,
+            s.vocab_size,
+            t.backend,
+            t.soc_model,
+            t.htp_arch.map_or("?".into(), |a| a.to_string()),
+            t.qnn_build_id,
+            size,
+            m.files.len(),
+            m.cache.length,
+            m.cache.dtype,
+            if m.cache.encoding.is_null() {
+                String::new()
+            } else {
+                format!(" ({})", m.cache.encoding)
+            },
+            m.prefill_buckets,
+            m.tokens.stop
+        );
+        if let Some(c) = &m.contexts {
+            out += &format!("contexts: {c}\n");
+        }
+        for g in &m.graphs {
+            out += &format!(
+                "graph {} ({}, {} tokens) in {}\n",
+                g.name, g.kind, g.tokens, g.file
+            );
+        }
+        out
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn inspect(cli: &Cli, model: &Path) -> Result<ExitCode, Failure> {
+    if model.is_dir() {
+        return inspect_llm(cli, model);
+    }
     if crate::run::is_saved(model) {
         return inspect_saved(cli, model);
     }

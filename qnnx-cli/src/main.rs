@@ -1,6 +1,6 @@
 //! `qnnx`: compile ONNX models to QNN context binaries ahead of time, check which nodes a
 //! backend supports, inspect and run context binaries, manage the context-binary cache, and
-//! diagnose the QNN installation.
+//! diagnose the QNN installation, and generate text with LLM artifacts.
 //!
 //! Exit codes: 0 success; 1 failure (the message says what to do); 2 bad command line (unknown
 //! flag, SoC or architecture); 3 the model cannot run on the backend or target (`check` found
@@ -14,6 +14,7 @@ mod compile;
 mod compile_each;
 mod compile_many;
 mod doctor;
+mod generate;
 mod inputs;
 mod inspect;
 mod npy;
@@ -89,6 +90,9 @@ enum Command {
     /// and report each value's SQNR, cosine and max error, worst first, and the first layer
     /// where the error jumps.
     Compare(compare::CompareArgs),
+    /// Generate text with an LLM artifact (`python -m qnnx_backend.llm build`): streamed to
+    /// stdout, time to first token and tokens per second on stderr.
+    Generate(generate::GenerateArgs),
     /// List, clear or prune the context-binary cache.
     Cache {
         #[command(subcommand)]
@@ -171,6 +175,7 @@ fn main() -> ExitCode {
         Command::Inspect { model } => inspect::inspect(&cli, model),
         Command::Run(args) => run::run(&cli, args),
         Command::Compare(args) => compare::compare_cmd(&cli, args),
+        Command::Generate(args) => generate::generate(&cli, args),
         Command::Quantize(args) => quantize::quantize(&cli, args),
         Command::Cache { action } => cache::cache(&cli, action),
     };

@@ -5,6 +5,7 @@
 
 mod compiled;
 mod errors;
+mod llm;
 mod log;
 
 use std::collections::BTreeMap;
@@ -799,6 +800,23 @@ fn save(
     manifest_json(py, &m)
 }
 
+/// Writes the graphs `graphs` of one context (from `compile_many`) to `path` as one saved model,
+/// as `save` writes one graph; returns the manifest as JSON.
+#[pyfunction]
+fn save_many(
+    py: Python<'_>,
+    graphs: Vec<PyRef<'_, Compiled>>,
+    path: std::path::PathBuf,
+    options: std::collections::BTreeMap<String, String>,
+    extra: std::collections::BTreeMap<String, String>,
+) -> PyResult<String> {
+    let inner: Vec<&qnnx_engine::Compiled> = graphs.iter().map(|g| &g.inner).collect();
+    let m = py
+        .detach(|| qnnx_engine::saved::save_many(&inner, &path, options, extra))
+        .map_err(|e| engine_error(py, e))?;
+    manifest_json(py, &m)
+}
+
 /// Memory-maps the saved model at `path` and loads its graphs (no ONNX, no lowering, no
 /// finalize), after checking the file (SavedModelError names what is wrong). Returns the graphs
 /// in manifest order and the manifest as JSON.
@@ -888,6 +906,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Compiled>()?;
     m.add_class::<Spec>()?;
     m.add_class::<Reference>()?;
+    m.add_class::<llm::LlmArtifact>()?;
     m.add_function(wrap_pyfunction!(is_available, m)?)?;
     m.add_function(wrap_pyfunction!(unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(build_id, m)?)?;
@@ -904,6 +923,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(alias_put_split, m)?)?;
     m.add_function(wrap_pyfunction!(versions, m)?)?;
     m.add_function(wrap_pyfunction!(save, m)?)?;
+    m.add_function(wrap_pyfunction!(save_many, m)?)?;
     m.add_function(wrap_pyfunction!(load_saved, m)?)?;
     m.add_function(wrap_pyfunction!(read_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(saved_bytes, m)?)?;

@@ -2,7 +2,7 @@
 tests/python/test_native.py: the names, and mypy's stubtest (signatures, properties, classes)."""
 
 import os
-from typing import Optional, Union, final
+from typing import Callable, Optional, Union, final
 
 __all__ = [
     "QnnxError",
@@ -30,8 +30,10 @@ __all__ = [
     "alias_get_split",
     "alias_put_split",
     "Reference",
+    "LlmArtifact",
     "versions",
     "save",
+    "save_many",
     "load_saved",
     "read_manifest",
     "saved_bytes",
@@ -179,6 +181,30 @@ class Reference:
         jump_db: float = 10.0,
     ) -> str: ...
 
+@final
+class LlmArtifact:
+    """An LLM artifact folder, checked and opened; the Rust generation loop of `qnnx generate`."""
+
+    def __new__(cls, path: Union[str, os.PathLike[str]], soc_model: Optional[int] = None) -> "LlmArtifact": ...
+    @property
+    def manifest(self) -> str: ...
+    @property
+    def open_ms(self) -> float: ...
+    def encode(self, text: str, special: bool) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...
+    def chat_prompt(self, messages: list[tuple[str, str]]) -> str: ...
+    def generate(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop: list[str] = ...,
+        on_text: Optional[Callable[[str], object]] = None,
+    ) -> str: ...
+
 def compile_many(
     onnx_list: list[bytes],
     names: list[str],
@@ -196,6 +222,9 @@ def alias_put(cache_dir: str, fingerprint: str, key: str) -> None: ...
 def default_cache_dir() -> Optional[str]: ...
 def versions() -> dict[str, str]: ...
 def save(compiled: Compiled, path: Union[str, os.PathLike[str]], options: dict[str, str], extra: dict[str, str]) -> str: ...
+def save_many(
+    graphs: list[Compiled], path: Union[str, os.PathLike[str]], options: dict[str, str], extra: dict[str, str]
+) -> str: ...
 def load_saved(path: Union[str, os.PathLike[str]]) -> tuple[list[Compiled], str]: ...
 def read_manifest(path: Union[str, os.PathLike[str]]) -> str: ...
 def saved_bytes(compiled: Compiled, options: dict[str, str], extra: dict[str, str]) -> bytes: ...

@@ -1,0 +1,298 @@
+//! The LLM artifact: a folder made by `python -m qnnx_backend.llm build` (docs/llm.md) holding
+//! `manifest.json`, one saved model ([`crate::saved`]) per graph (`decode.qnnx`,
+//! `prefill-<N>.qnnx`), `tokenizer.json` and `chat_template.jinja`. [`Artifact::open`] checks
+//! everything it can before QNN sees a byte: the manifest's format and structure, each file's
+//! size and sha256 ([`super::manifest::read_manifest`]), the SoC asked for, and the QNN build
+//! of the library; then it loads the graphs (memory-mapped saved models, checked again by
+//! [`crate::saved::load`]) and checks their I/O against the manifest.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::compile::Compiled;
+use crate::error::{Error, Result};
+use crate::registry;
+use crate::target::{Target, TargetSpec};
+use qnnx_types::{BackendKind, DType};
+
+use super::chat::ChatTemplate;
+use super::manifest::{bad, input_names, output_names, read_manifest, GraphEntry, Manifest};
+
+/// How [`Artifact::open`] checks the artifact against this machine.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// The SoC this device is (model number): an artifact built for another is refused. `None`
+    /// takes the artifact's SoC (the x86_64 emulator emulates it; a device's library checks the
+    /// binary's SoC itself).
+    pub soc_model: Option<u32>,
+    /// The QNN backend library (else the documented search order, `qnn-sys/README.md`).
+    pub library: Option<PathBuf>,
+}
+
+/// A graph of the artifact, loaded.
+pub struct LoadedGraph {
+    pub entry: GraphEntry,
+    pub compiled: Compiled,
+}
+
+/// An opened artifact: the manifest, the loaded graphs, the tokenizer and chat template.
+pub struct Artifact {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    /// The decode graph (1 token).
+    pub decode: LoadedGraph,
+    /// Prefill graphs, shortest bucket first.
+    pub prefill: Vec<LoadedGraph>,
+    pub tokenizer: tokenizers::Tokenizer,
+    pub chat: Option<ChatTemplate>,
+    /// Milliseconds [`Artifact::open`] took (checks, hashing, loading the graphs).
+    pub open_ms: f64,
+}
+
+/// A QNN build id's numbers (`v2.51.0.260929181845` -> `[2, 51, 0, 260929181845]`), for
+/// saying whether an artifact's build is newer or older than the library's.
+fn release(build_id: &str) -> Vec<u64> {
+    build_id
+        .trim_start_matches('v')
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0))
+        .collect()
+}
+
+fn soc_label(n: u32) -> String {
+    match qnnx_types::soc::by_model(n) {
+        Some(s) => format!("{} ({n})", s.name),
+        None => n.to_string(),
+    }
+}
+
+impl Artifact {
+    /// Opens the artifact at `dir`: [`read_manifest`] (every file's sha256), the SoC against
+    /// `opts`, the QNN build against the library, the tokenizer, and then the graphs.
+    pub fn open(dir: &Path, opts: &OpenOptions) -> Result<Artifact> {
+        let start = Instant::now();
+        let m = read_manifest(dir)?;
+        let t = &m.target;
+        if let Some(have) = opts.soc_model {
+            if have != t.soc_model {
+                return Err(bad(
+                    dir,
+                    format!(
+                        "built for SoC {} but this device is SoC {}: build the artifact again \
+                         with --soc {have}",
+                        soc_label(t.soc_model),
+                        soc_label(have)
+                    ),
+                ));
+            }
+        }
+        let tokenizer = tokenizers::Tokenizer::from_file(dir.join(&m.tokenizer))
+            .map_err(|e| bad(dir, format!("{} does not load: {e}", m.tokenizer)))?;
+        let vocab = tokenizer.get_vocab_size(true);
+        if vocab > m.model.vocab_size {
+            return Err(bad(
+                dir,
+                format!(
+                    "the tokenizer has {vocab} tokens but the model {}: the tokenizer is not \
+                     this model's",
+                    m.model.vocab_size
+                ),
+            ));
+        }
+        let chat = match &m.chat_template {
+            Some(f) => {
+                let text = std::fs::read_to_string(dir.join(f))
+                    .map_err(|e| bad(dir, format!("{f}: {e}")))?;
+                let token = |id: Option<u32>| id.and_then(|i| tokenizer.id_to_token(i));
+                Some(
+                    ChatTemplate::new(&text, token(m.tokens.bos), token(Some(m.tokens.eos)))
+                        .map_err(|e| bad(dir, format!("{f}: {e}")))?,
+                )
+            }
+            None => None,
+        };
+        let backend: BackendKind = t
+            .backend
+            .parse()
+            .map_err(|e| bad(dir, format!("backend {:?}: {e}", t.backend)))?;
+        let emulated = qnn::HtpDeviceConfig::host_default().soc_model.is_some();
+        let target = Target::resolve(
+            &TargetSpec {
+                backend,
+                soc_model: Some(t.soc_model).filter(|_| emulated),
+                library: opts.library.clone(),
+                ..TargetSpec::default()
+            },
+            None,
+        )?;
+        let runtime = registry::for_target(&target, None, false)?;
+        let library = runtime.backend.build_id()?;
+        if library != t.qnn_build_id {
+            let which = if release(&library) < release(&t.qnn_build_id) {
+                "newer"
+            } else {
+                "older"
+            };
+            return Err(bad(
+                dir,
+                format!(
+                    "built with QNN {} ({which} than this QNN library, {library}): context \
+                     binaries do not move between QNN releases; build the artifact again with \
+                     this library, or run it with the QNN release it was built with",
+                    t.qnn_build_id
+                ),
+            ));
+        }
+        let mut decode = None;
+        let mut prefill = Vec::new();
+        // Saved models by file: one per graph, or one holding every graph of one context.
+        let mut files: std::collections::BTreeMap<&str, Vec<Compiled>> = Default::default();
+        for g in &m.graphs {
+            if !files.contains_key(g.file.as_str()) {
+                let file = dir.join(&g.file);
+                let loaded =
+                    crate::saved::load_with_library(&file, opts.library.clone()).map_err(|e| {
+                        if m.contexts.as_deref() == Some("shared") {
+                            bad(
+                                dir,
+                                format!(
+                                    "{e}\nhint: the artifact was built with --contexts shared; \
+                                 --contexts one or per-graph makes one that runs here"
+                                ),
+                            )
+                        } else {
+                            e
+                        }
+                    })?;
+                files.insert(&g.file, loaded.graphs);
+            }
+            let in_file = files.get_mut(g.file.as_str()).expect("loaded above");
+            let at = in_file
+                .iter()
+                .position(|c| c.emitted.graph.name() == g.name)
+                .ok_or_else(|| bad(dir, format!("{} has no graph {:?}", g.file, g.name)))?;
+            let compiled = in_file.swap_remove(at);
+            check_graph(dir, &m, g, &compiled)?;
+            let loaded = LoadedGraph {
+                entry: g.clone(),
+                compiled,
+            };
+            if g.kind == "decode" {
+                decode = Some(loaded);
+            } else {
+                prefill.push(loaded);
+            }
+        }
+        prefill.sort_by_key(|g| g.entry.tokens);
+        let decode = decode.ok_or_else(|| bad(dir, "no decode graph"))?;
+        Ok(Artifact {
+            dir: dir.to_path_buf(),
+            manifest: m,
+            decode,
+            prefill,
+            tokenizer,
+            chat,
+            open_ms: start.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    /// The token ids of `text`; `special` adds what the tokenizer adds around a sequence (a BOS
+    /// token, for instance), as Hugging Face's `encode` does by default. A chat prompt comes
+    /// from the template with its special tokens in place: encode it with `special` false.
+    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>> {
+        self.tokenizer
+            .encode(text, special)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| Error::Input(format!("the tokenizer cannot encode the prompt: {e}")))
+    }
+
+    /// The text of `ids`, special tokens left out.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.tokenizer
+            .decode(ids, true)
+            .map_err(|e| Error::Input(format!("the tokenizer cannot decode {ids:?}: {e}")))
+    }
+
+    /// The cache length: prompt plus new tokens must fit in it.
+    pub fn cache_len(&self) -> usize {
+        self.manifest.cache.length
+    }
+}
+
+/// Checks the graph's I/O against the manifest.
+fn check_graph(dir: &Path, m: &Manifest, g: &GraphEntry, compiled: &Compiled) -> Result<()> {
+    let e = &compiled.emitted;
+    let (s, c, t) = (&m.model, m.cache.length, g.tokens);
+    let cache_in = [1, s.kv_heads, c, s.head_dim];
+    let cache_out = [1, s.kv_heads, t, s.head_dim];
+    let mut want_in: Vec<(&str, Vec<usize>)> = vec![
+        ("input_ids", vec![1, t]),
+        ("position_ids", vec![1, t]),
+        ("attention_mask", vec![1, 1, t, c + t]),
+    ];
+    let names_in = input_names(s.layers);
+    for n in &names_in[3..] {
+        want_in.push((n, cache_in.to_vec()));
+    }
+    let names_out = output_names(s.layers);
+    let mut want_out: Vec<(&str, Vec<usize>)> = vec![("logits", vec![1, t, s.vocab_size])];
+    for n in &names_out[1..] {
+        want_out.push((n, cache_out.to_vec()));
+    }
+    let fits = |ios: &[lowering::plan::PlanIo], want: &[(&str, Vec<usize>)]| {
+        ios.len() == want.len()
+            && ios
+                .iter()
+                .zip(want)
+                .all(|(io, (n, shape))| io.onnx_name == *n && io.shape == *shape)
+    };
+    if !e.assumed.is_empty() || !fits(&e.inputs, &want_in) || !fits(&e.outputs, &want_out) {
+        return Err(bad(
+            dir,
+            format!(
+                "{}: the graph's I/O is not the manifest's (model {s:?}, cache {c}, {t} tokens)",
+                g.file
+            ),
+        ));
+    }
+    let dtype = |i: usize| e.inputs[i].host_dtype;
+    if dtype(0) != DType::I32 || dtype(1) != DType::I32 || dtype(2) != DType::F32 {
+        return Err(bad(
+            dir,
+            format!(
+                "{}: input_ids, position_ids and attention_mask are {}, {}, {}; this qnnx feeds \
+                 i32, i32, f32",
+                g.file,
+                dtype(0).name(),
+                dtype(1).name(),
+                dtype(2).name()
+            ),
+        ));
+    }
+    for (i, o) in (3..e.inputs.len()).zip(1..) {
+        if e.inputs[i].host_dtype != e.outputs[o].host_dtype {
+            return Err(bad(
+                dir,
+                format!(
+                    "{}: {} is {} but {} is {}: the new rows must have the cache's dtype",
+                    g.file,
+                    e.inputs[i].onnx_name,
+                    e.inputs[i].host_dtype.name(),
+                    e.outputs[o].onnx_name,
+                    e.outputs[o].host_dtype.name()
+                ),
+            ));
+        }
+    }
+    if e.outputs[0].host_dtype != DType::F32 {
+        return Err(bad(
+            dir,
+            format!(
+                "{}: logits are {}; this qnnx reads f32",
+                g.file,
+                e.outputs[0].host_dtype.name()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! LLM artifacts through the Rust API ([`qnnx_engine::llm`]) on the emulated HTP (SoC 60): the
+//! tiny artifact assembled here from the parts `tests/models/llm_tiny/gen.py` exports (a random
+//! 2-layer Llama-style decoder, through `qnnx_backend/llm/export.py`) gives eager PyTorch's greedy tokens with one and two prefill chunks,
+//! its tokenizer gives transformers' ids, a seed repeats its samples, and a request beyond the
+//! cache or an artifact for another SoC is refused. tests/python/test_llm_artifact.py runs the
+//! same artifact through `qnnx generate`.
+//!
+//! Without the HTP library or python3 with torch and transformers a test prints
+//! why and returns; with `QNNX_REQUIRE_HTP=1` (set by CI) either is a failure instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+
+use qnnx_engine::llm::{Artifact, GenerateOptions, Generator, OpenOptions, Sampling};
+use qnnx_engine::{compile, saved, CompileOptions, Target};
+use qnnx_types::BackendKind;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+mod common;
+use common::{fnv1a, htp, repo, skip};
+
+/// The generated parts (`gen.py`: ONNX graphs, tokenizer, expected tokens), made once per
+/// content of the scripts and the exporter; `None` (after [`skip`]) without python3 + torch +
+/// transformers.
+fn generated() -> Option<&'static PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let python = std::env::var("QNNX_PYTHON").unwrap_or_else(|_| "python3".into());
+        let script = repo().join("tests/models/llm_tiny/gen.py");
+        let sources = [
+            script.clone(),
+            repo().join("tests/models/common/tiny_llm.py"),
+            repo().join("tests/models/common/decoders.py"),
+            repo().join("qnnx-py/python/qnnx_backend/llm/export.py"),
+        ];
+        let bytes: Vec<Vec<u8>> = sources
+            .iter()
+            .map(|p| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+            .collect();
+        let parts: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        let root = repo().join("target/test-models");
+        let dir = root.join(format!("llm_tiny-{:016x}", fnv1a(&parts)));
+        if dir.join("expected.json").is_file() {
+            return Some(dir);
+        }
+        match Command::new(&python)
+            .args(["-c", "import torch, transformers, tokenizers"])
+            .output()
+        {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                skip(&format!(
+                    "{python} cannot import torch, transformers and tokenizers: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                ));
+                return None;
+            }
+            Err(e) => {
+                skip(&format!("{python} is not runnable: {e}"));
+                return None;
+            }
+        }
+        let tmp = root.join(format!(".llm_tiny-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).expect("create the model folder");
+        let out = Command::new(&python)
+            .arg(&script)
+            .arg(&tmp)
+            .output()
+            .expect("run gen.py");
+        assert!(
+            out.status.success(),
+            "gen.py failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if std::fs::rename(&tmp, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        Some(dir)
+    })
+    .as_ref()
+}
+
+fn sha256(path: &Path) -> String {
+    let bytes = std::fs::read(path).expect("read");
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The artifact of the generated parts, assembled as `qnnx_backend/llm/build.py` does (graphs
+/// compiled in fp16 for SoC 60 and saved, manifest with every file's sha256) into a folder of
+/// this process; `None` without the parts or the HTP library.
+fn artifact() -> Option<&'static PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let parts_dir = generated()?;
+        htp()?;
+        let parts: Value =
+            serde_json::from_slice(&std::fs::read(parts_dir.join("parts.json")).expect("parts"))
+                .expect("parts.json");
+        // One per process; earlier processes' are removed (they are rebuilt in a second).
+        for e in std::fs::read_dir(parts_dir).expect("list the parts").flatten() {
+            if e.file_name().to_string_lossy().starts_with("artifact-") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        let dir = parts_dir.join(format!("artifact-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the artifact folder");
+        let target = Target::host_default(BackendKind::Htp);
+        let prefill = parts["prefill"].as_u64().unwrap();
+        let mut graphs = Vec::new();
+        let mut build = String::new();
+        for (name, kind, tokens) in [("decode".to_string(), "decode", 1), (format!("prefill-{prefill}"), "prefill", prefill)] {
+            let onnx = std::fs::read(parts_dir.join(format!("{name}.onnx"))).expect("onnx");
+            let opts = CompileOptions {
+                name: name.clone(),
+                fp16: true,
+                ..Default::default()
+            };
+            let compiled = compile(&target, &onnx, &opts, None).expect("compile");
+            let file = format!("{name}.qnnx");
+            let saved = saved::save(&compiled, &dir.join(&file), Default::default(), Default::default())
+                .expect("save");
+            build = saved.qnn_build_id.clone();
+            let g = &saved.graphs[0];
+            graphs.push(json!({
+                "name": name, "kind": kind, "tokens": tokens, "file": file,
+                "inputs": g.inputs, "outputs": g.outputs,
+            }));
+        }
+        for f in ["tokenizer.json", "chat_template.jinja"] {
+            std::fs::copy(parts_dir.join(f), dir.join(f)).expect("copy");
+        }
+        let mut files = serde_json::Map::new();
+        for e in std::fs::read_dir(&dir).expect("list") {
+            let p = e.expect("entry").path();
+            let size = std::fs::metadata(&p).expect("size").len();
+            files.insert(
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                json!({ "size": size, "sha256": sha256(&p) }),
+            );
+        }
+        let cache_dtype = graphs[0]["inputs"][3]["dtype"].clone();
+        let manifest = json!({
+            "format": qnnx_engine::llm::FORMAT,
+            "qnnx_version": env!("CARGO_PKG_VERSION"),
+            "model": parts["model"],
+            "precision": "fp16",
+            "target": { "backend": "htp", "soc_model": target.soc_model, "htp_arch": 73, "qnn_build_id": build },
+            "cache": { "length": parts["cache_len"], "layout": "[1, kv_heads, length, head_dim]", "dtype": cache_dtype, "encoding": null },
+            "attention_mask": { "kind": "additive", "masked": parts["masked"] },
+            "prefill_buckets": [prefill],
+            "graphs": graphs,
+            "tokens": parts["tokens"],
+            "tokenizer": "tokenizer.json",
+            "chat_template": "chat_template.jinja",
+            "files": files,
+        });
+        std::fs::write(dir.join("manifest.json"), serde_json::to_vec_pretty(&manifest).unwrap())
+            .expect("write manifest");
+        Some(dir)
+    })
+    .as_ref()
+}
+
+fn opened() -> Option<(Arc<Artifact>, serde_json::Value)> {
+    let art = Artifact::open(artifact()?, &OpenOptions::default()).expect("open");
+    let expected = std::fs::read(generated()?.join("expected.json")).expect("expected.json");
+    Some((
+        Arc::new(art),
+        serde_json::from_slice(&expected).expect("json"),
+    ))
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("a list of ids")
+        .iter()
+        .map(|x| x.as_u64().expect("an id") as u32)
+        .collect()
+}
+
+#[test]
+fn greedy_tokens_equal_eager_pytorch() {
+    let Some((art, expected)) = opened() else {
+        return;
+    };
+    let n = expected["new_tokens"].as_u64().unwrap() as usize;
+    let mut g = Generator::new(art.clone());
+    for case in expected["cases"].as_array().unwrap() {
+        let prompt = art.encode(case["text"].as_str().unwrap(), true).unwrap();
+        assert_eq!(
+            prompt,
+            ids(&case["prompt"]),
+            "tokenizer ids differ from transformers'"
+        );
+        let want = ids(&case["greedy"]);
+        let opts = GenerateOptions {
+            max_new_tokens: n,
+            ..Default::default()
+        };
+        let mut pieces = String::new();
+        let got = g
+            .generate(&prompt, &opts, &mut |p| {
+                pieces.push_str(p);
+                true
+            })
+            .unwrap();
+        // EOS (id 1) may end it first; up to there the tokens are eager's.
+        assert_eq!(
+            got.tokens[..],
+            want[..got.tokens.len()],
+            "prompt {prompt:?}"
+        );
+        assert!(got.tokens.len() == n || want[got.tokens.len()] == 1);
+        assert_eq!(pieces, got.text, "the streamed pieces make the text");
+        assert_eq!(got.timings.prefill_chunks, prompt.len().div_ceil(16));
+        assert_eq!(g.position(), prompt.len() + got.timings.decode_steps);
+    }
+}
+
+#[test]
+fn a_seed_repeats_its_samples() {
+    let Some((art, _)) = opened() else {
+        return;
+    };
+    let prompt = art.encode("the lazy dog", true).unwrap();
+    let run = |seed| {
+        let opts = GenerateOptions {
+            max_new_tokens: 12,
+            sampling: Sampling {
+                temperature: 1.0,
+                top_k: 50,
+                top_p: 0.95,
+                seed,
+            },
+            stop_strings: vec![],
+        };
+        Generator::new(art.clone())
+            .generate(&prompt, &opts, &mut |_| true)
+            .unwrap()
+            .tokens
+    };
+    assert_eq!(run(3), run(3));
+}
+
+#[test]
+fn requests_beyond_the_cache_and_other_socs_are_refused() {
+    let Some((art, _)) = opened() else {
+        return;
+    };
+    let mut g = Generator::new(art.clone());
+    let opts = GenerateOptions {
+        max_new_tokens: 64,
+        ..Default::default()
+    };
+    let e = g.generate(&[2, 3], &opts, &mut |_| true).unwrap_err();
+    assert!(e.to_string().contains("exceed the cache of 64"), "{e}");
+    let e = g.generate(&[], &opts, &mut |_| true).unwrap_err();
+    assert!(e.to_string().contains("empty"), "{e}");
+    let e = g.prefill(&[600]).unwrap_err();
+    assert!(
+        e.to_string().contains("outside the model's vocabulary"),
+        "{e}"
+    );
+    let e = Artifact::open(
+        artifact().unwrap(),
+        &OpenOptions {
+            soc_model: Some(57),
+            ..Default::default()
+        },
+    )
+    .err()
+    .expect("SoC 57 refused");
+    assert!(e.to_string().contains("built for SoC"), "{e}");
+}

@@ -1,0 +1,62 @@
+"""``python -m qnnx_backend.llm build MODEL -o ARTIFACT [--soc 60] [--cache-len 256] [--prefill 32]``:
+the one command that makes an LLM artifact for ``qnnx generate`` (docs/llm.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m qnnx_backend.llm", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build an LLM artifact from a Hugging Face folder or a GGUF file")
+    b.add_argument("model", help="a from_pretrained folder or a .gguf file (read offline)")
+    b.add_argument("-o", "--output", required=True, help="the artifact folder to write")
+    b.add_argument("--soc", type=int, default=60, help="the target SoC model number (default 60)")
+    b.add_argument("--cache-len", type=int, default=256, help="positions the KV cache holds: prompt plus new tokens")
+    b.add_argument(
+        "--prefill", default="32", help="prefill bucket lengths in tokens, comma-separated (default 32)"
+    )
+    b.add_argument("--keep-onnx", action="store_true", help="leave the exported ONNX graphs in the folder")
+    b.add_argument(
+        "--contexts",
+        choices=("per-graph", "one", "shared"),
+        default="per-graph",
+        help="per-graph: a context per graph, each with its weights (runs on the x86_64 emulator); one: "
+        "every graph in one context; shared: one context with the weights stored once (devices only)",
+    )
+    args = p.parse_args(argv)
+    from . import build  # torch and transformers: after the arguments parse
+
+    try:
+        prefill = [int(x) for x in args.prefill.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--prefill {args.prefill!r}: give token counts such as 32 or 32,128")
+    start = time.perf_counter()
+    try:
+        m = build.build(
+            args.model,
+            args.output,
+            soc_model=args.soc,
+            cache_len=args.cache_len,
+            prefill=prefill,
+            keep_onnx=args.keep_onnx,
+            contexts=args.contexts,
+            progress=lambda s: print(f"qnnx llm: {s}", file=sys.stderr, flush=True),
+        )
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        print(f"qnnx llm: error: {e}", file=sys.stderr)
+        return 1
+    size = sum(f["size"] for f in m["files"].values())
+    print(
+        f"wrote {args.output}: {size / 1e6:.1f} MB, graphs "
+        f"{', '.join(g['name'] for g in m['graphs'])} for SoC {m['target']['soc_model']} "
+        f"(QNN {m['target']['qnn_build_id']}) in {time.perf_counter() - start:.1f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

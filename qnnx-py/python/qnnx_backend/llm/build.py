@@ -1,0 +1,223 @@
+"""Building an LLM artifact: a folder that ``qnnx generate`` (and ``qnnx_engine::llm::Artifact``)
+opens without Python. Layout (docs/llm.md):
+
+* ``manifest.json``: format, model shape, cache layout and dtype, graphs with their I/O (dtypes,
+  shapes, encodings), prefill buckets, special and stop tokens, target SoC, QNN build, qnnx
+  version, and the size and sha256 of every other file;
+* ``decode.qnnx`` and ``prefill-<N>.qnnx``: one saved model (``qnnx_engine::saved``) per graph,
+  each with its own copy of the weights (the default, ``contexts="per-graph"``); or
+  ``model.qnnx``, every graph in one context (``one``), with HTP weight sharing storing the
+  weights once (``shared``), which only a device library loads: the x86_64 HTP library refuses
+  weight-shared contexts (docs/llm.md, "Prefill and decode graphs in one context");
+* ``tokenizer.json`` (Hugging Face ``tokenizers``) and ``chat_template.jinja`` (when the model
+  has one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from .. import _native
+from . import export
+
+#: The manifest's ``format``; ``qnnx_engine::llm`` refuses another.
+FORMAT = "qnnx-llm/1"
+#: How the graphs are put in contexts (``build_from``).
+CONTEXTS = ("per-graph", "one", "shared")
+
+
+def load_source(source: str) -> tuple[torch.nn.Module, Any]:
+    """The float32 model (eager attention) and tokenizer of a ``from_pretrained`` folder or a
+    GGUF file (its weights dequantized to float32). Offline: nothing is downloaded."""
+    import transformers  # the builder's own dependency; the package does not need it
+
+    path = Path(source)
+    kw: dict[str, Any] = {}
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ValueError(f"{source}: a model is a from_pretrained folder or a .gguf file")
+        folder, kw["gguf_file"] = str(path.parent), path.name
+    elif path.is_dir():
+        folder = str(path)
+    else:
+        raise FileNotFoundError(f"{source}: no such file or folder")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True, **kw)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, local_files_only=True, dtype=torch.float32, **kw
+    )
+    model.config._attn_implementation = "eager"
+    return model.eval(), tokenizer
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def special_tokens(model: torch.nn.Module, tokenizer: Any) -> dict[str, Any]:
+    """BOS, EOS and the stop tokens (the generation config's EOS ids and the tokenizer's)."""
+    stop: list[int] = []
+    gen = getattr(model, "generation_config", None)
+    for ids in (getattr(gen, "eos_token_id", None), tokenizer.eos_token_id):
+        for i in ids if isinstance(ids, (list, tuple)) else [ids]:
+            if i is not None and int(i) not in stop:
+                stop.append(int(i))
+    if not stop:
+        raise ValueError("the model and tokenizer name no EOS token: generation could not stop")
+    return {"bos": tokenizer.bos_token_id, "eos": stop[0], "stop": stop, "pad": tokenizer.pad_token_id}
+
+
+def _graph_io(saved: dict, index: int) -> dict[str, Any]:
+    g = saved["graphs"][index]
+    side = lambda ts: [{k: t[k] for k in ("name", "dtype", "dims", "encoding")} for t in ts]  # noqa: E731
+    return {"inputs": side(g["inputs"]), "outputs": side(g["outputs"])}
+
+
+def build_from(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    output: os.PathLike | str,
+    *,
+    soc_model: int = 60,
+    cache_len: int = 256,
+    prefill: Sequence[int] = (32,),
+    source: str = "",
+    keep_onnx: bool = False,
+    contexts: str = "per-graph",
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict:
+    """Writes the artifact of ``model`` (a float32 Hugging Face decoder) and ``tokenizer`` (a
+    fast tokenizer) to the folder ``output`` (replaced if it is an artifact, refused if it is
+    another non-empty folder) and returns its manifest. Graphs are compiled in fp16 for the HTP
+    of ``soc_model``; the cache holds ``cache_len`` positions (prompt plus new tokens).
+    ``contexts``: ``per-graph`` (a saved model per graph, each with its weights: what the x86_64
+    emulator runs), ``one`` (every graph in one context of ``model.qnnx``, weights still per
+    graph) or ``shared`` (one context with HTP weight sharing, weights stored once: only a
+    device library loads it)."""
+    if contexts not in CONTEXTS:
+        raise ValueError(f"contexts {contexts!r}: one of {', '.join(CONTEXTS)}")
+    shape = export.Shape.of(model)
+    buckets = sorted({int(n) for n in prefill})
+    if not buckets or buckets[0] < 2:
+        raise ValueError(f"prefill buckets {list(prefill)}: give at least one length of 2 or more tokens")
+    if cache_len < buckets[-1] + 1:
+        raise ValueError(f"cache_len {cache_len} must exceed the longest prefill bucket {buckets[-1]}")
+    if shape.max_positions and cache_len > shape.max_positions:
+        raise ValueError(f"cache_len {cache_len} exceeds the model's {shape.max_positions} positions")
+    out = Path(output)
+    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
+        raise FileExistsError(f"{out} is a non-empty folder that is not an LLM artifact; choose another -o")
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    spec = _native.Spec("npu", soc_model, None, True)
+    started = time.perf_counter()
+    options = {"precision": "fp16", "soc_model": str(soc_model), "contexts": contexts}
+    kinds = [("decode", 1)] + [("prefill", n) for n in buckets]
+    graphs, pending, saved = [], [], None
+    for kind, tokens in kinds:
+        name = "decode" if kind == "decode" else f"prefill-{tokens}"
+        progress(f"exporting {name}")
+        t0 = time.perf_counter()
+        onnx = export.onnx_bytes(export.DecoderStep(model, cache_len, tokens))
+        entry = {"name": name, "kind": kind, "tokens": tokens, "export_s": round(time.perf_counter() - t0, 2)}
+        if keep_onnx:
+            (tmp / f"{name}.onnx").write_bytes(onnx)
+        if contexts == "per-graph":
+            progress(f"compiling {name} ({len(onnx) / 1e6:.0f} MB of ONNX)")
+            t0 = time.perf_counter()
+            compiled = _native.compile(onnx, spec, name=name)
+            entry["compile_s"] = round(time.perf_counter() - t0, 2)
+            del onnx
+            entry["file"] = f"{name}.qnnx"
+            saved = json.loads(_native.save(compiled, str(tmp / entry["file"]), options, {}))
+            del compiled
+            graphs.append({**entry, **_graph_io(saved, 0)})
+        else:
+            pending.append(onnx)
+            graphs.append(entry)
+    if contexts != "per-graph":
+        progress(f"compiling {len(pending)} graphs into one context" + (" with shared weights" if contexts == "shared" else ""))
+        t0 = time.perf_counter()
+        compiled = _native.compile_many(pending, [g["name"] for g in graphs], spec, weight_sharing=contexts == "shared")
+        del pending
+        saved = json.loads(_native.save_many(compiled, str(tmp / "model.qnnx"), options, {}))
+        del compiled
+        for i, g in enumerate(graphs):
+            g.update(file="model.qnnx", **_graph_io(saved, i))
+        graphs[0]["compile_s"] = round(time.perf_counter() - t0, 2)
+    build_id, qnnx_version, htp_arch = saved["qnn_build_id"], saved["qnnx_version"], saved.get("htp_arch")
+    tokenizer.backend_tokenizer.save(str(tmp / "tokenizer.json"))
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+    if template:
+        (tmp / "chat_template.jinja").write_text(template)
+    files = sorted(p.name for p in tmp.iterdir() if p.suffix != ".onnx")
+    manifest = {
+        "format": FORMAT,
+        "qnnx_version": qnnx_version,
+        "source": source,
+        "model": {"family": shape.family, **{k: v for k, v in vars(shape).items() if k != "family"}},
+        "precision": "fp16",
+        "target": {"backend": "htp", "soc_model": soc_model, "htp_arch": htp_arch, "qnn_build_id": build_id},
+        "cache": {
+            "length": cache_len,
+            "layout": "[1, kv_heads, length, head_dim] per layer and per K/V; keys after the rotary "
+            "embedding; slot p holds position p",
+            "dtype": graphs[0]["inputs"][3]["dtype"],
+            "encoding": graphs[0]["inputs"][3]["encoding"],
+        },
+        "attention_mask": {"kind": "additive", "masked": export.MASKED},
+        "prefill_buckets": buckets,
+        "contexts": contexts,
+        "graphs": graphs,
+        "tokens": special_tokens(model, tokenizer),
+        "tokenizer": "tokenizer.json",
+        "chat_template": "chat_template.jinja" if template else None,
+        "build_s": round(time.perf_counter() - started, 1),
+        "files": {n: {"size": (tmp / n).stat().st_size, "sha256": _sha256(tmp / n)} for n in files},
+    }
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return manifest
+
+
+def build(
+    source: str,
+    output: os.PathLike | str,
+    *,
+    soc_model: int = 60,
+    cache_len: int = 256,
+    prefill: Sequence[int] = (32,),
+    keep_onnx: bool = False,
+    contexts: str = "per-graph",
+    progress: Optional[Callable[[str], None]] = None,
+) -> dict:
+    """``build_from`` for a ``from_pretrained`` folder or GGUF file (``load_source``)."""
+    say = progress or (lambda _: None)
+    say(f"loading {source}")
+    model, tokenizer = load_source(source)
+    return build_from(
+        model,
+        tokenizer,
+        output,
+        soc_model=soc_model,
+        cache_len=cache_len,
+        prefill=prefill,
+        source=str(source),
+        keep_onnx=keep_onnx,
+        contexts=contexts,
+        progress=say,
+    )

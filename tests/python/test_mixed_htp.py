@@ -85,6 +85,15 @@ elif sys.argv[2] == "compile":
         "soc_model": soc, "strict": True, "quantize": "8a8w", "calibration": samples, "target_sqnr_db": 22.0})
     with torch.no_grad():
         print(json.dumps({"sqnr": sqnr(compiled(*x), net(*x))}))
+elif sys.argv[2] == "values":
+    # One attempt each, no target: the block's value by its clamp's name (as the report names
+    # it), by the Add's, and kept float.
+    out = {}
+    for name, scheme in (("relu_5", "16a8w"), ("add", "16a8w"), ("relu_5", "float")):
+        m = qnnx_backend.mixed_precision(net, x, calibration=samples, target_sqnr_db=-1000.0, soc_model=soc,
+                                         max_attempts=1, quantize_values={name: scheme})
+        out[f"{name}={scheme}"] = m.history[0]
+    print(json.dumps(out))
 elif sys.argv[2] == "float":
     try:
         m = qnnx_backend.mixed_precision(net, x, calibration=samples, target_sqnr_db=22.0, soc_model=soc, max_attempts=4)
@@ -137,6 +146,13 @@ def test_an_unreachable_target_is_refused_naming_the_best():
     r, _ = run(60, "unreachable")
     assert "no assignment within 2 attempts reaches it" in r["error"], r
     assert "blocks.5" in r["error"], r
+
+
+@pytest.mark.htp
+def test_a_value_override_by_the_absorbed_clamps_name_or_its_sources_promotes_the_block():
+    # 6.69 dB at 8a8w; SoC 60, QNN 2.51: 25.82, 25.79 and (float) 31.26 dB.
+    r, _ = run(60, "values")
+    assert r["relu_5=16a8w"] >= 22.0 and r["add=16a8w"] >= 22.0 and r["relu_5=float"] >= 22.0, r
 
 
 @pytest.mark.htp

@@ -9,7 +9,6 @@
 //! why and returns; with `QNNX_REQUIRE_HTP=1` (set by CI) either is a failure instead.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
 use qnnx_engine::llm::{Artifact, GenerateOptions, Generator, OpenOptions, Sampling};
@@ -19,69 +18,26 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 mod common;
-use common::{fnv1a, htp, repo, skip};
+use common::{generated_models, htp, repo};
 
 /// The generated parts (`gen.py`: ONNX graphs, tokenizer, expected tokens), made once per
-/// content of the scripts and the exporter; `None` (after [`skip`]) without python3 + torch +
+/// content of the scripts and the exporter; `None` (after `common::skip`) without python3 + torch +
 /// transformers.
 fn generated() -> Option<&'static PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        let python = std::env::var("QNNX_PYTHON").unwrap_or_else(|_| "python3".into());
-        let script = repo().join("tests/models/llm_tiny/gen.py");
         let sources = [
-            script.clone(),
+            repo().join("tests/models/llm_tiny/gen.py"),
             repo().join("tests/models/common/tiny_llm.py"),
             repo().join("tests/models/common/decoders.py"),
             repo().join("qnnx-py/python/qnnx_backend/llm/export.py"),
         ];
-        let bytes: Vec<Vec<u8>> = sources
-            .iter()
-            .map(|p| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-            .collect();
-        let parts: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
-        let root = repo().join("target/test-models");
-        let dir = root.join(format!("llm_tiny-{:016x}", fnv1a(&parts)));
-        if dir.join("expected.json").is_file() {
-            return Some(dir);
-        }
-        match Command::new(&python)
-            .args(["-c", "import torch, transformers, tokenizers"])
-            .output()
-        {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => {
-                skip(&format!(
-                    "{python} cannot import torch, transformers and tokenizers: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                        .lines()
-                        .last()
-                        .unwrap_or("")
-                ));
-                return None;
-            }
-            Err(e) => {
-                skip(&format!("{python} is not runnable: {e}"));
-                return None;
-            }
-        }
-        let tmp = root.join(format!(".llm_tiny-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).expect("create the model folder");
-        let out = Command::new(&python)
-            .arg(&script)
-            .arg(&tmp)
-            .output()
-            .expect("run gen.py");
-        assert!(
-            out.status.success(),
-            "gen.py failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if std::fs::rename(&tmp, &dir).is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
-        Some(dir)
+        generated_models(
+            "llm_tiny",
+            &sources,
+            "expected.json",
+            &["torch", "transformers", "tokenizers"],
+        )
     })
     .as_ref()
 }

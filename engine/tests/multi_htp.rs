@@ -7,7 +7,6 @@
 //! `QNNX_REQUIRE_HTP=1` (set by CI) either is a failure instead.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use lowering::DType;
@@ -22,60 +21,23 @@ fn target() -> Target {
 }
 
 mod common;
-use common::{fnv1a, htp, repo, skip};
+use common::{generated_models, htp, repo};
 
 /// The two exported cases, generated once per content of the scripts; `None` (after
-/// [`skip`]) without python3 + torch.
+/// `common::skip`) without python3 + torch.
 fn models() -> Option<&'static PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        let python = std::env::var("QNNX_PYTHON").unwrap_or_else(|_| "python3".into());
-        let script = repo().join("tests/models/decoder_pair/gen.py");
-        let common = repo().join("tests/models/common/export.py");
-        let s = std::fs::read(&script).expect("read gen.py");
-        let c = std::fs::read(&common).expect("read export.py");
-        let root = repo().join("target/test-models");
-        let dir = root.join(format!("decoder_pair-{:016x}", fnv1a(&[&s, &c])));
-        if dir.join("decode/output_0.npy").is_file() {
-            return Some(dir);
-        }
-        match Command::new(&python)
-            .args(["-c", "import torch, onnx"])
-            .output()
-        {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => {
-                skip(&format!(
-                    "{python} cannot import torch and onnx: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                        .lines()
-                        .last()
-                        .unwrap_or("")
-                ));
-                return None;
-            }
-            Err(e) => {
-                skip(&format!("{python} is not runnable: {e}"));
-                return None;
-            }
-        }
-        let tmp = root.join(format!(".decoder_pair-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).expect("create the model folder");
-        let out = Command::new(&python)
-            .arg(&script)
-            .arg(&tmp)
-            .output()
-            .expect("run gen.py");
-        assert!(
-            out.status.success(),
-            "gen.py failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if std::fs::rename(&tmp, &dir).is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
-        }
-        Some(dir)
+        let sources = [
+            repo().join("tests/models/decoder_pair/gen.py"),
+            repo().join("tests/models/common/export.py"),
+        ];
+        generated_models(
+            "decoder_pair",
+            &sources,
+            "decode/output_0.npy",
+            &["torch", "onnx"],
+        )
     })
     .as_ref()
 }

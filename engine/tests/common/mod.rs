@@ -59,6 +59,70 @@ pub fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
+/// The folder `script` (a Python generator under the repo, called as `script OUT_DIR`) writes its
+/// models into, made once per content of `sources` (the script and what it imports) under
+/// `target/test-models/NAME-<hash>`: a folder already holding `marker` is reused; written into
+/// a temporary folder and renamed, so parallel test processes never see half a folder. `None`
+/// (after [`skip`]) when python3 (`$QNNX_PYTHON`) cannot import `imports`.
+pub fn generated_models(
+    name: &str,
+    sources: &[PathBuf],
+    marker: &str,
+    imports: &[&str],
+) -> Option<PathBuf> {
+    let python = std::env::var("QNNX_PYTHON").unwrap_or_else(|_| "python3".into());
+    let bytes: Vec<Vec<u8>> = sources
+        .iter()
+        .map(|p| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .collect();
+    let parts: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+    let root = repo().join("target/test-models");
+    let dir = root.join(format!("{name}-{:016x}", fnv1a(&parts)));
+    if dir.join(marker).is_file() {
+        return Some(dir);
+    }
+    let check = format!("import {}", imports.join(", "));
+    match std::process::Command::new(&python)
+        .args(["-c", &check])
+        .output()
+    {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            skip(&format!(
+                "{python} cannot import {}: {}",
+                imports.join(", "),
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            ));
+            return None;
+        }
+        Err(e) => {
+            skip(&format!("{python} is not runnable: {e}"));
+            return None;
+        }
+    }
+    let tmp = root.join(format!(".{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).expect("create the model folder");
+    let out = std::process::Command::new(&python)
+        .arg(&sources[0])
+        .arg(&tmp)
+        .output()
+        .expect("run the generator");
+    assert!(
+        out.status.success(),
+        "{} failed:\n{}",
+        sources[0].display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if std::fs::rename(&tmp, &dir).is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    Some(dir)
+}
+
 /// Reads a C-order little-endian `.npy` file (format 1.0-3.0) of f32, f16, i64, i32 or bool.
 pub fn read_npy(path: &Path) -> HostTensor {
     let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

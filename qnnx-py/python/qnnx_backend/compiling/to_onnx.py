@@ -119,18 +119,24 @@ def _export_with(
                 frozen, tuple(call_args), dynamo=True, input_names=names, output_names=outs, verbose=False
             )
             return program.model_proto.SerializeToString()
-        buf = io.BytesIO()
-        torch.onnx.export(
-            frozen,
-            tuple(call_args),
-            buf,
-            dynamo=False,
-            opset_version=17,
-            input_names=names,
-            output_names=outs,
-            do_constant_folding=True,
-        )
-        return buf.getvalue()
+        return torchscript_bytes(frozen, tuple(call_args), names, outs)
+
+
+def torchscript_bytes(module: torch.nn.Module, args: tuple, input_names: Sequence[str], output_names: Sequence[str]) -> bytes:
+    """``module`` called with ``args`` as ONNX (opset 17) by the TorchScript exporter, constants
+    folded: about 10x faster than the dynamo exporter on the graphs qnnx exports."""
+    buf = io.BytesIO()
+    torch.onnx.export(
+        module,
+        args,
+        buf,
+        dynamo=False,
+        opset_version=17,
+        input_names=list(input_names),
+        output_names=list(output_names),
+        do_constant_folding=True,
+    )
+    return buf.getvalue()
 
 
 def onnx_bytes(

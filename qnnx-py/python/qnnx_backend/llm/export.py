@@ -24,12 +24,13 @@ Supported families: Llama-style decoders (``llama``, ``mistral`` without a slidi
 
 from __future__ import annotations
 
-import io
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from ..compiling.to_onnx import torchscript_bytes
 
 #: The attention mask's value where a query must not look: far below any attention score, and
 #: finite in fp16 (a row of -inf would be NaN after the softmax's max subtraction).
@@ -158,20 +159,9 @@ def onnx_bytes(step: DecoderStep) -> bytes:
     """``step`` as ONNX (opset 17, the TorchScript exporter: about ten times faster than
     dynamo's on these graphs), weights inside (a 135M-parameter model is 0.54 GB)."""
     names, outs = io_names(step.shape.layers)
-    buf = io.BytesIO()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(
-            step.eval(),
-            step.example_inputs(),
-            buf,
-            dynamo=False,
-            opset_version=17,
-            input_names=names,
-            output_names=outs,
-            do_constant_folding=True,
-        )
-    return buf.getvalue()
+        return torchscript_bytes(step.eval(), step.example_inputs(), names, outs)
 
 
 def run_eager(step: DecoderStep, *inputs: Any) -> tuple[torch.Tensor, ...]:

@@ -910,6 +910,34 @@ mod tests {
     }
 
     #[test]
+    fn a_no_op_cast_before_the_quantize_keeps_the_encoding_on_its_input() {
+        // What torch.export writes for a Softmax (`Cast(to=float)` of a float) quantized at 16
+        // bits, then at 8 bits for a MatMul reader below v73: the Cast goes and the Softmax
+        // writes the 16-bit value the Convert reads (it used to read an unencoded value).
+        let b = ModelBuilder::new(17).input("x", DType::F32, &[2, 4]);
+        let b = qdq(b, "x", "xd", 0.001, u16(32768))
+            .node("Softmax", &["xd"], &["p"], &[("axis", A::I(-1))])
+            .node("Cast", &["p"], &["c"], &[("to", A::I(1))]);
+        let b = qdq(b, "c", "c16", 1.0 / 65535.0, u16(0));
+        let b = qdq(b, "c16", "c8", 1.0 / 255.0, u8(0)).node("Relu", &["c8"], &["r"], &[]);
+        let p = lower(&qdq(b, "r", "y", 1.0 / 255.0, u8(0)).output("y"));
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            vec!["Quantize", "Softmax", "Convert", "Relu", "Dequantize"],
+            "{d}"
+        );
+        let softmax = p.ops.iter().find(|o| o.type_name == "Softmax").unwrap();
+        assert_eq!(
+            p.tensors[softmax.outputs[0]].quant,
+            Some(Encoding::per_tensor(DType::U16, 1.0 / 65535.0, 0)),
+            "{d}"
+        );
+        let convert = p.ops.iter().find(|o| o.type_name == "Convert").unwrap();
+        assert_eq!(convert.inputs[0], softmax.outputs[0], "{d}");
+    }
+
+    #[test]
     fn sixteen_bit_sigmoid_gets_qnns_fixed_encoding() {
         let b = ModelBuilder::new(17).input("x", DType::F32, &[4]);
         let b = qdq(b, "x", "xd", 0.001, u16(32768)).node("Sigmoid", &["xd"], &["s"], &[]);

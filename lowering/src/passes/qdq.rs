@@ -499,6 +499,18 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
                     }
                 }
                 Quant::Fixed(fixed) => {
+                    // An output the model leaves unencoded (the Sigmoid inside SiLU, exported
+                    // as `x * Sigmoid(x)` from one quantized op) takes QNN's fixed encoding of
+                    // the input's storage, so that the op and its reader run quantized.
+                    let storage = g.values[acts[0].1].quant.as_ref().map(|e| e.storage);
+                    for &(_, o) in &outs {
+                        if let (None, Some((s, off))) =
+                            (&g.values[o].quant, storage.and_then(fixed))
+                        {
+                            let storage = storage.expect("checked");
+                            g.values[o].quant = Some(Encoding::per_tensor(storage, s, off));
+                        }
+                    }
                     quantized = outs.iter().all(|&(_, o)| g.values[o].quant.is_some());
                     for &(slot, o) in outs.iter().filter(|_| quantized) {
                         let e = g.values[o].quant.clone().expect("checked");
@@ -948,6 +960,29 @@ mod tests {
             Some(Encoding::per_tensor(DType::U16, 1.0 / 65536.0, 0))
         );
         assert!(p.op_types().contains(&"Convert"), "{}", p.dump());
+    }
+
+    #[test]
+    fn silus_sigmoid_without_an_encoding_takes_qnns_fixed_one() {
+        // SiLU quantized as one op exports as `x * Sigmoid(x)` with no QDQ between them: both
+        // run quantized (a v68 HTP has no float path), the Sigmoid at QNN's 16-bit encoding.
+        let b = ModelBuilder::new(17).input("x", DType::F32, &[4]);
+        let b = qdq(b, "x", "xd", 0.001, u16(32768))
+            .node("Sigmoid", &["xd"], &["s"], &[])
+            .node("Mul", &["xd", "s"], &["m"], &[]);
+        let p = lower(&qdq(b, "m", "y", 0.0005, u16(32768)).output("y"));
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            vec!["Quantize", "Sigmoid", "ElementWiseMultiply", "Dequantize"],
+            "{d}"
+        );
+        let sig = p.ops.iter().find(|o| o.type_name == "Sigmoid").unwrap();
+        assert_eq!(
+            p.tensors[sig.outputs[0]].quant,
+            Some(Encoding::per_tensor(DType::U16, 1.0 / 65536.0, 0)),
+            "{d}"
+        );
     }
 
     #[test]

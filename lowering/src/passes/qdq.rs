@@ -441,6 +441,45 @@ fn settle_weights(
     Ok(())
 }
 
+/// Settles node `idx` of [`Quant::Shared`]: every float input (constants included) and output
+/// gets the one encoding, through a Convert or an encoded copy of a constant where an input has
+/// another. False, leaving the node as it is, when it has no encoding to share or reads an
+/// unencoded value.
+fn settle_shared(
+    g: &mut Graph,
+    idx: usize,
+    acts: &[(usize, ValueId)],
+    outs: &[(usize, ValueId)],
+    quantized_io: bool,
+    added: &mut Vec<Node>,
+    cache: &mut Encoded,
+) -> bool {
+    let enc = outs
+        .iter()
+        .chain(acts)
+        .find_map(|&(_, v)| g.values[v].quant.clone());
+    let Some(enc) = enc else { return false };
+    if acts.iter().any(|&(_, v)| g.values[v].quant.is_none()) {
+        return false;
+    }
+    let inputs = g.nodes[idx].inputs.clone();
+    for (k, v) in inputs.iter().enumerate() {
+        let Some(v) = *v else { continue };
+        if !g.values[v].dtype.is_float() || g.values[v].quant.as_ref() == Some(&enc) {
+            continue;
+        }
+        let w = encoded_as(g, v, &enc, quantized_io, added, cache);
+        g.nodes[idx].inputs[k] = Some(w);
+    }
+    for &(_, o) in outs {
+        if g.values[o].quant.is_none() {
+            g.values[o].quant = Some(enc.clone());
+        }
+    }
+    g.nodes[idx].quantized = true;
+    true
+}
+
 /// Decides for every node whether it runs quantized (see the module docs). A graph without
 /// encodings is left as it is.
 pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
@@ -451,6 +490,8 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
     let mut added: Vec<Node> = Vec::new();
     // Dequantized copies shared by the float readers of a quantized value.
     let mut dequantized: Vec<(ValueId, ValueId)> = Vec::new();
+    // Inputs of `Quant::Shared` nodes converted to their node's encoding.
+    let mut shared: Encoded = Vec::new();
     for idx in 0..g.nodes.len() {
         let n = g.nodes[idx].clone();
         if is_internal(&n.op_type) {
@@ -476,6 +517,11 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
             .chain(&outs)
             .any(|&(_, v)| g.values[v].quant.is_some());
         if !any_q {
+            continue;
+        }
+        if matches!(def.quant, Quant::Shared)
+            && settle_shared(g, idx, &acts, &outs, quantized_io, &mut added, &mut shared)
+        {
             continue;
         }
         let all_in = !acts.is_empty() && acts.iter().all(|&(_, v)| g.values[v].quant.is_some());
@@ -527,6 +573,8 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
                     quantized = outs.iter().all(|&(_, o)| g.values[o].quant.is_some());
                 }
                 Quant::Float => unreachable!("excluded above"),
+                // Not settled above: an input without an encoding.
+                Quant::Shared => quantized = false,
             }
         }
         if quantized {
@@ -983,6 +1031,73 @@ mod tests {
             Some(Encoding::per_tensor(DType::U16, 1.0 / 65536.0, 0)),
             "{d}"
         );
+    }
+
+    #[test]
+    fn where_and_comparisons_run_quantized_on_one_shared_encoding() {
+        // The KV-cache write of compiling/writes.py: a one-hot Where(eq, 1, 0) quantized by its
+        // reader, `hit = ReduceMax(onehot) > 0.5`, and Where(hit, new rows, cache) whose inputs
+        // have different encodings and whose output the model leaves unencoded (a Reshape
+        // reads it). Nothing computes in float.
+        let b = ModelBuilder::new(17)
+            .input("i", DType::I64, &[1, 1])
+            .input("c", DType::F32, &[3, 2])
+            .input("x", DType::F32, &[1, 2])
+            .init("ar", Tensor::from_i64(vec![3, 1], &[0, 1, 2]))
+            .init("one", Tensor::scalar_f32(1.0))
+            .init("zero", Tensor::scalar_f32(0.0))
+            .init("half", Tensor::scalar_f32(0.5))
+            .init("shape", Tensor::from_i64(vec![1], &[6]))
+            .node("Equal", &["ar", "i"], &["eq"], &[])
+            .node("Where", &["eq", "one", "zero"], &["oh"], &[]);
+        let b = qdq(b, "oh", "ohd", 1.0 / 255.0, u8(0))
+            .node(
+                "ReduceMax",
+                &["ohd"],
+                &["mx"],
+                &[("axes", A::Is(vec![1])), ("keepdims", A::I(1))],
+            )
+            .node("Greater", &["mx", "half"], &["hit"], &[]);
+        let b = qdq(b, "x", "xd", 0.01, u8(128)).node("MatMul", &["ohd", "xd"], &["new"], &[]);
+        let b = qdq(b, "new", "newd", 0.01, u8(128));
+        let b = qdq(b, "c", "cd", 0.02, u8(100))
+            .node("Where", &["hit", "newd", "cd"], &["w"], &[])
+            .node("Reshape", &["w", "shape"], &["r"], &[]);
+        let p = lower(&qdq(b, "r", "y", 0.01, u8(128)).output("y"));
+        let d = p.dump();
+        let types = p.op_types();
+        assert_eq!(
+            types.iter().filter(|t| **t == "Dequantize").count(),
+            1,
+            "only the output is dequantized: {d}"
+        );
+        assert_eq!(types.iter().filter(|t| **t == "Quantize").count(), 2, "{d}");
+        let new_enc = Encoding::per_tensor(DType::U8, 0.01, -128);
+        let selects: Vec<_> = p
+            .ops
+            .iter()
+            .filter(|o| o.type_name == "ElementWiseSelect")
+            .collect();
+        assert_eq!(selects.len(), 2, "{d}");
+        for t in &selects[0].inputs[1..] {
+            assert_eq!(
+                p.tensors[*t].quant,
+                Some(Encoding::per_tensor(DType::U8, 1.0 / 255.0, 0)),
+                "the one-hot's constants are stored in its encoding: {d}"
+            );
+        }
+        for t in selects[1].inputs[1..].iter().chain(&selects[1].outputs) {
+            assert_eq!(p.tensors[*t].quant, Some(new_enc.clone()), "{d}");
+        }
+        let gt = p
+            .ops
+            .iter()
+            .find(|o| o.type_name == "ElementWiseGreater")
+            .unwrap();
+        for t in &gt.inputs {
+            assert_eq!(p.tensors[*t].dtype, DType::U8, "{d}");
+        }
+        assert!(types.contains(&"Convert"), "the cache converted: {d}");
     }
 
     #[test]

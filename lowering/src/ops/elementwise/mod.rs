@@ -158,7 +158,7 @@ const fn compare_op(op_type: &'static str, since: i64) -> OpDef {
         fold: Some(Fold::Values(fold_compare)),
         expand: None,
         lower: Some(binary),
-        quant: Quant::Float,
+        quant: Quant::Shared,
     }
 }
 
@@ -171,7 +171,7 @@ pub const WHERE: OpDef = OpDef {
     fold: Some(Fold::Values(fold_where)),
     expand: None,
     lower: Some(where_),
-    quant: Quant::Float,
+    quant: Quant::Shared,
 };
 
 pub const RECIPROCAL: OpDef = OpDef {

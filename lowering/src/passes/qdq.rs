@@ -268,15 +268,27 @@ pub fn absorb(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
         if take_output(g, target, xq) {
             g.quantized_outputs.push(target);
             dead[idx] = true;
-        } else if added
-            .last()
-            .is_some_and(|l| l.outputs == vec![Some(target)])
+        } else if let Some(k) = added
+            .iter()
+            .rposition(|l| l.outputs == vec![Some(target)])
         {
-            // A converted copy: it writes the output itself.
-            let last = added.last_mut().expect("checked");
+            // A converted copy: it writes the output itself, which the copy's other readers
+            // then read (a QDQ pair at the output's encoding beside it: the 8-bit KV cache's
+            // new rows, also read by an 8-bit MatMul below v73).
             g.values[xq].dtype = g.values[target].dtype;
             g.values[xq].quant = g.values[target].quant.clone();
-            last.outputs = vec![Some(xq)];
+            added[k].outputs = vec![Some(xq)];
+            g.replace_uses(target, xq);
+            for r in added.iter_mut() {
+                for i in r.inputs.iter_mut().flatten() {
+                    if *i == target {
+                        *i = xq;
+                    }
+                }
+            }
+            for c in cache.iter_mut().filter(|c| c.2 == target) {
+                c.2 = xq;
+            }
             g.quantized_outputs.push(xq);
             dead[idx] = true;
         }
@@ -1098,6 +1110,31 @@ mod tests {
             assert_eq!(p.tensors[*t].dtype, DType::U8, "{d}");
         }
         assert!(types.contains(&"Convert"), "the cache converted: {d}");
+    }
+
+    #[test]
+    fn a_raw_output_at_the_encoding_of_a_readers_pair_shares_its_convert() {
+        // The 8-bit KV cache's new rows below v73: a 16-bit value requantized to 8 bits for
+        // an 8-bit MatMul (a QDQ pair) and written raw at the same 8-bit encoding (a
+        // QuantizeLinear to a graph output). One Convert writes the output, the Relu reads it.
+        let b = ModelBuilder::new(17).input("x", DType::F32, &[4]);
+        let b = qdq(b, "x", "xa", 0.001, u16(32768));
+        let b = qdq(b, "xa", "xb", 0.01, u8(128))
+            .node("Relu", &["xb"], &["r"], &[])
+            .init("s8", Tensor::scalar_f32(0.01))
+            .init("z8", u8(128))
+            .node("QuantizeLinear", &["xa", "s8", "z8"], &["rows"], &[])
+            .output("rows");
+        let p = lower(&b.output_qdq("r"));
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            vec!["Quantize", "Convert", "Relu", "Dequantize"],
+            "{d}"
+        );
+        assert_eq!(p.outputs[0].host_dtype, DType::U8, "{d}");
+        let relu = p.ops.iter().find(|o| o.type_name == "Relu").unwrap();
+        assert_eq!(p.tensors[relu.inputs[0]].name, "rows", "{d}");
     }
 
     #[test]

@@ -268,10 +268,7 @@ pub fn absorb(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
         if take_output(g, target, xq) {
             g.quantized_outputs.push(target);
             dead[idx] = true;
-        } else if let Some(k) = added
-            .iter()
-            .rposition(|l| l.outputs == vec![Some(target)])
-        {
+        } else if let Some(k) = added.iter().rposition(|l| l.outputs == vec![Some(target)]) {
             // A converted copy: it writes the output itself, which the copy's other readers
             // then read (a QDQ pair at the output's encoding beside it: the 8-bit KV cache's
             // new rows, also read by an 8-bit MatMul below v73).
@@ -492,6 +489,17 @@ fn settle_shared(
     true
 }
 
+/// Whether `n`, of [`Quant::FromInt`], casts an integer to one output with a non-negative
+/// per-tensor encoding.
+fn from_int(g: &Graph, n: &Node, outs: &[(usize, ValueId)]) -> bool {
+    let int_in = n.input(0).is_some_and(|x| g.values[x].dtype.is_int());
+    let enc = match outs {
+        [(_, o)] => g.values[*o].quant.as_ref(),
+        _ => None,
+    };
+    int_in && enc.is_some_and(|e| !e.is_per_axis() && e.offsets[0] >= 0)
+}
+
 /// Decides for every node whether it runs quantized (see the module docs). A graph without
 /// encodings is left as it is.
 pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
@@ -534,6 +542,10 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
         if matches!(def.quant, Quant::Shared)
             && settle_shared(g, idx, &acts, &outs, quantized_io, &mut added, &mut shared)
         {
+            continue;
+        }
+        if matches!(def.quant, Quant::FromInt) && from_int(g, &n, &outs) {
+            g.nodes[idx].quantized = true;
             continue;
         }
         let all_in = !acts.is_empty() && acts.iter().all(|&(_, v)| g.values[v].quant.is_some());
@@ -587,6 +599,8 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
                 Quant::Float => unreachable!("excluded above"),
                 // Not settled above: an input without an encoding.
                 Quant::Shared => quantized = false,
+                // A Cast of a float value.
+                Quant::FromInt => quantized = false,
             }
         }
         if quantized {

@@ -342,7 +342,10 @@ impl Graph {
     }
 
     /// Removes a pass-through node whose output `out` equals its input `inp`. Returns false
-    /// when that would rename a graph output or make a graph input an output.
+    /// when that would rename a graph output or make a graph input an output, or lose the
+    /// encoding of a quantized model's value: `out`'s readers then read `inp`, which takes
+    /// `out`'s encoding when it has none (a no-op Cast between an op and its QuantizeLinear, as
+    /// the exporter writes after Softmax) and must not have another one.
     pub fn bypass(&mut self, node: NodeId, inp: ValueId, out: ValueId) -> bool {
         if self.is_output(out) {
             let producer = self.producers()[inp];
@@ -361,6 +364,18 @@ impl Graph {
                 self.values[out].quant = self.values[inp].quant.clone();
             }
         } else {
+            match (&self.values[inp].quant, &self.values[out].quant) {
+                (None, Some(e)) => {
+                    // A graph input or a constant is stored as the caller or the model gives it.
+                    let produced = self.nodes.iter().any(|n| n.outputs.contains(&Some(inp)));
+                    if !produced || self.is_output(inp) {
+                        return false;
+                    }
+                    self.values[inp].quant = Some(e.clone());
+                }
+                (Some(a), Some(b)) if a != b => return false,
+                _ => {}
+            }
             self.replace_uses(out, inp);
         }
         self.nodes.remove(node);

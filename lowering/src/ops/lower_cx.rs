@@ -281,6 +281,16 @@ impl<'g> LowerCx<'g> {
         self.push_tensor(hint, dtype, shape, TensorKind::Native, None)
     }
 
+    /// A fresh intermediate stored fixed-point in `enc`.
+    pub fn native_enc(&mut self, hint: &str, shape: &[usize], enc: Encoding) -> TensorId {
+        self.push_tensor(hint, enc.storage, shape, TensorKind::Native, Some(enc))
+    }
+
+    /// The encoding of output `i` of `node` when it is quantized.
+    pub fn enc_out(&self, node: &Node, i: usize) -> Option<&'g Encoding> {
+        node.output(i).and_then(|v| self.g.value(v).quant.as_ref())
+    }
+
     /// A fresh intermediate with the element type and encoding of tensor `like` (a reshaped or
     /// transposed view of it).
     pub fn native_like(&mut self, hint: &str, like: TensorId, shape: &[usize]) -> TensorId {

@@ -63,6 +63,19 @@ pub enum Quant {
     Fixed(fn(DType) -> Option<(f32, i32)>),
     /// Conv, Gemm, LayerNorm...: see [`Weighted`].
     Weighted(Weighted),
+    /// Selects or compares its float inputs (Where's data inputs, Greater's operands): they all
+    /// hold one encoding, constants included, as QNN's ElementWiseSelect and comparisons need
+    /// on quantized tensors: the output's when the model gives it one, else that of the first
+    /// encoded input; another input encoding is reached by a Convert before the op. Quantized
+    /// when that encoding exists and every non-constant float input has an encoding (a Where
+    /// of two constants with an encoded output, a one-hot, included).
+    Shared,
+    /// Casts integers to float (Cast, CastLike): quantized when the input is an integer and the
+    /// output has a per-tensor encoding whose reals start at 0 or above (offset >= 0), since
+    /// QNN's Cast writes the integer itself as the code (measured on libQnnHtp 2.51): the rule
+    /// casts into scale 1, offset 0 and converts. Positions and indices so become quantized
+    /// values on a v68 HTP. Any other Cast near quantized values is a float island.
+    FromInt,
 }
 
 /// The constant inputs of a weighted op in a quantized graph. The weight keeps the model's

@@ -4,10 +4,13 @@
 //! `Pow(x, 2) | Mul(x, x)` → `ReduceMean(last axis, keepdims)` → `Add(eps)` → `Sqrt` →
 //! (`Reciprocal` → `Mul(x, ·)` | `Div(1, ·)` → `Mul(x, ·)` | `Div(x, ·)`), optionally followed by
 //! `Mul(·, w)` with a constant `w` of shape `[D]`. Intermediates used elsewhere block the fusion.
+//! In a quantized model the product may read `x` converted to another encoding than the square
+//! reads (a `qnnx.Requantize` of `x`): the fused node reads the product's.
 
 use crate::dtype::DType;
 use crate::ir::tensor::Tensor;
 use crate::ir::{Attr, Graph, Node, NodeId, ValueId};
+use crate::ops::quant::REQUANTIZE;
 
 struct Ctx {
     producers: Vec<Option<NodeId>>,
@@ -25,6 +28,15 @@ fn only_consumer(g: &Graph, c: &Ctx, v: ValueId) -> Option<NodeId> {
         return None;
     }
     c.consumers[v].first().copied()
+}
+
+/// Whether `a` holds `x`'s real values: `x` itself, or `x` converted to another encoding (a
+/// QDQ model whose squaring reads the value at one encoding and the product at another, as
+/// PT2E makes of an embedding's output read by an annotated Mul and an unannotated Pow).
+fn same_reals(g: &Graph, c: &Ctx, a: ValueId, x: ValueId) -> bool {
+    a == x
+        || c.producers[a]
+            .is_some_and(|p| g.nodes[p].op_type == REQUANTIZE && g.nodes[p].input(0) == Some(x))
 }
 
 fn other_input(n: &Node, v: ValueId) -> Option<ValueId> {
@@ -93,8 +105,15 @@ fn try_fuse(g: &mut Graph, rm: NodeId) -> bool {
         return false;
     };
     let nn = &g.nodes[next];
+    // The value the normalised product reads, which the fused node reads.
+    let mut x_in = x;
     let normed = match nn.op_type.as_str() {
-        "Div" if nn.input(1) == Some(rms) && nn.input(0) == Some(x) => nn.output(0),
+        "Div"
+            if nn.input(1) == Some(rms) && nn.input(0).is_some_and(|a| same_reals(g, &c, a, x)) =>
+        {
+            x_in = nn.input(0).expect("checked");
+            nn.output(0)
+        }
         "Reciprocal" | "Div" => {
             if nn.op_type == "Div"
                 && (nn.input(1) != Some(rms) || scalar(g, nn.input(0)) != Some(1.0))
@@ -105,8 +124,9 @@ fn try_fuse(g: &mut Graph, rm: NodeId) -> bool {
             let Some(m) = only_consumer(g, &c, r).filter(|&k| g.nodes[k].op_type == "Mul") else {
                 return false;
             };
-            if other_input(&g.nodes[m], r) != Some(x) {
-                return false;
+            match other_input(&g.nodes[m], r) {
+                Some(a) if same_reals(g, &c, a, x) => x_in = a,
+                _ => return false,
             }
             g.nodes[m].output(0)
         }
@@ -142,7 +162,7 @@ fn try_fuse(g: &mut Graph, rm: NodeId) -> bool {
     let mut fused = Node::new(format!("{}_rmsnorm", g.nodes[rm].name), "RMSNormalization")
         .with_attr("epsilon", Attr::Float(eps as f32))
         .with_attr("axis", Attr::Int(-1));
-    fused.inputs = vec![Some(x), Some(w)];
+    fused.inputs = vec![Some(x_in), Some(w)];
     // The old tail is disconnected by taking its output value; dce removes the rest.
     let producers = g.producers();
     let Some(tail) = producers[out] else {
@@ -167,6 +187,45 @@ mod tests {
     use crate::dtype::DType;
     use crate::ir::tensor::Tensor;
     use crate::testing::{ModelBuilder, A};
+
+    #[test]
+    fn the_product_reading_x_at_another_encoding_is_fused() {
+        // PT2E's first RMSNorm of a decoder: the embedding is squared at its own encoding and
+        // multiplied at the Mul's (a second QDQ pair, a Convert). One quantized RmsNorm.
+        let s = |v: f32| Tensor::scalar_f32(v);
+        let u16 = |v: i64| Tensor::from_i64_as(DType::U16, vec![], &[v]);
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 4])
+            .init("s1", s(0.001))
+            .init("z1", u16(32768))
+            .init("s2", s(0.0009))
+            .init("z2", u16(32000))
+            .init("ys", s(0.0001))
+            .init("two", s(2.0))
+            .init("eps", s(1e-6))
+            .init("w", Tensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]))
+            .node("QuantizeLinear", &["x", "s1", "z1"], &["q1"], &[])
+            .node("DequantizeLinear", &["q1", "s1", "z1"], &["x1"], &[])
+            .node("QuantizeLinear", &["x1", "s2", "z2"], &["q2"], &[])
+            .node("DequantizeLinear", &["q2", "s2", "z2"], &["x2"], &[])
+            .node("Pow", &["x1", "two"], &["sq"], &[])
+            .node("ReduceMean", &["sq"], &["ms"], &[("axes", A::Is(vec![-1]))])
+            .node("Add", &["ms", "eps"], &["a"], &[])
+            .node("Sqrt", &["a"], &["r"], &[])
+            .node("Reciprocal", &["r"], &["inv"], &[])
+            .node("Mul", &["x2", "inv"], &["n"], &[])
+            .node("Mul", &["n", "w"], &["m"], &[])
+            .node("QuantizeLinear", &["m", "ys", "z1"], &["mq"], &[])
+            .node("DequantizeLinear", &["mq", "ys", "z1"], &["y"], &[])
+            .output("y");
+        let p = crate::ops::test_util::lower(&b);
+        assert_eq!(
+            p.op_types(),
+            ["Quantize", "Convert", "RmsNorm", "Dequantize"],
+            "{}",
+            p.dump()
+        );
+    }
 
     #[test]
     fn llama_rmsnorm_is_fused() {

@@ -268,15 +268,24 @@ pub fn absorb(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
         if take_output(g, target, xq) {
             g.quantized_outputs.push(target);
             dead[idx] = true;
-        } else if added
-            .last()
-            .is_some_and(|l| l.outputs == vec![Some(target)])
-        {
-            // A converted copy: it writes the output itself.
-            let last = added.last_mut().expect("checked");
+        } else if let Some(k) = added.iter().rposition(|l| l.outputs == vec![Some(target)]) {
+            // A converted copy: it writes the output itself, which the copy's other readers
+            // then read (a QDQ pair at the output's encoding beside it: the 8-bit KV cache's
+            // new rows, also read by an 8-bit MatMul below v73).
             g.values[xq].dtype = g.values[target].dtype;
             g.values[xq].quant = g.values[target].quant.clone();
-            last.outputs = vec![Some(xq)];
+            added[k].outputs = vec![Some(xq)];
+            g.replace_uses(target, xq);
+            for r in added.iter_mut() {
+                for i in r.inputs.iter_mut().flatten() {
+                    if *i == target {
+                        *i = xq;
+                    }
+                }
+            }
+            for c in cache.iter_mut().filter(|c| c.2 == target) {
+                c.2 = xq;
+            }
             g.quantized_outputs.push(xq);
             dead[idx] = true;
         }
@@ -441,6 +450,56 @@ fn settle_weights(
     Ok(())
 }
 
+/// Settles node `idx` of [`Quant::Shared`]: every float input (constants included) and output
+/// gets the one encoding, through a Convert or an encoded copy of a constant where an input has
+/// another. False, leaving the node as it is, when it has no encoding to share or reads an
+/// unencoded value.
+fn settle_shared(
+    g: &mut Graph,
+    idx: usize,
+    acts: &[(usize, ValueId)],
+    outs: &[(usize, ValueId)],
+    quantized_io: bool,
+    added: &mut Vec<Node>,
+    cache: &mut Encoded,
+) -> bool {
+    let enc = outs
+        .iter()
+        .chain(acts)
+        .find_map(|&(_, v)| g.values[v].quant.clone());
+    let Some(enc) = enc else { return false };
+    if acts.iter().any(|&(_, v)| g.values[v].quant.is_none()) {
+        return false;
+    }
+    let inputs = g.nodes[idx].inputs.clone();
+    for (k, v) in inputs.iter().enumerate() {
+        let Some(v) = *v else { continue };
+        if !g.values[v].dtype.is_float() || g.values[v].quant.as_ref() == Some(&enc) {
+            continue;
+        }
+        let w = encoded_as(g, v, &enc, quantized_io, added, cache);
+        g.nodes[idx].inputs[k] = Some(w);
+    }
+    for &(_, o) in outs {
+        if g.values[o].quant.is_none() {
+            g.values[o].quant = Some(enc.clone());
+        }
+    }
+    g.nodes[idx].quantized = true;
+    true
+}
+
+/// Whether `n`, of [`Quant::FromInt`], casts an integer to one output with a non-negative
+/// per-tensor encoding.
+fn from_int(g: &Graph, n: &Node, outs: &[(usize, ValueId)]) -> bool {
+    let int_in = n.input(0).is_some_and(|x| g.values[x].dtype.is_int());
+    let enc = match outs {
+        [(_, o)] => g.values[*o].quant.as_ref(),
+        _ => None,
+    };
+    int_in && enc.is_some_and(|e| !e.is_per_axis() && e.offsets[0] >= 0)
+}
+
 /// Decides for every node whether it runs quantized (see the module docs). A graph without
 /// encodings is left as it is.
 pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
@@ -451,6 +510,8 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
     let mut added: Vec<Node> = Vec::new();
     // Dequantized copies shared by the float readers of a quantized value.
     let mut dequantized: Vec<(ValueId, ValueId)> = Vec::new();
+    // Inputs of `Quant::Shared` nodes converted to their node's encoding.
+    let mut shared: Encoded = Vec::new();
     for idx in 0..g.nodes.len() {
         let n = g.nodes[idx].clone();
         if is_internal(&n.op_type) {
@@ -478,6 +539,15 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
         if !any_q {
             continue;
         }
+        if matches!(def.quant, Quant::Shared)
+            && settle_shared(g, idx, &acts, &outs, quantized_io, &mut added, &mut shared)
+        {
+            continue;
+        }
+        if matches!(def.quant, Quant::FromInt) && from_int(g, &n, &outs) {
+            g.nodes[idx].quantized = true;
+            continue;
+        }
         let all_in = !acts.is_empty() && acts.iter().all(|&(_, v)| g.values[v].quant.is_some());
         let mut quantized = all_in && !matches!(def.quant, Quant::Float);
         if quantized {
@@ -499,6 +569,18 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
                     }
                 }
                 Quant::Fixed(fixed) => {
+                    // An output the model leaves unencoded (the Sigmoid inside SiLU, exported
+                    // as `x * Sigmoid(x)` from one quantized op) takes QNN's fixed encoding of
+                    // the input's storage, so that the op and its reader run quantized.
+                    let storage = g.values[acts[0].1].quant.as_ref().map(|e| e.storage);
+                    for &(_, o) in &outs {
+                        if let (None, Some((s, off))) =
+                            (&g.values[o].quant, storage.and_then(fixed))
+                        {
+                            let storage = storage.expect("checked");
+                            g.values[o].quant = Some(Encoding::per_tensor(storage, s, off));
+                        }
+                    }
                     quantized = outs.iter().all(|&(_, o)| g.values[o].quant.is_some());
                     for &(slot, o) in outs.iter().filter(|_| quantized) {
                         let e = g.values[o].quant.clone().expect("checked");
@@ -515,6 +597,10 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
                     quantized = outs.iter().all(|&(_, o)| g.values[o].quant.is_some());
                 }
                 Quant::Float => unreachable!("excluded above"),
+                // Not settled above: an input without an encoding.
+                Quant::Shared => quantized = false,
+                // A Cast of a float value.
+                Quant::FromInt => quantized = false,
             }
         }
         if quantized {
@@ -910,6 +996,34 @@ mod tests {
     }
 
     #[test]
+    fn a_no_op_cast_before_the_quantize_keeps_the_encoding_on_its_input() {
+        // What torch.export writes for a Softmax (`Cast(to=float)` of a float) quantized at 16
+        // bits, then at 8 bits for a MatMul reader below v73: the Cast goes and the Softmax
+        // writes the 16-bit value the Convert reads (it used to read an unencoded value).
+        let b = ModelBuilder::new(17).input("x", DType::F32, &[2, 4]);
+        let b = qdq(b, "x", "xd", 0.001, u16(32768))
+            .node("Softmax", &["xd"], &["p"], &[("axis", A::I(-1))])
+            .node("Cast", &["p"], &["c"], &[("to", A::I(1))]);
+        let b = qdq(b, "c", "c16", 1.0 / 65535.0, u16(0));
+        let b = qdq(b, "c16", "c8", 1.0 / 255.0, u8(0)).node("Relu", &["c8"], &["r"], &[]);
+        let p = lower(&qdq(b, "r", "y", 1.0 / 255.0, u8(0)).output("y"));
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            vec!["Quantize", "Softmax", "Convert", "Relu", "Dequantize"],
+            "{d}"
+        );
+        let softmax = p.ops.iter().find(|o| o.type_name == "Softmax").unwrap();
+        assert_eq!(
+            p.tensors[softmax.outputs[0]].quant,
+            Some(Encoding::per_tensor(DType::U16, 1.0 / 65535.0, 0)),
+            "{d}"
+        );
+        let convert = p.ops.iter().find(|o| o.type_name == "Convert").unwrap();
+        assert_eq!(convert.inputs[0], softmax.outputs[0], "{d}");
+    }
+
+    #[test]
     fn sixteen_bit_sigmoid_gets_qnns_fixed_encoding() {
         let b = ModelBuilder::new(17).input("x", DType::F32, &[4]);
         let b = qdq(b, "x", "xd", 0.001, u16(32768)).node("Sigmoid", &["xd"], &["s"], &[]);
@@ -920,6 +1034,121 @@ mod tests {
             Some(Encoding::per_tensor(DType::U16, 1.0 / 65536.0, 0))
         );
         assert!(p.op_types().contains(&"Convert"), "{}", p.dump());
+    }
+
+    #[test]
+    fn silus_sigmoid_without_an_encoding_takes_qnns_fixed_one() {
+        // SiLU quantized as one op exports as `x * Sigmoid(x)` with no QDQ between them: both
+        // run quantized (a v68 HTP has no float path), the Sigmoid at QNN's 16-bit encoding.
+        let b = ModelBuilder::new(17).input("x", DType::F32, &[4]);
+        let b = qdq(b, "x", "xd", 0.001, u16(32768))
+            .node("Sigmoid", &["xd"], &["s"], &[])
+            .node("Mul", &["xd", "s"], &["m"], &[]);
+        let p = lower(&qdq(b, "m", "y", 0.0005, u16(32768)).output("y"));
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            vec!["Quantize", "Sigmoid", "ElementWiseMultiply", "Dequantize"],
+            "{d}"
+        );
+        let sig = p.ops.iter().find(|o| o.type_name == "Sigmoid").unwrap();
+        assert_eq!(
+            p.tensors[sig.outputs[0]].quant,
+            Some(Encoding::per_tensor(DType::U16, 1.0 / 65536.0, 0)),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn where_and_comparisons_run_quantized_on_one_shared_encoding() {
+        // The KV-cache write of compiling/writes.py: a one-hot Where(eq, 1, 0) quantized by its
+        // reader, `hit = ReduceMax(onehot) > 0.5`, and Where(hit, new rows, cache) whose inputs
+        // have different encodings and whose output the model leaves unencoded (a Reshape
+        // reads it). Nothing computes in float.
+        let b = ModelBuilder::new(17)
+            .input("i", DType::I64, &[1, 1])
+            .input("c", DType::F32, &[3, 2])
+            .input("x", DType::F32, &[1, 2])
+            .init("ar", Tensor::from_i64(vec![3, 1], &[0, 1, 2]))
+            .init("one", Tensor::scalar_f32(1.0))
+            .init("zero", Tensor::scalar_f32(0.0))
+            .init("half", Tensor::scalar_f32(0.5))
+            .init("shape", Tensor::from_i64(vec![1], &[6]))
+            .node("Equal", &["ar", "i"], &["eq"], &[])
+            .node("Where", &["eq", "one", "zero"], &["oh"], &[]);
+        let b = qdq(b, "oh", "ohd", 1.0 / 255.0, u8(0))
+            .node(
+                "ReduceMax",
+                &["ohd"],
+                &["mx"],
+                &[("axes", A::Is(vec![1])), ("keepdims", A::I(1))],
+            )
+            .node("Greater", &["mx", "half"], &["hit"], &[]);
+        let b = qdq(b, "x", "xd", 0.01, u8(128)).node("MatMul", &["ohd", "xd"], &["new"], &[]);
+        let b = qdq(b, "new", "newd", 0.01, u8(128));
+        let b = qdq(b, "c", "cd", 0.02, u8(100))
+            .node("Where", &["hit", "newd", "cd"], &["w"], &[])
+            .node("Reshape", &["w", "shape"], &["r"], &[]);
+        let p = lower(&qdq(b, "r", "y", 0.01, u8(128)).output("y"));
+        let d = p.dump();
+        let types = p.op_types();
+        assert_eq!(
+            types.iter().filter(|t| **t == "Dequantize").count(),
+            1,
+            "only the output is dequantized: {d}"
+        );
+        assert_eq!(types.iter().filter(|t| **t == "Quantize").count(), 2, "{d}");
+        let new_enc = Encoding::per_tensor(DType::U8, 0.01, -128);
+        let selects: Vec<_> = p
+            .ops
+            .iter()
+            .filter(|o| o.type_name == "ElementWiseSelect")
+            .collect();
+        assert_eq!(selects.len(), 2, "{d}");
+        for t in &selects[0].inputs[1..] {
+            assert_eq!(
+                p.tensors[*t].quant,
+                Some(Encoding::per_tensor(DType::U8, 1.0 / 255.0, 0)),
+                "the one-hot's constants are stored in its encoding: {d}"
+            );
+        }
+        for t in selects[1].inputs[1..].iter().chain(&selects[1].outputs) {
+            assert_eq!(p.tensors[*t].quant, Some(new_enc.clone()), "{d}");
+        }
+        let gt = p
+            .ops
+            .iter()
+            .find(|o| o.type_name == "ElementWiseGreater")
+            .unwrap();
+        for t in &gt.inputs {
+            assert_eq!(p.tensors[*t].dtype, DType::U8, "{d}");
+        }
+        assert!(types.contains(&"Convert"), "the cache converted: {d}");
+    }
+
+    #[test]
+    fn a_raw_output_at_the_encoding_of_a_readers_pair_shares_its_convert() {
+        // The 8-bit KV cache's new rows below v73: a 16-bit value requantized to 8 bits for
+        // an 8-bit MatMul (a QDQ pair) and written raw at the same 8-bit encoding (a
+        // QuantizeLinear to a graph output). One Convert writes the output, the Relu reads it.
+        let b = ModelBuilder::new(17).input("x", DType::F32, &[4]);
+        let b = qdq(b, "x", "xa", 0.001, u16(32768));
+        let b = qdq(b, "xa", "xb", 0.01, u8(128))
+            .node("Relu", &["xb"], &["r"], &[])
+            .init("s8", Tensor::scalar_f32(0.01))
+            .init("z8", u8(128))
+            .node("QuantizeLinear", &["xa", "s8", "z8"], &["rows"], &[])
+            .output("rows");
+        let p = lower(&b.output_qdq("r"));
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            vec!["Quantize", "Convert", "Relu", "Dequantize"],
+            "{d}"
+        );
+        assert_eq!(p.outputs[0].host_dtype, DType::U8, "{d}");
+        let relu = p.ops.iter().find(|o| o.type_name == "Relu").unwrap();
+        assert_eq!(p.tensors[relu.inputs[0]].name, "rows", "{d}");
     }
 
     #[test]

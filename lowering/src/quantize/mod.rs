@@ -285,6 +285,9 @@ pub fn write_qdq(
                 Some(format!("{op} has no quantized lowering"))
             }
             (Some(Quant::Float), _) => None,
+            (Some(Quant::FromInt), _) if n.input.iter().any(|t| is_float_act(t)) => {
+                Some(format!("{op} of a float value has no quantized lowering"))
+            }
             _ => {
                 let missing: Vec<&str> = n
                     .input

@@ -158,7 +158,7 @@ const fn compare_op(op_type: &'static str, since: i64) -> OpDef {
         fold: Some(Fold::Values(fold_compare)),
         expand: None,
         lower: Some(binary),
-        quant: Quant::Float,
+        quant: Quant::Shared,
     }
 }
 
@@ -171,7 +171,7 @@ pub const WHERE: OpDef = OpDef {
     fold: Some(Fold::Values(fold_where)),
     expand: None,
     lower: Some(where_),
-    quant: Quant::Float,
+    quant: Quant::Shared,
 };
 
 pub const RECIPROCAL: OpDef = OpDef {
@@ -221,8 +221,17 @@ pub const OPS: &[OpDef] = &[
     unary_op("Ceil", 1),
     unary_op("Round", 11),
     unary_op("Sign", 9),
-    unary_op("Sin", 7),
-    unary_op("Cos", 7),
+    // Quantized on the model's encodings (RoPE's cos and sin of positions, which a v68 HTP has
+    // no float path for): within one 16-bit output step of float on the QCS6490 and SoC 60
+    // emulators (libQnnHtp 2.51) for inputs in [-4, 4].
+    OpDef {
+        quant: Quant::Direct,
+        ..unary_op("Sin", 7)
+    },
+    OpDef {
+        quant: Quant::Direct,
+        ..unary_op("Cos", 7)
+    },
     device_unary_op("Asin", 7),
     device_unary_op("Atan", 7),
     unary_op("Not", 1),
@@ -674,6 +683,33 @@ mod tests {
             lower(&b).op_types(),
             vec!["ElementWiseMaximum", "ElementWiseMaximum"]
         );
+    }
+
+    #[test]
+    fn cos_and_sin_of_quantized_values_run_quantized() {
+        let s = Tensor::scalar_f32(0.001);
+        let z = Tensor::from_i64_as(DType::U16, vec![], &[32768]);
+        let mut b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[4])
+            .init("s", s)
+            .init("z", z)
+            .node("QuantizeLinear", &["x", "s", "z"], &["xq"], &[])
+            .node("DequantizeLinear", &["xq", "s", "z"], &["xd"], &[]);
+        for op in ["Cos", "Sin"] {
+            let (o, q, d) = (op.to_lowercase(), format!("{op}_q"), format!("{op}_d"));
+            b = b
+                .node(op, &["xd"], &[&o], &[])
+                .node("QuantizeLinear", &[&o, "s", "z"], &[&q], &[])
+                .node("DequantizeLinear", &[&q, "s", "z"], &[&d], &[])
+                .output(&d);
+        }
+        let p = lower(&b);
+        let d = p.dump();
+        for op in ["ElementWiseCos", "ElementWiseSin"] {
+            let o = p.ops.iter().find(|o| o.type_name == op).unwrap();
+            assert!(p.tensors[o.inputs[0]].quant.is_some(), "{d}");
+            assert!(p.tensors[o.outputs[0]].quant.is_some(), "{d}");
+        }
     }
 
     #[test]

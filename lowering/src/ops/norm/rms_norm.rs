@@ -4,15 +4,21 @@
 //! HTP validates `axes` with exactly one value, so a normalisation over the last k > 1 axes
 //! runs on the input reshaped to `[..., product of those axes]`, with gamma flattened to match
 //! (broadcast first when it is constant; a dynamic gamma must have the full normalised shape).
+//! Quantized (`Weighted`, as LayerNorm): gamma UFIXED_POINT_8, beta int32 zeros with scale input
+//! scale × gamma scale. A v68 HTP (no float path) runs it so; on libQnnHtp 2.51's QCS6490 and
+//! SoC 60 emulators a 16-bit RmsNorm of [1, 7, 64] is within one output step of the float one.
 
+use qnnx_types::Encoding;
+
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::attr::norm_axis;
 use crate::ir::tensor::Tensor;
 use crate::ir::Node;
 use crate::ops::infer::same;
-use crate::ops::Quant;
 use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
-use crate::plan::Param;
+use crate::ops::{Quant, Weighted};
+use crate::plan::{Param, TensorId};
 use crate::qnn_names::{op, param};
 
 pub const RMS_NORMALIZATION: OpDef = OpDef {
@@ -24,8 +30,32 @@ pub const RMS_NORMALIZATION: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(rms_norm),
-    quant: Quant::Float,
+    quant: Quant::Weighted(Weighted {
+        weight: 1,
+        channel: None,
+        bias: None,
+        weight_storage: Some(DType::U8),
+        symmetric_u16: false,
+    }),
 };
+
+/// QNN's beta input, zeros of `n` elements: in a quantized graph int32 with scale input scale ×
+/// gamma scale and offset 0, as LayerNorm's derived bias (a float zero tensor derived per tensor
+/// would have no range).
+fn beta(cx: &mut LowerCx, node: &Node, dt: DType, shape: Vec<usize>) -> Result<TensorId> {
+    let n: usize = shape.iter().product();
+    let hint = format!("{}_beta", node.name);
+    if !node.quantized {
+        return cx.static_tensor(node, &hint, &Tensor::from_f64_as(dt, shape, &vec![0.0; n]));
+    }
+    let scale = match (cx.enc(node, 0), cx.enc(node, 1)) {
+        (Some(x), Some(g)) if !g.is_per_axis() => x.scales[0] * g.scales[0],
+        _ => 1.0,
+    };
+    let zeros = Tensor::from_f64_as(DType::F32, shape, &vec![0.0; n]);
+    let enc = Encoding::per_tensor(DType::I32, scale, 0);
+    cx.static_tensor_enc(node, &hint, &zeros, Some(enc))
+}
 
 pub fn rms_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let shape = cx.shape(node, 0);
@@ -36,15 +66,10 @@ pub fn rms_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     let x = cx.input(node, 0)?;
     let gamma = cx.input(node, 1)?;
     let dt = cx.dtype(node, 0);
-    let n: usize = gshape.iter().product();
-    let beta = cx.static_tensor(
-        node,
-        &format!("{}_beta", node.name),
-        &Tensor::from_f64_as(dt, gshape.clone(), &vec![0.0; n]),
-    )?;
     if axis + 1 < r {
         return rms_norm_flattened(cx, node, axis, eps);
     }
+    let beta = beta(cx, node, dt, gshape)?;
     let axes: Vec<u32> = (axis as u32..r as u32).collect();
     let y = cx.output(node, 0)?;
     cx.op(
@@ -97,11 +122,7 @@ fn rms_norm_flattened(cx: &mut LowerCx, node: &Node, axis: usize, eps: f32) -> R
         }
     };
     let dt = cx.dtype(node, 0);
-    let beta = cx.static_tensor(
-        node,
-        &format!("{}_beta", node.name),
-        &Tensor::from_f64_as(dt, vec![m], &vec![0.0; m]),
-    )?;
+    let beta = beta(cx, node, dt, vec![m])?;
     let mut flat_shape = shape[..axis].to_vec();
     flat_shape.push(m);
     let x = cx.input(node, 0)?;
@@ -146,6 +167,52 @@ mod tests {
             .output("y");
         let d = lower(&b).dump();
         assert!(d.contains("RmsNorm(x:f32[1, 3, 4], static w:f32[4], static ReduceMean_1_rmsnorm_beta:f32[4]) epsilon=0.000001f axes=u32[1]{2} -> y:f32[1, 3, 4]"), "{d}");
+    }
+
+    #[test]
+    fn a_quantized_rmsnorm_runs_quantized_with_an_8_bit_gamma() {
+        // QDQ only around the pattern (its inside float, as the annotator leaves an RMSNorm
+        // module): the fused RmsNorm runs on the 16-bit values, which a v68 HTP needs.
+        let s = |v: f32| Tensor::scalar_f32(v);
+        let u16 = |v: i64| Tensor::from_i64_as(DType::U16, vec![], &[v]);
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 4])
+            .init("xs", s(0.001))
+            .init("xz", u16(32768))
+            .init("ys", s(0.0001))
+            .init("yz", u16(32768))
+            .init("two", s(2.0))
+            .init("eps", s(1e-6))
+            .init(
+                "wq",
+                Tensor::from_i64_as(DType::U8, vec![4], &[10, 20, 30, 255]),
+            )
+            .init("ws", s(0.01))
+            .init("wz", Tensor::from_i64_as(DType::U8, vec![], &[0]))
+            .node("QuantizeLinear", &["x", "xs", "xz"], &["xq"], &[])
+            .node("DequantizeLinear", &["xq", "xs", "xz"], &["xd"], &[])
+            .node("DequantizeLinear", &["wq", "ws", "wz"], &["w"], &[])
+            .node("Pow", &["xd", "two"], &["sq"], &[])
+            .node("ReduceMean", &["sq"], &["ms"], &[("axes", A::Is(vec![-1]))])
+            .node("Add", &["ms", "eps"], &["a"], &[])
+            .node("Sqrt", &["a"], &["r"], &[])
+            .node("Reciprocal", &["r"], &["inv"], &[])
+            .node("Mul", &["xd", "inv"], &["n"], &[])
+            .node("Mul", &["n", "w"], &["m"], &[])
+            .node("QuantizeLinear", &["m", "ys", "yz"], &["mq"], &[])
+            .node("DequantizeLinear", &["mq", "ys", "yz"], &["y"], &[])
+            .output("y");
+        let p = lower(&b);
+        let d = p.dump();
+        assert_eq!(p.op_types(), ["Quantize", "RmsNorm", "Dequantize"], "{d}");
+        let rms = &p.ops[1];
+        let t = |k: usize| &p.tensors[rms.inputs[k]];
+        assert_eq!(t(0).dtype, DType::U16, "{d}");
+        assert_eq!(t(1).dtype, DType::U8, "{d}");
+        assert_eq!(t(2).dtype, DType::I32, "{d}");
+        let beta = t(2).quant.as_ref().unwrap();
+        assert!((beta.scales[0] - 0.001 * 0.01).abs() < 1e-9, "{d}");
+        assert_eq!(p.tensors[rms.outputs[0]].dtype, DType::U16, "{d}");
     }
 
     #[test]

@@ -30,8 +30,13 @@ def index_copy(buf: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tens
     ``index[j]``: ``onehot[i, j] = (i == index[j])``, and ``onehot @ src`` picks it exactly."""
     dim = dim % buf.dim()
     n = buf.shape[dim]
-    onehot = (torch.arange(n, dtype=index.dtype)[:, None] == index.reshape(1, -1)).to(buf.dtype)
-    hit = onehot.sum(dim=1) > 0
+    eq = torch.arange(n, dtype=index.dtype)[:, None] == index.reshape(1, -1)
+    # A Where of two constants and a max, not a Cast of the bool and a sum: in a quantized graph
+    # both run on integers (QNN ElementWiseSelect and ReduceMax), which a v68 HTP needs (it has
+    # no float path); its Cast and the sum's unencoded output would compute in float.
+    one, zero = torch.ones((), dtype=buf.dtype), torch.zeros((), dtype=buf.dtype)
+    onehot = torch.where(eq, one, zero)
+    hit = onehot.amax(dim=1) > 0.5
     if dim == buf.dim() - 2:
         # [.., L, X] -> [.., n, X] without transposes: the KV-cache layout [B, H, S, D], dim 2.
         return torch.where(hit.reshape(n, 1), torch.matmul(onehot, src.to(buf.dtype)), buf)

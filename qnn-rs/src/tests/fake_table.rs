@@ -1,6 +1,7 @@
 //! The safe layer against a hand-made function table: faults injected at chosen calls must
 //! come back as `ApiError`s naming the call, code, node and op, and handles must be freed.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
@@ -15,8 +16,13 @@ use crate::{
 };
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
-static CONTEXT_FREES: AtomicU32 = AtomicU32::new(0);
-static BACKEND_FREES: AtomicU32 = AtomicU32::new(0);
+thread_local! {
+    // Per test thread: the tests run in parallel and a free is called on the thread that drops
+    // the handle, so a test sees only its own frees (global counters raced: another test's
+    // backend freed between two reads failed missing_slot_is_not_provided_and_handles_are_freed).
+    static CONTEXT_FREES: Cell<u32> = const { Cell::new(0) };
+    static BACKEND_FREES: Cell<u32> = const { Cell::new(0) };
+}
 
 unsafe extern "C" fn log_create(_: qnn_sys::LogCallback, _: u32, out: *mut Handle) -> ErrorHandle {
     // SAFETY: out-pointer from the safe layer.
@@ -27,7 +33,7 @@ unsafe extern "C" fn free1(_: Handle) -> ErrorHandle {
     0
 }
 unsafe extern "C" fn backend_free(_: Handle) -> ErrorHandle {
-    BACKEND_FREES.fetch_add(1, SeqCst);
+    BACKEND_FREES.with(|c| c.set(c.get() + 1));
     0
 }
 unsafe extern "C" fn backend_create(
@@ -50,7 +56,7 @@ unsafe extern "C" fn context_create(
     0
 }
 unsafe extern "C" fn context_free(_: Handle, _: Handle) -> ErrorHandle {
-    CONTEXT_FREES.fetch_add(1, SeqCst);
+    CONTEXT_FREES.with(|c| c.set(c.get() + 1));
     0
 }
 unsafe extern "C" fn graph_create(
@@ -318,7 +324,8 @@ fn finalize_failure_carries_code_family_and_handle() {
 
 #[test]
 fn missing_slot_is_not_provided_and_handles_are_freed() {
-    let before = (CONTEXT_FREES.load(SeqCst), BACKEND_FREES.load(SeqCst));
+    let frees = || (CONTEXT_FREES.with(Cell::get), BACKEND_FREES.with(Cell::get));
+    let before = frees();
     let backend = fake_backend();
     let ctx = Context::new(&backend, None).unwrap();
     let err = backend.build_id().unwrap_err();
@@ -334,10 +341,9 @@ fn missing_slot_is_not_provided_and_handles_are_freed() {
     );
     drop(backend);
     // The context keeps the backend alive: nothing freed yet.
-    assert!(BACKEND_FREES.load(SeqCst) == before.1 || CONTEXT_FREES.load(SeqCst) > before.0);
+    assert_eq!(frees(), before);
     drop(ctx);
-    assert!(CONTEXT_FREES.load(SeqCst) > before.0);
-    assert!(BACKEND_FREES.load(SeqCst) > before.1);
+    assert_eq!(frees(), (before.0 + 1, before.1 + 1));
 }
 
 static CONTEXT_CONFIG: AtomicU32 = AtomicU32::new(u32::MAX);

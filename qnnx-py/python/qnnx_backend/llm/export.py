@@ -24,13 +24,12 @@ Supported families: Llama-style decoders (``llama``, ``mistral`` without a slidi
 
 from __future__ import annotations
 
+import io
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-
-from ..compiling.to_onnx import torchscript_bytes
 
 #: The attention mask's value where a query must not look: far below any attention score, and
 #: finite in fp16 (a row of -inf would be NaN after the softmax's max subtraction).
@@ -159,9 +158,23 @@ def onnx_bytes(step: DecoderStep) -> bytes:
     """``step`` as ONNX (opset 17, the TorchScript exporter: about ten times faster than
     dynamo's on these graphs), weights inside (a 135M-parameter model is 0.54 GB)."""
     names, outs = io_names(step.shape.layers)
+    # The TorchScript export as compiling/to_onnx.py's torchscript_bytes spells it, written out
+    # here: this module imports nothing from the package, so that the engine's Rust tests load it
+    # from its file without an installed qnnx_backend (tests/models/llm_tiny/gen.py).
+    buf = io.BytesIO()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return torchscript_bytes(step.eval(), step.example_inputs(), names, outs)
+        torch.onnx.export(
+            step.eval(),
+            step.example_inputs(),
+            buf,
+            dynamo=False,
+            opset_version=17,
+            input_names=names,
+            output_names=outs,
+            do_constant_folding=True,
+        )
+    return buf.getvalue()
 
 
 def run_eager(step: DecoderStep, *inputs: Any) -> tuple[torch.Tensor, ...]:

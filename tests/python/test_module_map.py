@@ -30,7 +30,8 @@ def modules(src):
     out = set()
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if "__pycache__" in rel:
+        # Caches tools leave in the tree (never in git): __pycache__, .mypy_cache, ...
+        if "__pycache__" in rel or any(part.startswith(".") for part in rel.split("/")):
             continue
         if path.is_dir():
             out.add(rel + "/")

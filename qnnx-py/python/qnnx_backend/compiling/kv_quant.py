@@ -28,14 +28,15 @@ class QuantizedCache:
         assert self.kv_plan is not None
         import onnx  # imported for its cost, as the exporter does
 
-        n_out = len(onnx.load_from_string(onnx_bytes).graph.output)
-        found = kv8.plan(self.kv_plan, list(tensor_idx), self.kv_roles, n_out)
+        # Parsed once (a whole decoder's QDQ model is hundreds of MB): counted, then edited.
+        model = onnx.load_from_string(onnx_bytes)
+        found = kv8.plan(self.kv_plan, list(tensor_idx), self.kv_roles, len(model.graph.output))
         encs = kv8.encodings(samples, [f[0] for f in found])
         self.kv8_caches = [kv8.CacheIO(t, a, r, p, d, encs[t]) for t, a, r, p, d in found]
-        line = kv8.describe(self.kv8_caches)
-        if line:
-            logger.info("qnn kv_cache: %s", line)
-        return kv8.rewrite(onnx_bytes, self.kv8_caches)
+        if not self.kv8_caches:
+            return onnx_bytes  # a prefill graph: its cache is made inside the graph
+        logger.info("qnn kv_cache: %s", kv8.describe(self.kv8_caches))
+        return kv8.rewrite(model, self.kv8_caches)
 
     def prefill_samples(self, args: Sequence[Any]) -> list:
         """A KV-cache graph's calibration samples: from one float prefill per calibration

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -108,13 +108,12 @@ def encodings(samples: Sequence[Sequence[torch.Tensor]], tensors: Sequence[int])
     return out
 
 
-def rewrite(onnx_bytes: bytes, caches: Sequence[CacheIO]) -> bytes:
-    """The QDQ model with each cache input raw uint8 (behind a DequantizeLinear) and each rows
-    output raw uint8 (after a QuantizeLinear), with the cache's encoding."""
-    import onnx
+def rewrite(model: Any, caches: Sequence[CacheIO]) -> bytes:
+    """The QDQ model (an ``onnx.ModelProto``, edited in place) with each cache input raw uint8
+    (behind a DequantizeLinear) and each rows output raw uint8 (after a QuantizeLinear), with
+    the cache's encoding."""
     from onnx import TensorProto, helper
 
-    model = onnx.load_from_string(onnx_bytes)
     g = model.graph
     new_nodes, inits = [], []
     for c in caches:
@@ -197,9 +196,7 @@ class Shadow:
             self.twins[c.arg].version = args[c.arg]._version
 
 
-def describe(caches: Sequence[CacheIO]) -> Optional[str]:
-    """A log line's worth: how many cache tensors, their encodings' ranges."""
-    if not caches:
-        return None
+def describe(caches: Sequence[CacheIO]) -> str:
+    """A log line's worth: how many cache tensors (at least one), their encodings' ranges."""
     ranges = [c.encoding.scale * (QMAX - QMIN) for c in caches]
     return f"{len(caches)} cache tensors at 8 bits (ranges {min(ranges):.3g} to {max(ranges):.3g})"

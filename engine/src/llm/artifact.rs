@@ -270,6 +270,20 @@ fn check_graph(dir: &Path, m: &Manifest, g: &GraphEntry, compiled: &Compiled) ->
         ));
     }
     for (i, o) in (3..e.inputs.len()).zip(1..) {
+        // The host copies the new rows' bytes into the cache as they are: a quantized cache
+        // (uint8 codes) is only right if both sides have one encoding.
+        let q_in = &e.graph.inputs()[e.input_slots[i]].quantization;
+        let q_out = &e.graph.outputs()[e.output_slots[o]].quantization;
+        if q_in != q_out {
+            return Err(bad(
+                dir,
+                format!(
+                    "{}: {} is encoded {q_in:?} but {} {q_out:?}: the new rows must have the \
+                     cache's encoding (rebuild the artifact)",
+                    g.file, e.inputs[i].onnx_name, e.outputs[o].onnx_name
+                ),
+            ));
+        }
         if e.inputs[i].host_dtype != e.outputs[o].host_dtype {
             return Err(bad(
                 dir,

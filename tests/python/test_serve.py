@@ -181,10 +181,11 @@ def test_a_client_killed_mid_stream_frees_the_npu(server, expected):
     assert max(out["npu_free_after_kill_ms"]) < 5000, out
 
 
-@pytest.mark.parametrize("grace, ending", [(30.0, "done"), (0.3, "error")])
-def test_sigterm_mid_request_ends_requests_cleanly_and_exits(artifact, grace, ending):
-    out = serve_load.sigterm_mid_request(qnnx_binary(), artifact, grace_s=grace, max_tokens=55, waiting=2)
+@pytest.mark.parametrize("grace, twice, ending", [(30.0, False, "done"), (0.3, False, "error"), (30.0, True, "error")])
+def test_sigterm_mid_request_ends_requests_cleanly_and_exits(artifact, grace, twice, ending):
+    out = serve_load.sigterm_mid_request(qnnx_binary(), artifact, grace_s=grace, max_tokens=55, waiting=2, twice=twice)
     assert out["exit_code"] == 0 and out["streaming_request"] == ending, out
+    assert out["exit_s"] < 20, out
     assert out["waiting_statuses"] == [503, 503] and out["waiting_codes"] == ["shutting_down"] * 2, out
 
 

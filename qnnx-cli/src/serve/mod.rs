@@ -67,7 +67,10 @@ fn seconds(flag: &str, s: f64) -> Result<Duration, Failure> {
 }
 
 /// Resolves on the first SIGTERM or Ctrl-C: closes the queue (503 to everything waiting) and
-/// gives the running request `grace` before stopping it; a second signal exits at once.
+/// gives the running request `grace` before stopping it (a second signal stops it at once).
+/// The process then exits normally: `exit()` from a signal task would run the QNN library's
+/// destructors under the worker's running execute (seen: the request failed with 6001, invalid
+/// graph handle).
 async fn shutdown_signal(queue: Arc<Queue>, grace: Duration) {
     let name = signal().await;
     let refused = queue.close();
@@ -78,13 +81,11 @@ async fn shutdown_signal(queue: Arc<Queue>, grace: Duration) {
     );
     let q = queue.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(grace).await;
+        tokio::select! {
+            _ = tokio::time::sleep(grace) => {}
+            name = signal() => tracing::warn!("{name} again: stopping the running request now"),
+        }
         q.cancel_running();
-    });
-    tokio::spawn(async move {
-        let name = signal().await;
-        tracing::warn!("{name} again: exiting now");
-        std::process::exit(1);
     });
 }
 

@@ -145,7 +145,9 @@ impl<E: std::fmt::Display> From<E> for Failure {
     }
 }
 
-fn init_logging(default: &str) {
+/// Logs to stderr; `timed` prefixes each line with the time (a server's log outlives the
+/// moment it is read).
+fn init_logging(default: &str, timed: bool) {
     // QNN's own log (target `qnn`) has harmless ERROR lines on every graph; errors that matter
     // reach us as return codes and are in our messages. QNNX_LOG takes the same syntax
     // (`warn,qnn=info`) to see more.
@@ -154,22 +156,24 @@ fn init_logging(default: &str) {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| default.parse().expect("valid default filter"));
     use tracing_subscriber::layer::SubscriberExt;
-    let subscriber = tracing_subscriber::registry().with(filter).with(
-        tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .without_time()
-            .with_target(false),
-    );
-    let _ = tracing::subscriber::set_global_default(subscriber);
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    let registry = tracing_subscriber::registry().with(filter);
+    let _ = if timed {
+        tracing::subscriber::set_global_default(registry.with(layer))
+    } else {
+        tracing::subscriber::set_global_default(registry.with(layer.without_time()))
+    };
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(match cli.command {
-        // A server logs each request (its timings) and what happens to it.
-        Command::Serve(_) => "warn,qnnx::serve=info,qnn=off,qnn::cache=warn",
-        _ => "warn,qnn=off,qnn::cache=warn",
-    });
+    match cli.command {
+        // A server logs each request (its timings) and what happens to it, with the time.
+        Command::Serve(_) => init_logging("warn,qnnx::serve=info,qnn=off,qnn::cache=warn", true),
+        _ => init_logging("warn,qnn=off,qnn::cache=warn", false),
+    }
     let result = match &cli.command {
         Command::Doctor => doctor::doctor(&cli),
         Command::Compile(args) if args.each => compile_each::compile_each(&cli, args),

@@ -11,7 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use qnnx_engine::llm::{Artifact, GenerateOptions, Generator, OpenOptions, Sampling};
+use qnnx_engine::llm::{
+    Artifact, Cancel, GenerateOptions, Generator, OpenOptions, Sampling, StopReason,
+};
 use qnnx_engine::{compile, saved, CompileOptions, Target};
 use qnnx_types::BackendKind;
 use serde_json::{json, Value};
@@ -197,7 +199,7 @@ fn a_seed_repeats_its_samples() {
                 top_p: 0.95,
                 seed,
             },
-            stop_strings: vec![],
+            ..Default::default()
         };
         Generator::new(art.clone())
             .generate(&prompt, &opts, &mut |_| true)
@@ -205,6 +207,83 @@ fn a_seed_repeats_its_samples() {
             .tokens
     };
     assert_eq!(run(3), run(3));
+}
+
+/// What `qnnx serve` relies on: one generator serves request after request with nothing of the
+/// last one left in its cache (not even masked rows), and a cancel or a deadline stops a
+/// generation before its next graph execute.
+#[test]
+fn generations_share_nothing_and_stop_when_cancelled_or_late() {
+    let Some((art, _)) = opened() else {
+        return;
+    };
+    let prompt = art.encode("the quick brown fox", true).unwrap();
+    let greedy = GenerateOptions {
+        max_new_tokens: 12,
+        ..Default::default()
+    };
+    let fresh = Generator::new(art.clone())
+        .generate(&prompt, &greedy, &mut |_| true)
+        .unwrap();
+    let mut g = Generator::new(art.clone());
+    let other = art
+        .encode("hello world, this is a tiny tokenizer for tests", true)
+        .unwrap();
+    let sampled = GenerateOptions {
+        max_new_tokens: 30,
+        sampling: Sampling {
+            temperature: 1.0,
+            seed: 5,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    g.generate(&other, &sampled, &mut |_| true).unwrap();
+    let again = g.generate(&prompt, &greedy, &mut |_| true).unwrap();
+    assert_eq!(again.tokens, fresh.tokens);
+    // Rows past the position are zero: the longer sequence before left nothing.
+    let (m, c) = (&art.manifest.model, art.cache_len());
+    for layer in 0..m.layers {
+        let (k, v) = g.cache(layer);
+        for t in [k, v] {
+            let row = m.head_dim * t.dtype.size();
+            for h in 0..m.kv_heads {
+                let rows = &t.data[(h * c + g.position()) * row..(h + 1) * c * row];
+                assert!(rows.iter().all(|&b| b == 0), "layer {layer} head {h}");
+            }
+        }
+    }
+
+    let cancel = Cancel::new();
+    cancel.cancel();
+    let opts = GenerateOptions {
+        cancel: Some(cancel),
+        ..greedy.clone()
+    };
+    let out = g.generate(&prompt, &opts, &mut |_| true).unwrap();
+    assert_eq!(out.stop, StopReason::Cancelled);
+    assert_eq!((out.tokens.len(), out.timings.prefill_chunks), (0, 0));
+    let late = GenerateOptions {
+        deadline: Some(std::time::Instant::now()),
+        ..greedy.clone()
+    };
+    let out = g.generate(&prompt, &late, &mut |_| true).unwrap();
+    assert_eq!((out.stop, out.tokens.len()), (StopReason::Deadline, 0));
+    // Cancelled from the callback's thread after the first piece of text: no step after it.
+    let cancel = Cancel::new();
+    let opts = GenerateOptions {
+        cancel: Some(cancel.clone()),
+        max_new_tokens: 40,
+        ..greedy.clone()
+    };
+    let out = g
+        .generate(&prompt, &opts, &mut |_| {
+            cancel.cancel();
+            true
+        })
+        .unwrap();
+    assert_eq!(out.stop, StopReason::Cancelled);
+    assert!(out.tokens.len() < 40 && out.timings.decode_steps + 1 == out.tokens.len());
 }
 
 #[test]

@@ -113,6 +113,7 @@ pub fn generate(cli: &Cli, args: &GenerateArgs) -> Result<ExitCode, Failure> {
         max_new_tokens: args.max_new_tokens,
         sampling,
         stop_strings: args.stop.clone(),
+        ..Default::default()
     };
     let mut g = Generator::new(art.clone());
     let stream = !cli.json;

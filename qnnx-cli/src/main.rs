@@ -22,6 +22,7 @@ mod progress;
 mod quantize;
 mod run;
 mod run_report;
+mod serve;
 mod target;
 
 use std::path::{Path, PathBuf};
@@ -93,6 +94,9 @@ enum Command {
     /// Generate text with an LLM artifact (`python -m qnnx_backend.llm build`): streamed to
     /// stdout, time to first token and tokens per second on stderr.
     Generate(generate::GenerateArgs),
+    /// Serve an LLM artifact over the OpenAI HTTP API (/v1/chat/completions, /v1/completions,
+    /// /v1/models, /health), one request at a time on the NPU with a bounded queue.
+    Serve(serve::ServeArgs),
     /// List, clear or prune the context-binary cache.
     Cache {
         #[command(subcommand)]
@@ -141,31 +145,35 @@ impl<E: std::fmt::Display> From<E> for Failure {
     }
 }
 
-fn init_logging() {
+/// Logs to stderr; `timed` prefixes each line with the time (a server's log outlives the
+/// moment it is read).
+fn init_logging(default: &str, timed: bool) {
     // QNN's own log (target `qnn`) has harmless ERROR lines on every graph; errors that matter
     // reach us as return codes and are in our messages. QNNX_LOG takes the same syntax
     // (`warn,qnn=info`) to see more.
     let filter: tracing_subscriber::filter::Targets = std::env::var("QNNX_LOG")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            "warn,qnn=off,qnn::cache=warn"
-                .parse()
-                .expect("valid default filter")
-        });
+        .unwrap_or_else(|| default.parse().expect("valid default filter"));
     use tracing_subscriber::layer::SubscriberExt;
-    let subscriber = tracing_subscriber::registry().with(filter).with(
-        tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .without_time()
-            .with_target(false),
-    );
-    let _ = tracing::subscriber::set_global_default(subscriber);
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    let registry = tracing_subscriber::registry().with(filter);
+    let _ = if timed {
+        tracing::subscriber::set_global_default(registry.with(layer))
+    } else {
+        tracing::subscriber::set_global_default(registry.with(layer.without_time()))
+    };
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    match cli.command {
+        // A server logs each request (its timings) and what happens to it, with the time.
+        Command::Serve(_) => init_logging("warn,qnnx::serve=info,qnn=off,qnn::cache=warn", true),
+        _ => init_logging("warn,qnn=off,qnn::cache=warn", false),
+    }
     let result = match &cli.command {
         Command::Doctor => doctor::doctor(&cli),
         Command::Compile(args) if args.each => compile_each::compile_each(&cli, args),
@@ -176,6 +184,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&cli, args),
         Command::Compare(args) => compare::compare_cmd(&cli, args),
         Command::Generate(args) => generate::generate(&cli, args),
+        Command::Serve(args) => serve::serve(&cli, args),
         Command::Quantize(args) => quantize::quantize(&cli, args),
         Command::Cache { action } => cache::cache(&cli, action),
     };

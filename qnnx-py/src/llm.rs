@@ -97,6 +97,7 @@ impl LlmArtifact {
                 seed,
             },
             stop_strings: stop,
+            ..Default::default()
         };
         let art = self.inner.clone();
         let mut raised: Option<PyErr> = None;

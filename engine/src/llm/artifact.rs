@@ -217,6 +217,21 @@ impl Artifact {
     pub fn cache_len(&self) -> usize {
         self.manifest.cache.length
     }
+
+    /// Whether a prompt of `prompt` tokens and `new_tokens` more fit the cache; the error says
+    /// by how much they do not and what to do. [`crate::llm::Generator::generate`] checks it
+    /// before any work; a server checks it before queueing the request.
+    pub fn check_fits(&self, prompt: usize, new_tokens: usize) -> Result<()> {
+        let c = self.cache_len();
+        if prompt + new_tokens > c {
+            return Err(Error::Input(format!(
+                "the prompt's {prompt} tokens plus {new_tokens} new tokens exceed the cache of \
+                 {c} positions: use a shorter prompt or fewer new tokens, or build the artifact \
+                 with a larger --cache-len"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Checks the graph's I/O against the manifest.

@@ -3,6 +3,7 @@
 //! writes only each step's new rows into the cache; [`Generator::generate`] adds sampling, stop
 //! tokens and strings, streaming and timings.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,8 +24,10 @@ pub enum StopReason {
     StopString(String),
     /// `max_new_tokens` tokens were made.
     MaxTokens,
-    /// The callback asked to stop.
+    /// The callback asked to stop, or [`GenerateOptions::cancel`] was cancelled.
     Cancelled,
+    /// [`GenerateOptions::deadline`] passed.
+    Deadline,
 }
 
 impl StopReason {
@@ -34,7 +37,26 @@ impl StopReason {
             StopReason::StopString(_) => "stop_string",
             StopReason::MaxTokens => "max_tokens",
             StopReason::Cancelled => "cancelled",
+            StopReason::Deadline => "deadline",
         }
+    }
+}
+
+/// Stops a generation from another thread: a server cancels the request whose client went
+/// away. [`Generator::generate`] looks at it before every graph execute (each prefill chunk and
+/// decode step), so it stops within one execute.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
     }
 }
 
@@ -45,6 +67,24 @@ pub struct GenerateOptions {
     pub sampling: Sampling,
     /// Generation stops before any of these strings; they are not part of the text.
     pub stop_strings: Vec<String>,
+    /// Generation stops ([`StopReason::Deadline`]) at the first graph execute after this.
+    pub deadline: Option<Instant>,
+    /// Generation stops ([`StopReason::Cancelled`]) at the first graph execute after this is
+    /// cancelled.
+    pub cancel: Option<Cancel>,
+}
+
+impl GenerateOptions {
+    /// Why generation must stop now, if it must.
+    fn interrupted(&self) -> Option<StopReason> {
+        if self.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+            return Some(StopReason::Cancelled);
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(StopReason::Deadline);
+        }
+        None
+    }
 }
 
 /// Where the time of one generation went.
@@ -158,6 +198,16 @@ impl Generator {
         self.pos = 0;
     }
 
+    /// Forgets the sequence and zeroes the cache: what follows runs exactly as on a new
+    /// generator, with nothing of the earlier sequence in the cache, not even masked rows (a
+    /// server's requests share one generator).
+    pub fn clear(&mut self) {
+        self.pos = 0;
+        for t in &mut self.state[3..] {
+            t.data.fill(0);
+        }
+    }
+
     /// The cache of layer `layer`: its key and value tensors `[1, kv_heads, cache_len,
     /// head_dim]`, rows `0..position()` valid. For callers that manage the cache themselves.
     pub fn cache(&self, layer: usize) -> (&HostTensor, &HostTensor) {
@@ -199,6 +249,17 @@ impl Generator {
     /// (the smallest that holds the rest, else the largest; a single token runs the decode
     /// graph), and returns the logits of its last token.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.prefill_until(tokens, &GenerateOptions::default())
+            .map(|r| r.expect("nothing interrupts without a deadline or cancel"))
+    }
+
+    /// [`Generator::prefill`] that stops before a chunk when `opts` says to (`Err` of the
+    /// reason, the position left after the chunks run).
+    fn prefill_until(
+        &mut self,
+        tokens: &[u32],
+        opts: &GenerateOptions,
+    ) -> Result<std::result::Result<Vec<f32>, StopReason>> {
         if tokens.is_empty() {
             return Err(Error::Input("the prompt has no tokens".into()));
         }
@@ -207,6 +268,9 @@ impl Generator {
         let mut rest = tokens;
         let mut logits = Vec::new();
         while !rest.is_empty() {
+            if let Some(why) = opts.interrupted() {
+                return Ok(Err(why));
+            }
             let graph = art
                 .prefill
                 .iter()
@@ -219,7 +283,7 @@ impl Generator {
             self.chunks += 1;
             rest = &rest[n..];
         }
-        Ok(logits)
+        Ok(Ok(logits))
     }
 
     /// Runs one token at the current position (the decode graph); returns its logits.
@@ -299,7 +363,9 @@ impl Generator {
     /// Prefills `prompt` (from position 0: the generator is reset) and generates up to
     /// `opts.max_new_tokens` tokens, calling `on_text` with each piece of new text as soon as it
     /// is complete (held back while it could be the start of a stop string); `on_text` returns
-    /// false to stop. Prompt plus new tokens beyond the cache is an error before any work.
+    /// false to stop. Prompt plus new tokens beyond the cache is an error before any work. The
+    /// cache is cleared first ([`Generator::clear`]): one generation never sees another's.
+    /// `opts.cancel` and `opts.deadline` stop it before the next graph execute.
     pub fn generate(
         &mut self,
         prompt: &[u32],
@@ -310,17 +376,9 @@ impl Generator {
         if prompt.is_empty() {
             return Err(Error::Input("the prompt is empty".into()));
         }
-        self.reset();
-        let c = self.artifact.cache_len();
-        if prompt.len() + opts.max_new_tokens > c {
-            return Err(Error::Input(format!(
-                "the prompt's {} tokens plus {} new tokens exceed the cache of {c} positions: use \
-                 a shorter prompt or fewer new tokens, or build the artifact with a larger \
-                 --cache-len",
-                prompt.len(),
-                opts.max_new_tokens
-            )));
-        }
+        self.artifact
+            .check_fits(prompt.len(), opts.max_new_tokens)?;
+        self.clear();
         let art = self.artifact.clone();
         let stops = &art.manifest.tokens.stop;
         let mut sampler = Sampler::new(opts.sampling);
@@ -331,15 +389,32 @@ impl Generator {
         self.execute_ms = 0.0;
         self.chunks = 0;
         let start = Instant::now();
-        let mut logits = self.prefill(prompt)?;
+        let prefilled = self.prefill_until(prompt, opts)?;
         timings.prefill_ms = start.elapsed().as_secs_f64() * 1e3;
         timings.prefill_chunks = self.chunks;
         let mut tokens: Vec<u32> = Vec::new();
         let mut text = TextStream::new(&opts.stop_strings);
         let mut stop = StopReason::MaxTokens;
         let mut decode_start = None;
+        let mut logits = match prefilled {
+            Ok(logits) => logits,
+            Err(why) => {
+                timings.execute_ms = self.execute_ms;
+                return Ok(Generation {
+                    prompt_tokens: prompt.to_vec(),
+                    tokens,
+                    text: String::new(),
+                    stop: why,
+                    timings,
+                });
+            }
+        };
         while tokens.len() < opts.max_new_tokens {
             if !tokens.is_empty() {
+                if let Some(why) = opts.interrupted() {
+                    stop = why;
+                    break;
+                }
                 logits = self.step(*tokens.last().expect("a token"))?;
                 timings.decode_steps += 1;
             }
@@ -364,7 +439,7 @@ impl Generator {
                 }
             }
         }
-        if stop != StopReason::Cancelled {
+        if !matches!(stop, StopReason::Cancelled | StopReason::Deadline) {
             if let Some(piece) = text.rest() {
                 on_text(piece);
             }

@@ -30,7 +30,7 @@ mod stream;
 
 pub use artifact::{Artifact, LoadedGraph, OpenOptions};
 pub use chat::{ChatTemplate, Message};
-pub use generate::{GenerateOptions, Generation, Generator, StopReason, Timings};
+pub use generate::{Cancel, GenerateOptions, Generation, Generator, StopReason, Timings};
 pub use manifest::{read_manifest, Manifest, FORMAT};
 pub use sample::{Sampler, Sampling};
 

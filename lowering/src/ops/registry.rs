@@ -241,6 +241,13 @@ impl OpDef {
     pub const fn with_quant(self, quant: Quant) -> OpDef {
         OpDef { quant, ..self }
     }
+
+    pub const fn with_expand(self, expand: Expander) -> OpDef {
+        OpDef {
+            expand: Some(expand),
+            ..self
+        }
+    }
 }
 
 /// The families, by name: an op's family is the folder of its file, `ops/<family>/`.

@@ -117,6 +117,21 @@ const fn device_unary_op(op_type: &'static str, since: i64) -> OpDef {
     }
 }
 
+/// `Pow(x, 2)` as `Mul(x, x)` (see the registry row); other exponents stay ElementWisePower.
+fn square(b: &mut crate::ir::builder::Builder, node: &Node) -> Result<bool> {
+    let (Some(x), Some(e), Some(y)) = (node.input(0), node.input(1), node.output(0)) else {
+        return Ok(false);
+    };
+    let two =
+        b.g.konst(e)
+            .is_some_and(|t| t.numel() == 1 && t.get_f64(0) == 2.0);
+    if !two || !b.g.dtype(x).is_float() {
+        return Ok(false);
+    }
+    b.op_to("Mul", &[x, x], vec![], &[y]);
+    Ok(true)
+}
+
 /// The entry of a two-input arithmetic [`BINARY`] row.
 const fn binary_op(op_type: &'static str, since: i64) -> OpDef {
     OpDef {
@@ -244,7 +259,12 @@ pub const OPS: &[OpDef] = &[
     binary_op("Sub", 1).with_quant(Quant::Direct),
     binary_op("Mul", 1).with_quant(Quant::Direct),
     binary_op("Div", 1).with_quant(Quant::Direct),
-    binary_op("Pow", 1),
+    // x^2 as x*x: QNN's ElementWisePower has no quantized form here (a float island, fp16 on
+    // SoC 60, where the square of a residual stream at 300 already overflows, and refused on
+    // v68), while ElementWiseMultiply runs on the quantized tensors at the Pow's own output
+    // encoding. An RMSNorm left unfused (its intermediates read elsewhere, as the per-layer
+    // report's outputs do) squared that way: measured on SmolLM2's 16a8w prefill graph.
+    binary_op("Pow", 1).with_expand(square),
     variadic_op("Max", 1).with_quant(Quant::Direct),
     variadic_op("Min", 1).with_quant(Quant::Direct),
     variadic_op("Sum", 1).with_quant(Quant::Direct),
@@ -603,6 +623,41 @@ mod tests {
     use crate::ir::tensor::Tensor;
     use crate::ops::test_util::lower;
     use crate::testing::ModelBuilder;
+
+    #[test]
+    fn a_quantized_square_is_a_multiply_not_a_float_island() {
+        // Pow(x, 2) read elsewhere (no RMSNorm fusion): ElementWiseMultiply of the quantized x
+        // by itself at the Pow's output encoding; another exponent stays ElementWisePower.
+        let s = |v: f32| Tensor::scalar_f32(v);
+        let u16 = |v: i64| Tensor::from_i64_as(DType::U16, vec![], &[v]);
+        let model = |exponent: f32| {
+            ModelBuilder::new(17)
+                .input("x", DType::F32, &[1, 4])
+                .init("xs", s(0.01))
+                .init("xz", u16(32768))
+                .init("ys", s(0.5))
+                .init("yz", u16(0))
+                .init("e", s(exponent))
+                .node("QuantizeLinear", &["x", "xs", "xz"], &["xq"], &[])
+                .node("DequantizeLinear", &["xq", "xs", "xz"], &["xd"], &[])
+                .node("Pow", &["xd", "e"], &["sq"], &[])
+                .node("QuantizeLinear", &["sq", "ys", "yz"], &["sqq"], &[])
+                .node("DequantizeLinear", &["sqq", "ys", "yz"], &["y"], &[])
+                .output("y")
+        };
+        let p = lower(&model(2.0));
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            ["Quantize", "ElementWiseMultiply", "Dequantize"],
+            "{d}"
+        );
+        let mul = &p.ops[1];
+        assert_eq!(mul.inputs[0], mul.inputs[1], "{d}");
+        assert_eq!(p.tensors[mul.outputs[0]].dtype, DType::U16, "{d}");
+        let p = lower(&model(3.0));
+        assert!(p.op_types().contains(&"ElementWisePower"), "{}", p.dump());
+    }
 
     #[test]
     fn integer_div_and_mod_semantics() {

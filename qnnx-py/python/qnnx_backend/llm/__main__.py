@@ -27,13 +27,44 @@ def main(argv: list[str] | None = None) -> int:
         help="per-graph: a context per graph, each with its weights (runs on the x86_64 emulator); one: "
         "every graph in one context; shared: one context with the weights stored once (devices only)",
     )
+    b.add_argument(
+        "--shards", type=int, default=1, help="split each graph into this many graphs of consecutive layers (default 1)"
+    )
+    b.add_argument(
+        "--jobs", type=int, default=1, help="graphs compiled at once, each in a child process (default 1)"
+    )
+    b.add_argument(
+        "--max-memory",
+        default=None,
+        help="memory the compiling children may use together, such as 12G (default 80%% of the available memory)",
+    )
+    b.add_argument(
+        "--cache",
+        default=None,
+        help="the context-binary cache folder: a graph compiled before, by a build that was killed too, is "
+        "loaded from it (default with --shards/--jobs: qnnx's cache folder)",
+    )
+    b.add_argument("--no-cache", action="store_true", help="compile every graph again")
+    b.add_argument("--opt-level", type=int, choices=(1, 2, 3), default=None, help="QNN's graph optimization level")
+    b.add_argument("--timings", action="store_true", help="print each stage's time and peak memory on stderr")
     args = p.parse_args(argv)
     from . import build  # torch and transformers: after the arguments parse
+    from .shards import parse_size
 
     try:
         prefill = [int(x) for x in args.prefill.split(",") if x.strip()]
     except ValueError:
         p.error(f"--prefill {args.prefill!r}: give token counts such as 32 or 32,128")
+    children: dict = {}
+    if args.shards != 1 or args.jobs != 1 or args.cache or args.opt_level or args.max_memory:
+        from .. import _native
+
+        try:
+            children["max_memory"] = parse_size(args.max_memory) if args.max_memory else None
+        except ValueError as e:
+            p.error(str(e))
+        cache = None if args.no_cache else (args.cache or _native.default_cache_dir())
+        children.update(shards=args.shards, jobs=args.jobs, cache_dir=cache, opt_level=args.opt_level)
     start = time.perf_counter()
     try:
         m = build.build(
@@ -45,10 +76,13 @@ def main(argv: list[str] | None = None) -> int:
             keep_onnx=args.keep_onnx,
             contexts=args.contexts,
             progress=lambda s: print(f"qnnx llm: {s}", file=sys.stderr, flush=True),
+            **children,
         )
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, build.shards_.ChildFailed) as e:
         print(f"qnnx llm: error: {e}", file=sys.stderr)
         return 1
+    if args.timings:
+        print(build.shards_.timings_text(m), file=sys.stderr)
     size = sum(f["size"] for f in m["files"].values())
     print(
         f"wrote {args.output}: {size / 1e6:.1f} MB, graphs "

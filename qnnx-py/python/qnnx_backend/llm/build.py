@@ -27,6 +27,7 @@ import torch
 
 from .. import _native
 from . import export
+from . import shards as shards_
 
 #: The manifest's ``format``; ``qnnx_engine::llm`` refuses another.
 FORMAT = "qnnx-llm/1"
@@ -96,6 +97,11 @@ def build_from(
     keep_onnx: bool = False,
     contexts: str = "per-graph",
     progress: Callable[[str], None] = lambda _: None,
+    shards: int = 1,
+    jobs: int = 1,
+    max_memory: Optional[int] = None,
+    cache_dir: Optional[str] = None,
+    opt_level: Optional[int] = None,
 ) -> dict:
     """Writes the artifact of ``model`` (a float32 Hugging Face decoder) and ``tokenizer`` (a
     fast tokenizer) to the folder ``output`` (replaced if it is an artifact, refused if it is
@@ -104,7 +110,14 @@ def build_from(
     ``contexts``: ``per-graph`` (a saved model per graph, each with its weights: what the x86_64
     emulator runs), ``one`` (every graph in one context of ``model.qnnx``, weights still per
     graph) or ``shared`` (one context with HTP weight sharing, weights stored once: only a
-    device library loads it)."""
+    device library loads it).
+
+    ``shards``, ``jobs``, ``max_memory``, ``cache_dir``, ``opt_level``: each graph split into
+    ``shards`` graphs of consecutive layers, compiled in child processes, up to ``jobs`` at once
+    within ``max_memory`` bytes (default 80% of the available memory), through the
+    context-binary cache ``cache_dir`` (a build killed midway resumes from the graphs it
+    finished), at QNN's graph optimization level ``opt_level`` (``shards.build_graphs``). Any of
+    them given, the build takes that path (``per-graph`` contexts only)."""
     if contexts not in CONTEXTS:
         raise ValueError(f"contexts {contexts!r}: one of {', '.join(CONTEXTS)}")
     shape = export.Shape.of(model)
@@ -126,6 +139,18 @@ def build_from(
     options = {"precision": "fp16", "soc_model": str(soc_model), "contexts": contexts}
     kinds = [("decode", 1)] + [("prefill", n) for n in buckets]
     graphs, pending, saved = [], [], None
+    in_children = shards > 1 or jobs > 1 or cache_dir is not None or opt_level is not None
+    figures = None
+    if in_children:
+        if contexts != "per-graph":
+            raise ValueError(f"shards, jobs, a cache or opt_level build per-graph contexts, not {contexts!r}")
+        if opt_level is not None:
+            options["opt_level"] = str(opt_level)
+        graphs, saved, figures = shards_.build_graphs(
+            model, tmp, kinds, cache_len, soc_model=soc_model, options=options, shards=shards, jobs=jobs,
+            max_memory=max_memory, cache_dir=cache_dir, opt_level=opt_level, keep_onnx=keep_onnx, progress=progress,
+        )  # fmt: skip
+        kinds = []
     for kind, tokens in kinds:
         name = "decode" if kind == "decode" else f"prefill-{tokens}"
         progress(f"exporting {name}")
@@ -180,6 +205,7 @@ def build_from(
         "attention_mask": {"kind": "additive", "masked": export.MASKED},
         "prefill_buckets": buckets,
         "contexts": contexts,
+        **({"shards": shards, "build": figures} if figures else {}),
         "graphs": graphs,
         "tokens": special_tokens(model, tokenizer),
         "tokenizer": "tokenizer.json",
@@ -204,8 +230,11 @@ def build(
     keep_onnx: bool = False,
     contexts: str = "per-graph",
     progress: Optional[Callable[[str], None]] = None,
+    **children: Any,
 ) -> dict:
-    """``build_from`` for a ``from_pretrained`` folder or GGUF file (``load_source``)."""
+    """``build_from`` for a ``from_pretrained`` folder or GGUF file (``load_source``);
+    ``children`` are ``build_from``'s ``shards``, ``jobs``, ``max_memory``, ``cache_dir`` and
+    ``opt_level``."""
     say = progress or (lambda _: None)
     say(f"loading {source}")
     model, tokenizer = load_source(source)
@@ -220,4 +249,5 @@ def build(
         keep_onnx=keep_onnx,
         contexts=contexts,
         progress=say,
+        **children,
     )

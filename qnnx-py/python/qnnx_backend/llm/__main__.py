@@ -4,6 +4,7 @@ the one command that makes an LLM artifact for ``qnnx generate`` (docs/llm.md)."
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -41,15 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument(
         "--cache",
         default=None,
-        help="the context-binary cache folder: a graph compiled before, by a build that was killed too, is "
-        "loaded from it (default with --shards/--jobs: qnnx's cache folder)",
+        help="where finished graphs are kept: a graph compiled before, by a build that was killed too, is "
+        "taken from it (default with --shards/--jobs: qnnx-llm-graphs beside qnnx's cache folder)",
     )
     b.add_argument("--no-cache", action="store_true", help="compile every graph again")
     b.add_argument("--opt-level", type=int, choices=(1, 2, 3), default=None, help="QNN's graph optimization level")
     b.add_argument("--timings", action="store_true", help="print each stage's time and peak memory on stderr")
+    b.add_argument("--json", action="store_true", help="print the build's figures as JSON on stdout, no progress")
     args = p.parse_args(argv)
     from . import build  # torch and transformers: after the arguments parse
-    from .shards import parse_size
+    from .shards import Progress, default_cache_dir, parse_size
 
     try:
         prefill = [int(x) for x in args.prefill.split(",") if x.strip()]
@@ -57,32 +59,42 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--prefill {args.prefill!r}: give token counts such as 32 or 32,128")
     children: dict = {}
     if args.shards != 1 or args.jobs != 1 or args.cache or args.opt_level or args.max_memory:
-        from .. import _native
-
         try:
             children["max_memory"] = parse_size(args.max_memory) if args.max_memory else None
         except ValueError as e:
             p.error(str(e))
-        cache = None if args.no_cache else (args.cache or _native.default_cache_dir())
+        cache = None if args.no_cache else (args.cache or default_cache_dir())
         children.update(shards=args.shards, jobs=args.jobs, cache_dir=cache, opt_level=args.opt_level)
     start = time.perf_counter()
+    say = Progress(sys.stderr, quiet=args.json)
     try:
-        m = build.build(
-            args.model,
+        say(f"loading {args.model}")
+        model, tokenizer = build.load_source(args.model)
+        load_s = time.perf_counter() - start
+        m = build.build_from(
+            model,
+            tokenizer,
             args.output,
             soc_model=args.soc,
             cache_len=args.cache_len,
             prefill=prefill,
+            source=args.model,
             keep_onnx=args.keep_onnx,
             contexts=args.contexts,
-            progress=lambda s: print(f"qnnx llm: {s}", file=sys.stderr, flush=True),
+            progress=say,
             **children,
         )
     except (ValueError, FileNotFoundError, FileExistsError, build.shards_.ChildFailed) as e:
+        say.close()
         print(f"qnnx llm: error: {e}", file=sys.stderr)
         return 1
+    say.close()
+    figures = build.shards_.timings(m, load_s, time.perf_counter() - start)
+    if args.json:
+        print(json.dumps(figures, indent=1))
+        return 0
     if args.timings:
-        print(build.shards_.timings_text(m), file=sys.stderr)
+        print(build.shards_.timings_text(figures), file=sys.stderr)
     size = sum(f["size"] for f in m["files"].values())
     print(
         f"wrote {args.output}: {size / 1e6:.1f} MB, graphs "

@@ -11,7 +11,7 @@ shards=N, jobs=J)``, docs/llm.md "Sharded, parallel and resumable builds").
   starts only while the estimated peak memory of those running plus its own fits ``max_memory``
   (``default_budget``: 80% of the machine's available memory); one always runs, however large.
   Exporting the next graph overlaps the children's finalizing.
-* **Resumable** (``GraphCache``): each graph's saved model is stored as soon as its child
+* **Resumable** (``buildcache.BuildCache``): each graph's saved model is stored as soon as its child
   finishes, under a key of its ONNX bytes and what it is compiled with (name, SoC, opt_level,
   QNN build, qnnx version), written to a temporary file and renamed, then its description with
   its sha256 (the commit mark); a build killed midway and run again exports every graph, finds
@@ -23,10 +23,10 @@ shards=N, jobs=J)``, docs/llm.md "Sharded, parallel and resumable builds").
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +37,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from ..buildcache import BuildCache, key_of, place
 from . import export
 
 #: A child's peak RSS is estimated as this times its ONNX size, plus ``CHILD_BASE``, until a
@@ -99,60 +100,14 @@ def default_cache_dir() -> Optional[str]:
     return str(Path(d).parent / "qnnx-llm-graphs") if d else None
 
 
-class GraphCache:
-    """Saved models of finished graphs, ``<dir>/<key[:2]>/<key>.qnnx`` and ``<key>.json`` (the
-    child's result with the file's size and sha256, written last)."""
+def graph_identity(soc_model: int, opt_level: Optional[int], options: dict) -> dict:
+    """What a graph's key covers besides its ONNX bytes and name."""
+    from .. import _native
 
-    def __init__(self, folder: str, identity: dict):
-        self.dir = Path(folder)
-        self.identity = identity
-
-    def key(self, onnx: bytes, name: str) -> str:
-        h = hashlib.sha256(onnx)
-        h.update(json.dumps({"graph_name": name, **self.identity}, sort_keys=True).encode())
-        return h.hexdigest()
-
-    def entry(self, key: str) -> Path:
-        return self.dir / key[:2] / f"{key}.qnnx"
-
-    def get(self, key: str, say: Callable[[str], None]) -> Optional[dict]:
-        """The entry's result if it is complete and intact, else ``None`` (a damaged one is
-        removed, with one line)."""
-        entry = self.entry(key)
-        meta = entry.with_suffix(".json")
-        if not meta.exists():
-            return None
-        try:
-            result = json.loads(meta.read_text())
-            ok = entry.stat().st_size == result["size"] and _sha256(entry) == result["sha256"]
-        except (OSError, ValueError, KeyError):
-            ok = False
-        if not ok:
-            say(f"cache entry {entry} is damaged or incomplete: compiling it again")
-            meta.unlink(missing_ok=True)
-            entry.unlink(missing_ok=True)
-            return None
-        return result
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _place(entry: Path, out: Path) -> None:
-    """The cache entry as the artifact's file: a hard link (the cache replaces entries by
-    rename, never in place), else a copy."""
-    out.unlink(missing_ok=True)
-    try:
-        os.link(entry, out)
-    except OSError:
-        import shutil
-
-        shutil.copyfile(entry, out)
+    return {
+        "soc_model": soc_model, "opt_level": opt_level, "options": options,
+        "qnn_build_id": _native.build_id("npu"), "qnnx_version": _native.versions().get("qnnx", "?"),
+    }  # fmt: skip
 
 
 def _die_with_parent() -> None:
@@ -168,6 +123,7 @@ class Job:
     onnx_bytes: int
     entry: dict
     cached: Optional[Path] = None
+    key: Optional[str] = None
     proc: Optional[subprocess.Popen] = None
     started: float = 0.0
     estimate: int = 0
@@ -193,6 +149,8 @@ class Pool:
         self.ratio = CHILD_RATIO
         self.measured = False
         self.hits: list[Job] = []
+        self.total = 0
+        self.cache_dir: Optional[str] = None
         self.waited_for_memory = 0
 
     def estimate(self, job: Job) -> int:
@@ -213,7 +171,7 @@ class Pool:
         if self.failed:
             return
         spec = {**self.options, "name": job.name, "onnx": str(job.onnx), "out": str(job.out)}
-        spec["entry"] = str(job.cached) if job.cached else None
+        spec["cache"] = {"dir": str(self.cache_dir), "key": job.key} if job.key else None
         spec["result"] = str(self.work / f"{job.name}.result.json")
         spec_path = self.work / f"{job.name}.job.json"
         spec_path.write_text(json.dumps(spec))
@@ -247,13 +205,13 @@ class Pool:
                 job.result["wall_s"] = round(wall, 2)
                 job.result["from_cache"] = False
                 if job.cached:
-                    _place(job.cached, job.out)
+                    place(job.cached, job.out)
                 rss = job.result["peak_rss"]
                 measured = (rss - CHILD_BASE) / max(job.onnx_bytes, 1)
                 self.ratio = max(self.ratio, measured) if self.measured else measured
                 self.measured = True
                 self.done.append(job)
-                self.say(f"{job.name}: finalized in {wall:.1f} s, peak RSS {rss / 1e9:.2f} GB")
+                self.say(f"[{len(self.done) + len(self.hits)}/{self.total}] {job.name}: finalized in {wall:.1f} s, peak RSS {rss / 1e9:.2f} GB")
                 job.onnx.unlink(missing_ok=True)
                 return
             if not block or not self.running:
@@ -304,13 +262,10 @@ def build_graphs(
     work.mkdir(exist_ok=True)
     child = {"soc_model": soc_model, "opt_level": opt_level, "options": options}
     pool = Pool(jobs, budget, child, work, progress)
-    cache = None
-    if cache_dir:
-        from .. import _native
-
-        identity = {"soc_model": soc_model, "opt_level": opt_level, "options": options}
-        identity.update(qnn_build_id=_native.build_id("npu"), qnnx_version=_native.versions().get("qnnx", "?"))
-        cache = GraphCache(cache_dir, identity)
+    pool.cache_dir = cache_dir
+    pool.total = len(kinds) * len(sp)
+    cache = BuildCache(cache_dir) if cache_dir else None
+    identity = graph_identity(soc_model, opt_level, options) if cache else {}
     started = time.perf_counter()
     export_s = 0.0
     entries: list[dict] = []
@@ -330,17 +285,17 @@ def build_graphs(
             job = Job(name, path, folder / f"{name}.qnnx", len(onnx), entry)
             entries.append(entry)
             if cache:
-                key = cache.key(onnx, name)
+                key = key_of(onnx, {"graph_name": name, **identity})
                 job.cached = cache.entry(key)
+                job.key = key
                 hit = cache.get(key, progress)
                 if hit is not None:
-                    _place(job.cached, job.out)
+                    place(job.cached, job.out)
                     job.result = {**hit, "from_cache": True, "wall_s": 0.0, "cache_key": key}
                     pool.hits.append(job)
-                    progress(f"{name}: in the cache ({job.cached})")
+                    progress(f"[{len(pool.done) + len(pool.hits)}/{pool.total}] {name}: in the cache ({job.cached})")
                     del onnx
                     continue
-                job.cached.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(onnx)
             del onnx
             pool.submit(job)
@@ -384,20 +339,78 @@ def build_graphs(
     return entries, saved, figures
 
 
-def timings_text(manifest: dict) -> str:
-    """Where a build's time went, one line per stage and graph (``--timings``)."""
-    lines = []
+def timings(manifest: dict, load_s: float, wall_s: float) -> dict:
+    """Where a build's time went (``--timings``, ``--json``): loading the model, each graph's
+    export and compile (with the child's stages: lowering, finalize, ...), and the rest
+    (tokenizer, hashing and writing the artifact), with peak RSS when children built it."""
+    graphs = []
+    b = manifest.get("build") or {}
     for g in manifest["graphs"]:
-        cached = " (from the cache)" if g.get("from_cache") else ""
-        lines.append(f"  {g['name']:<24} export {g.get('export_s', 0):7.2f} s  compile {g.get('compile_s', 0):7.2f} s{cached}")
-    b = manifest.get("build")
-    if b:
-        for name, c in b["children"].items():
-            stages = ", ".join(f"{k} {v / 1e3:.2f} s" for k, v in c["stages_ms"].items() if v >= 5)
-            lines.append(f"  {name:<24} child {c['wall_s']:7.2f} s, peak RSS {c['peak_rss'] / 1e9:.2f} GB: {stages}")
-        lines.append(
-            f"  graphs {b['graphs_s']:.2f} s wall ({b['jobs']} jobs, {b['shards']} shards), export {b['export_s']:.2f} s; "
-            f"peak RSS: this process {b['peak_rss_parent'] / 1e9:.2f} GB, largest child {b['peak_rss_child'] / 1e9:.2f} GB"
-        )
-    lines.append(f"  build {manifest.get('build_s', 0):.1f} s")
+        c = b.get("children", {}).get(g["name"], {})
+        graphs.append({
+            "name": g["name"], "export_s": g.get("export_s"), "compile_s": g.get("compile_s"),
+            "from_cache": g.get("from_cache", False), "child_peak_rss": c.get("peak_rss"),
+            "stages_s": {k: round(v / 1e3, 3) for k, v in c.get("stages_ms", {}).items()},
+        })  # fmt: skip
+    graphs_s = b.get("graphs_s") or sum((g["export_s"] or 0) + (g["compile_s"] or 0) for g in graphs)
+    return {
+        "wall_s": round(wall_s, 2),
+        "load_s": round(load_s, 2),
+        "graphs_s": round(graphs_s, 2),
+        "pack_s": round(max(manifest.get("build_s", 0) - graphs_s, 0), 2),
+        "graphs": graphs,
+        "shards": manifest.get("shards", 1),
+        "jobs": b.get("jobs", 1),
+        "peak_rss": b.get("peak_rss_parent", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),
+        "peak_rss_child": b.get("peak_rss_child"),
+    }
+
+
+def timings_text(t: dict) -> str:
+    """``timings`` as lines."""
+    lines = [f"  load the model {t['load_s']:8.2f} s"]
+    for g in t["graphs"]:
+        how = " (from the cache)" if g["from_cache"] else ""
+        stages = ", ".join(f"{k} {v:.2f} s" for k, v in g["stages_s"].items() if v >= 0.005)
+        rss = f", child peak RSS {g['child_peak_rss'] / 1e9:.2f} GB" if g["child_peak_rss"] else ""
+        lines.append(f"  {g['name']:<22} export {g['export_s'] or 0:7.2f} s, compile {g['compile_s'] or 0:7.2f} s{how}{rss}")
+        if stages:
+            lines.append(f"  {'':<22} {stages}")
+    lines.append(f"  graphs {t['graphs_s']:.2f} s wall ({t['shards']} shards, {t['jobs']} jobs); pack {t['pack_s']:.2f} s")
+    child = f", largest child {t['peak_rss_child'] / 1e9:.2f} GB" if t["peak_rss_child"] else ""
+    lines.append(f"  total {t['wall_s']:.2f} s; peak RSS {t['peak_rss'] / 1e9:.2f} GB{child}")
     return "timings:\n" + "\n".join(lines)
+
+
+class Progress:
+    """The build's progress on ``stream``: on a terminal one line rewritten in place (elapsed
+    time, graphs finished of all, the current stage), else a line per stage; nothing when
+    ``quiet`` (``--json``)."""
+
+    def __init__(self, stream: Any, quiet: bool = False):
+        self.stream, self.quiet = stream, quiet
+        self.tty = not quiet and hasattr(stream, "isatty") and stream.isatty()
+        self.start = time.perf_counter()
+        self.count = ""
+
+    def __call__(self, message: str) -> None:
+        if self.quiet:
+            return
+        if message.startswith("[") and "]" in message:
+            self.count, message = message[1:].split("] ", 1)
+        if not self.tty:
+            print(f"qnnx llm: {message}", file=self.stream, flush=True)
+            return
+        bar = ""
+        if self.count:
+            done, total = (int(x) for x in self.count.split("/"))
+            filled = 20 * done // max(total, 1)
+            bar = f"[{'#' * filled}{'.' * (20 - filled)}] {self.count} "
+        line = f"{time.perf_counter() - self.start:7.1f} s {bar}{message}"
+        self.stream.write("\r\x1b[K" + line[: shutil.get_terminal_size().columns - 1])
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()

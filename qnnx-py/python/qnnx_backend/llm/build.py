@@ -114,10 +114,10 @@ def build_from(
 
     ``shards``, ``jobs``, ``max_memory``, ``cache_dir``, ``opt_level``: each graph split into
     ``shards`` graphs of consecutive layers, compiled in child processes, up to ``jobs`` at once
-    within ``max_memory`` bytes (default 80% of the available memory), through the
-    context-binary cache ``cache_dir`` (a build killed midway resumes from the graphs it
-    finished), at QNN's graph optimization level ``opt_level`` (``shards.build_graphs``). Any of
-    them given, the build takes that path (``per-graph`` contexts only)."""
+    within ``max_memory`` bytes (default 80% of the available memory), keeping finished graphs
+    in the cache folder ``cache_dir`` (a build killed midway resumes from them), at QNN's graph
+    optimization level ``opt_level`` (``shards.build_graphs``, docs/building.md). Any of them
+    given, the build takes that path (``per-graph`` contexts only)."""
     if contexts not in CONTEXTS:
         raise ValueError(f"contexts {contexts!r}: one of {', '.join(CONTEXTS)}")
     shape = export.Shape.of(model)
@@ -139,7 +139,7 @@ def build_from(
     options = {"precision": "fp16", "soc_model": str(soc_model), "contexts": contexts}
     kinds = [("decode", 1)] + [("prefill", n) for n in buckets]
     graphs, pending, saved = [], [], None
-    in_children = shards > 1 or jobs > 1 or cache_dir is not None or opt_level is not None
+    in_children = shards > 1 or jobs > 1 or any(x is not None for x in (max_memory, cache_dir, opt_level))
     figures = None
     if in_children:
         if contexts != "per-graph":

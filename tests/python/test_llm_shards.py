@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
 import tiny_llm  # noqa: E402
-from test_llm_artifact import CACHE_LEN, NEW_TOKENS, PREFILL, generate_json  # noqa: E402
+from test_llm_artifact import CACHE_LEN, NEW_TOKENS, PREFILL, generate_json, qnnx  # noqa: E402
 
 from qnnx_backend.llm import shards  # noqa: E402
 
@@ -69,6 +69,9 @@ def test_the_manifest_holds_shards(sharded):
     }
     assert m["build"]["jobs"] == 2 and len(m["build"]["children"]) == 4
     assert all(c["peak_rss"] > 0 and not c["from_cache"] for c in m["build"]["children"].values())
+    r = qnnx("inspect", str(base / "art"))
+    assert r.returncode == 0 and "shards: 2 per step" in r.stdout, r.stdout + r.stderr
+    assert "graph prefill-16.shard1 (prefill, 16 tokens, layers 1 to 1)" in r.stdout
 
 
 @pytest.mark.htp
@@ -88,6 +91,16 @@ def test_sharded_generation_equals_unsharded_and_eager(sharded, tmp_path, prompt
     assert got["tokens"] == want["tokens"] and got["prefill_chunks"] == want["prefill_chunks"]
     eager = tiny_llm.eager_greedy(tiny_llm.model(), got["prompt_tokens"], NEW_TOKENS)
     assert got["tokens"] == eager[: len(got["tokens"])]
+
+
+@pytest.mark.htp
+def test_the_memory_budget_holds_children_back(tmp_path):
+    """Two jobs, but a budget below one child's estimate: one child at a time (one always runs)."""
+    m = build(tmp_path / "art", tmp_path / "cache", max_memory=1)
+    b = m["build"]
+    assert b["max_memory"] == 1 and b["waited_for_memory"] >= 1
+    spans = sorted(c["span_s"] for c in b["children"].values())
+    assert len(spans) == 4 and all(a[1] <= b_[0] + 0.1 for a, b_ in zip(spans, spans[1:])), spans
 
 
 def _children_of(marker: str) -> list[int]:

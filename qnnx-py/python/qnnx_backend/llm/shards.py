@@ -150,6 +150,7 @@ class Pool:
         self.failed: list[Job] = []
         self.ratio = CHILD_RATIO
         self.measured = False
+        self.t0 = time.perf_counter()
         self.hits: list[Job] = []
         self.total = 0
         self.cache_dir: Optional[str] = None
@@ -206,6 +207,7 @@ class Pool:
                 job.result = json.loads(result.read_text())
                 job.result["wall_s"] = round(wall, 2)
                 job.result["from_cache"] = False
+                job.result["span_s"] = [round(job.started - self.t0, 2), round(time.perf_counter() - self.t0, 2)]
                 if job.cached:
                     place(job.cached, job.out)
                 rss = job.result["peak_rss"]
@@ -330,7 +332,7 @@ def build_graphs(
         "export_s": round(export_s, 2),
         "graphs_s": round(time.perf_counter() - started, 2),
         "children": {
-            j.name: {k: j.result[k] for k in ("wall_s", "compile_s", "from_cache", "peak_rss", "stages_ms")}
+            j.name: {k: j.result.get(k) for k in ("wall_s", "span_s", "compile_s", "from_cache", "peak_rss", "stages_ms")}
             for j in pool.done + pool.hits
         },
         "cache": {j.name: str(j.cached) for j in pool.done + pool.hits if j.cached},

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--json", action="store_true", help="print the build's figures as JSON on stdout, no progress")
     args = p.parse_args(argv)
     from . import build  # torch and transformers: after the arguments parse
-    from .shards import Progress, default_cache_dir, parse_size
+    from .shards import default_cache_dir, parse_size
+    from .timings import Progress, timings, timings_text
 
     try:
         prefill = [int(x) for x in args.prefill.split(",") if x.strip()]
@@ -89,12 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"qnnx llm: error: {e}", file=sys.stderr)
         return 1
     say.close()
-    figures = build.shards_.timings(m, load_s, time.perf_counter() - start)
+    figures = timings(m, load_s, time.perf_counter() - start)
     if args.json:
         print(json.dumps(figures, indent=1))
         return 0
     if args.timings:
-        print(build.shards_.timings_text(figures), file=sys.stderr)
+        print(timings_text(figures), file=sys.stderr)
     size = sum(f["size"] for f in m["files"].values())
     print(
         f"wrote {args.output}: {size / 1e6:.1f} MB, graphs "

@@ -26,7 +26,6 @@ import ctypes
 import json
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -141,10 +140,20 @@ class Pool:
     """Child processes (``llm/finalize.py``), up to ``jobs`` at once within ``budget`` bytes of
     estimated peak memory."""
 
-    def __init__(self, jobs: int, budget: int, job_options: dict, work: Path, progress: Callable[[str], None]):
+    def __init__(
+        self,
+        jobs: int,
+        budget: int,
+        job_options: dict,
+        work: Path,
+        progress: Callable[[str], None],
+        total: int,
+        cache_dir: Optional[str],
+    ):
         if jobs < 1:
             raise ValueError(f"jobs {jobs}: give 1 or more")
         self.jobs, self.budget, self.options, self.work, self.say = jobs, budget, job_options, work, progress
+        self.total, self.cache_dir = total, cache_dir
         self.running: list[Job] = []
         self.done: list[Job] = []
         self.failed: list[Job] = []
@@ -152,8 +161,6 @@ class Pool:
         self.measured = False
         self.t0 = time.perf_counter()
         self.hits: list[Job] = []
-        self.total = 0
-        self.cache_dir: Optional[str] = None
         self.waited_for_memory = 0
 
     def estimate(self, job: Job) -> int:
@@ -216,7 +223,8 @@ class Pool:
                 self.measured = True
                 self.done.append(job)
                 self.say(f"[{len(self.done) + len(self.hits)}/{self.total}] {job.name}: finalized in {wall:.1f} s, peak RSS {rss / 1e9:.2f} GB")
-                job.onnx.unlink(missing_ok=True)
+                if job.onnx.parent == self.work:  # not a --keep-onnx graph
+                    job.onnx.unlink(missing_ok=True)
                 return
             if not block or not self.running:
                 return
@@ -227,10 +235,14 @@ class Pool:
             self._reap(block=True)
         if self.failed:
             first = self.failed[0]
+            resume = (
+                "graphs finished before it are in the cache, and building again resumes from them"
+                if self.cache_dir
+                else "with a cache (--cache) a build resumes from the graphs it finished"
+            )
             raise ChildFailed(
                 f"compiling {', '.join(j.name for j in self.failed)} failed in a child process "
-                f"(exit {first.result.get('returncode')}); graphs finished before it are in the cache, and "
-                f"building again resumes from them. {first.name}'s output:\n{first.result['error']}"
+                f"(exit {first.result.get('returncode')}); {resume}. {first.name}'s output:\n{first.result['error']}"
             )
 
 
@@ -265,9 +277,7 @@ def build_graphs(
     work = folder / ".work"
     work.mkdir(exist_ok=True)
     child = {"soc_model": soc_model, "opt_level": opt_level, "options": options}
-    pool = Pool(jobs, budget, child, work, progress)
-    pool.cache_dir = cache_dir
-    pool.total = len(kinds) * len(sp)
+    pool = Pool(jobs, budget, child, work, progress, total=len(kinds) * len(sp), cache_dir=cache_dir)
     cache = BuildCache(cache_dir) if cache_dir else None
     identity = graph_identity(soc_model, opt_level, options) if cache else {}
     started = time.perf_counter()
@@ -286,6 +296,8 @@ def build_graphs(
             entry["export_s"] = round(time.perf_counter() - t0, 2)
             export_s += entry["export_s"]
             path = (folder if keep_onnx else work) / f"{name}.onnx"
+            if keep_onnx:
+                path.write_bytes(onnx)
             job = Job(name, path, folder / f"{name}.qnnx", len(onnx), entry)
             entries.append(entry)
             if cache:
@@ -300,7 +312,8 @@ def build_graphs(
                     progress(f"[{len(pool.done) + len(pool.hits)}/{pool.total}] {name}: in the cache ({job.cached})")
                     del onnx
                     continue
-            path.write_bytes(onnx)
+            if not keep_onnx:
+                path.write_bytes(onnx)
             del onnx
             pool.submit(job)
             if pool.failed:
@@ -341,80 +354,3 @@ def build_graphs(
         "waited_for_memory": pool.waited_for_memory,
     }
     return entries, saved, figures
-
-
-def timings(manifest: dict, load_s: float, wall_s: float) -> dict:
-    """Where a build's time went (``--timings``, ``--json``): loading the model, each graph's
-    export and compile (with the child's stages: lowering, finalize, ...), and the rest
-    (tokenizer, hashing and writing the artifact), with peak RSS when children built it."""
-    graphs = []
-    b = manifest.get("build") or {}
-    for g in manifest["graphs"]:
-        c = b.get("children", {}).get(g["name"], {})
-        graphs.append({
-            "name": g["name"], "export_s": g.get("export_s"), "compile_s": g.get("compile_s"),
-            "from_cache": g.get("from_cache", False), "child_peak_rss": c.get("peak_rss"),
-            "stages_s": {k: round(v / 1e3, 3) for k, v in c.get("stages_ms", {}).items()},
-        })  # fmt: skip
-    graphs_s = b.get("graphs_s") or sum((g["export_s"] or 0) + (g["compile_s"] or 0) for g in graphs)
-    return {
-        "wall_s": round(wall_s, 2),
-        "load_s": round(load_s, 2),
-        "graphs_s": round(graphs_s, 2),
-        "pack_s": round(max(manifest.get("build_s", 0) - graphs_s, 0), 2),
-        "graphs": graphs,
-        "shards": manifest.get("shards", 1),
-        "jobs": b.get("jobs", 1),
-        "peak_rss": b.get("peak_rss_parent", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),
-        "peak_rss_child": b.get("peak_rss_child"),
-    }
-
-
-def timings_text(t: dict) -> str:
-    """``timings`` as lines."""
-    lines = [f"  load the model {t['load_s']:8.2f} s"]
-    for g in t["graphs"]:
-        how = " (from the cache)" if g["from_cache"] else ""
-        stages = ", ".join(f"{k} {v:.2f} s" for k, v in g["stages_s"].items() if v >= 0.005)
-        rss = f", child peak RSS {g['child_peak_rss'] / 1e9:.2f} GB" if g["child_peak_rss"] else ""
-        lines.append(f"  {g['name']:<22} export {g['export_s'] or 0:7.2f} s, compile {g['compile_s'] or 0:7.2f} s{how}{rss}")
-        if stages:
-            lines.append(f"  {'':<22} {stages}")
-    lines.append(f"  graphs {t['graphs_s']:.2f} s wall ({t['shards']} shards, {t['jobs']} jobs); pack {t['pack_s']:.2f} s")
-    child = f", largest child {t['peak_rss_child'] / 1e9:.2f} GB" if t["peak_rss_child"] else ""
-    lines.append(f"  total {t['wall_s']:.2f} s; peak RSS {t['peak_rss'] / 1e9:.2f} GB{child}")
-    return "timings:\n" + "\n".join(lines)
-
-
-class Progress:
-    """The build's progress on ``stream``: on a terminal one line rewritten in place (elapsed
-    time, graphs finished of all, the current stage), else a line per stage; nothing when
-    ``quiet`` (``--json``)."""
-
-    def __init__(self, stream: Any, quiet: bool = False):
-        self.stream, self.quiet = stream, quiet
-        self.tty = not quiet and hasattr(stream, "isatty") and stream.isatty()
-        self.start = time.perf_counter()
-        self.count = ""
-
-    def __call__(self, message: str) -> None:
-        if self.quiet:
-            return
-        if message.startswith("[") and "]" in message:
-            self.count, message = message[1:].split("] ", 1)
-        if not self.tty:
-            print(f"qnnx llm: {message}", file=self.stream, flush=True)
-            return
-        bar = ""
-        if self.count:
-            done, total = (int(x) for x in self.count.split("/"))
-            filled = 20 * done // max(total, 1)
-            bar = f"[{'#' * filled}{'.' * (20 - filled)}] {self.count} "
-        line = f"{time.perf_counter() - self.start:7.1f} s {bar}{message}"
-        self.stream.write("\r\x1b[K" + line[: shutil.get_terminal_size().columns - 1])
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()

@@ -57,25 +57,60 @@ fn sha256(path: &Path) -> String {
 /// this process; `None` without the parts or the HTP library.
 fn artifact() -> Option<&'static PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
+    DIR.get_or_init(|| assemble(false)).as_ref()
+}
+
+/// The same model as two shards of one layer each (`build --shards 2`).
+fn sharded_artifact() -> Option<&'static PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| assemble(true)).as_ref()
+}
+
+fn assemble(sharded: bool) -> Option<PathBuf> {
+    {
         let parts_dir = generated()?;
         htp()?;
         let parts: Value =
             serde_json::from_slice(&std::fs::read(parts_dir.join("parts.json")).expect("parts"))
                 .expect("parts.json");
         // One per process; earlier processes' are removed (they are rebuilt in a second).
-        for e in std::fs::read_dir(parts_dir).expect("list the parts").flatten() {
-            if e.file_name().to_string_lossy().starts_with("artifact-") {
+        let prefix = if sharded {
+            "artifact-sharded-"
+        } else {
+            "artifact-"
+        };
+        for e in std::fs::read_dir(parts_dir)
+            .expect("list the parts")
+            .flatten()
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(prefix) && (sharded || !name.starts_with("artifact-sharded-")) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }
-        let dir = parts_dir.join(format!("artifact-{}", std::process::id()));
+        let dir = parts_dir.join(format!("{prefix}{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create the artifact folder");
         let target = Target::host_default(BackendKind::Htp);
         let prefill = parts["prefill"].as_u64().unwrap();
         let mut graphs = Vec::new();
         let mut build = String::new();
-        for (name, kind, tokens) in [("decode".to_string(), "decode", 1), (format!("prefill-{prefill}"), "prefill", prefill)] {
+        let shards: &[Option<(usize, [usize; 2])>] = if sharded {
+            &[Some((0, [0, 1])), Some((1, [1, 2]))]
+        } else {
+            &[None]
+        };
+        let steps = [
+            ("decode".to_string(), "decode", 1),
+            (format!("prefill-{prefill}"), "prefill", prefill),
+        ];
+        for ((base, kind, tokens), shard) in steps
+            .iter()
+            .flat_map(|s| shards.iter().map(move |sh| (s, sh)))
+        {
+            let name = match shard {
+                Some((i, _)) => format!("{base}.shard{i}"),
+                None => base.clone(),
+            };
             let onnx = std::fs::read(parts_dir.join(format!("{name}.onnx"))).expect("onnx");
             let opts = CompileOptions {
                 name: name.clone(),
@@ -84,14 +119,24 @@ fn artifact() -> Option<&'static PathBuf> {
             };
             let compiled = compile(&target, &onnx, &opts, None).expect("compile");
             let file = format!("{name}.qnnx");
-            let saved = saved::save(&compiled, &dir.join(&file), Default::default(), Default::default())
-                .expect("save");
+            let saved = saved::save(
+                &compiled,
+                &dir.join(&file),
+                Default::default(),
+                Default::default(),
+            )
+            .expect("save");
             build = saved.qnn_build_id.clone();
             let g = &saved.graphs[0];
-            graphs.push(json!({
+            let mut entry = json!({
                 "name": name, "kind": kind, "tokens": tokens, "file": file,
                 "inputs": g.inputs, "outputs": g.outputs,
-            }));
+            });
+            if let Some((i, layers)) = shard {
+                entry["shard"] = json!(i);
+                entry["layers"] = json!(layers);
+            }
+            graphs.push(entry);
         }
         for f in ["tokenizer.json", "chat_template.jinja"] {
             std::fs::copy(parts_dir.join(f), dir.join(f)).expect("copy");
@@ -108,6 +153,7 @@ fn artifact() -> Option<&'static PathBuf> {
         let cache_dtype = graphs[0]["inputs"][3]["dtype"].clone();
         let manifest = json!({
             "format": qnnx_engine::llm::FORMAT,
+            "shards": shards.len(),
             "qnnx_version": env!("CARGO_PKG_VERSION"),
             "model": parts["model"],
             "precision": "fp16",
@@ -121,11 +167,13 @@ fn artifact() -> Option<&'static PathBuf> {
             "chat_template": "chat_template.jinja",
             "files": files,
         });
-        std::fs::write(dir.join("manifest.json"), serde_json::to_vec_pretty(&manifest).unwrap())
-            .expect("write manifest");
+        std::fs::write(
+            dir.join("manifest.json"),
+            serde_json::to_vec_pretty(&manifest).unwrap(),
+        )
+        .expect("write manifest");
         Some(dir)
-    })
-    .as_ref()
+    }
 }
 
 fn opened() -> Option<(Arc<Artifact>, serde_json::Value)> {
@@ -181,6 +229,53 @@ fn greedy_tokens_equal_eager_pytorch() {
         assert_eq!(pieces, got.text, "the streamed pieces make the text");
         assert_eq!(got.timings.prefill_chunks, prompt.len().div_ceil(16));
         assert_eq!(g.position(), prompt.len() + got.timings.decode_steps);
+    }
+}
+
+/// Generation through two shards (hidden states passed from one to the next, each shard's
+/// cache its own) gives the unsharded artifact's greedy tokens, and eager PyTorch's.
+#[test]
+fn sharded_generation_equals_the_unsharded_artifact() {
+    let Some((art, expected)) = opened() else {
+        return;
+    };
+    let sharded = Arc::new(
+        Artifact::open(sharded_artifact().expect("parts"), &OpenOptions::default())
+            .expect("open the sharded artifact"),
+    );
+    assert_eq!(sharded.decode.shards.len(), 2);
+    assert_eq!(sharded.prefill[0].shards.len(), 2);
+    let n = expected["new_tokens"].as_u64().unwrap() as usize;
+    let opts = GenerateOptions {
+        max_new_tokens: n,
+        ..Default::default()
+    };
+    for case in expected["cases"].as_array().unwrap() {
+        let prompt = ids(&case["prompt"]);
+        let mut whole = Generator::new(art.clone());
+        let mut parts = Generator::new(sharded.clone());
+        let want = whole.generate(&prompt, &opts, &mut |_| true).unwrap();
+        let got = parts.generate(&prompt, &opts, &mut |_| true).unwrap();
+        assert_eq!(got.tokens, want.tokens, "prompt {prompt:?}");
+        assert_eq!(
+            got.tokens[..],
+            ids(&case["greedy"])[..got.tokens.len()],
+            "eager's tokens"
+        );
+        assert_eq!(got.timings.prefill_chunks, want.timings.prefill_chunks);
+        // Each layer's cache is in its shard, with the rows the whole model wrote.
+        for layer in 0..2 {
+            let (k, _) = parts.cache(layer);
+            let (k_whole, _) = whole.cache(layer);
+            let (a, b) = (k.to_f32().unwrap(), k_whole.to_f32().unwrap());
+            let diff = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(diff < 1e-2, "layer {layer}: cache differs by {diff}");
+            assert!(a.iter().any(|&x| x != 0.0), "layer {layer}: empty cache");
+        }
     }
 }
 

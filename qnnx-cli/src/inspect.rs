@@ -125,9 +125,15 @@ fn inspect_llm(cli: &Cli, dir: &Path) -> Result<ExitCode, Failure> {
         if let Some(c) = &m.contexts {
             out += &format!("contexts: {c}\n");
         }
+        if let Some(n) = m.shards.filter(|&n| n > 1) {
+            out += &format!("shards: {n} per step, run one after another\n");
+        }
         for g in &m.graphs {
+            let layers = g
+                .layers
+                .map_or(String::new(), |[a, b]| format!(", layers {a} to {}", b - 1));
             out += &format!(
-                "graph {} ({}, {} tokens) in {}\n",
+                "graph {} ({}, {} tokens{layers}) in {}\n",
                 g.name, g.kind, g.tokens, g.file
             );
         }

@@ -16,7 +16,9 @@ use crate::target::{Target, TargetSpec};
 use qnnx_types::{BackendKind, DType};
 
 use super::chat::ChatTemplate;
-use super::manifest::{bad, input_names, output_names, read_manifest, GraphEntry, Manifest};
+use super::manifest::{
+    bad, read_manifest, shard_input_names, shard_output_names, GraphEntry, Manifest,
+};
 
 /// How [`Artifact::open`] checks the artifact against this machine.
 #[derive(Debug, Clone, Default)]
@@ -35,14 +37,23 @@ pub struct LoadedGraph {
     pub compiled: Compiled,
 }
 
+/// One step's graphs: the decode graph or a prefill bucket, as shards of consecutive layers
+/// run one after another (one shard unless the artifact was built with `--shards`).
+pub struct Stage {
+    /// Tokens per run.
+    pub tokens: usize,
+    /// The shards in layer order.
+    pub shards: Vec<LoadedGraph>,
+}
+
 /// An opened artifact: the manifest, the loaded graphs, the tokenizer and chat template.
 pub struct Artifact {
     pub dir: PathBuf,
     pub manifest: Manifest,
     /// The decode graph (1 token).
-    pub decode: LoadedGraph,
+    pub decode: Stage,
     /// Prefill graphs, shortest bucket first.
-    pub prefill: Vec<LoadedGraph>,
+    pub prefill: Vec<Stage>,
     pub tokenizer: tokenizers::Tokenizer,
     pub chat: Option<ChatTemplate>,
     /// Milliseconds [`Artifact::open`] took (checks, hashing, loading the graphs).
@@ -143,8 +154,8 @@ impl Artifact {
                 ),
             ));
         }
-        let mut decode = None;
-        let mut prefill = Vec::new();
+        let mut decode: Vec<LoadedGraph> = Vec::new();
+        let mut prefill: std::collections::BTreeMap<usize, Vec<LoadedGraph>> = Default::default();
         // Saved models by file: one per graph, or one holding every graph of one context.
         let mut files: std::collections::BTreeMap<&str, Vec<Compiled>> = Default::default();
         for g in &m.graphs {
@@ -178,13 +189,24 @@ impl Artifact {
                 compiled,
             };
             if g.kind == "decode" {
-                decode = Some(loaded);
+                decode.push(loaded);
             } else {
-                prefill.push(loaded);
+                prefill.entry(g.tokens).or_default().push(loaded);
             }
         }
-        prefill.sort_by_key(|g| g.entry.tokens);
-        let decode = decode.ok_or_else(|| bad(dir, "no decode graph"))?;
+        let layers = m.model.layers;
+        let stage = |tokens: usize, mut shards: Vec<LoadedGraph>| {
+            shards.sort_by_key(|g| g.entry.span(layers));
+            Stage { tokens, shards }
+        };
+        if decode.is_empty() {
+            return Err(bad(dir, "no decode graph"));
+        }
+        let decode = stage(1, decode);
+        let prefill = prefill
+            .into_iter()
+            .map(|(t, shards)| stage(t, shards))
+            .collect();
         Ok(Artifact {
             dir: dir.to_path_buf(),
             manifest: m,
@@ -238,19 +260,31 @@ impl Artifact {
 fn check_graph(dir: &Path, m: &Manifest, g: &GraphEntry, compiled: &Compiled) -> Result<()> {
     let e = &compiled.emitted;
     let (s, c, t) = (&m.model, m.cache.length, g.tokens);
+    let span = g.span(s.layers);
+    let (first, last) = (span.0 == 0, span.1 == s.layers);
     let cache_in = [1, s.kv_heads, c, s.head_dim];
     let cache_out = [1, s.kv_heads, t, s.head_dim];
+    let names_in = shard_input_names(s.layers, span);
+    let names_out = shard_output_names(s.layers, span);
+    let x_in = if first {
+        vec![1, t]
+    } else {
+        vec![1, t, s.hidden_size]
+    };
     let mut want_in: Vec<(&str, Vec<usize>)> = vec![
-        ("input_ids", vec![1, t]),
+        (&names_in[0], x_in),
         ("position_ids", vec![1, t]),
         ("attention_mask", vec![1, 1, t, c + t]),
     ];
-    let names_in = input_names(s.layers);
     for n in &names_in[3..] {
         want_in.push((n, cache_in.to_vec()));
     }
-    let names_out = output_names(s.layers);
-    let mut want_out: Vec<(&str, Vec<usize>)> = vec![("logits", vec![1, t, s.vocab_size])];
+    let x_out = if last {
+        vec![1, t, s.vocab_size]
+    } else {
+        vec![1, t, s.hidden_size]
+    };
+    let mut want_out: Vec<(&str, Vec<usize>)> = vec![(&names_out[0], x_out)];
     for n in &names_out[1..] {
         want_out.push((n, cache_out.to_vec()));
     }
@@ -271,16 +305,19 @@ fn check_graph(dir: &Path, m: &Manifest, g: &GraphEntry, compiled: &Compiled) ->
         ));
     }
     let dtype = |i: usize| e.inputs[i].host_dtype;
-    if dtype(0) != DType::I32 || dtype(1) != DType::I32 || dtype(2) != DType::F32 {
+    let x_dtype = if first { DType::I32 } else { DType::F32 };
+    if dtype(0) != x_dtype || dtype(1) != DType::I32 || dtype(2) != DType::F32 {
         return Err(bad(
             dir,
             format!(
-                "{}: input_ids, position_ids and attention_mask are {}, {}, {}; this qnnx feeds \
-                 i32, i32, f32",
+                "{}: {}, position_ids and attention_mask are {}, {}, {}; this qnnx feeds \
+                 {}, i32, f32",
                 g.file,
+                names_in[0],
                 dtype(0).name(),
                 dtype(1).name(),
-                dtype(2).name()
+                dtype(2).name(),
+                x_dtype.name()
             ),
         ));
     }
@@ -317,8 +354,9 @@ fn check_graph(dir: &Path, m: &Manifest, g: &GraphEntry, compiled: &Compiled) ->
         return Err(bad(
             dir,
             format!(
-                "{}: logits are {}; this qnnx reads f32",
+                "{}: {} are {}; this qnnx reads f32",
                 g.file,
+                names_out[0],
                 e.outputs[0].host_dtype.name()
             ),
         ));

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use qnnx_types::DType;
 
-use super::artifact::{Artifact, LoadedGraph};
+use super::artifact::{Artifact, LoadedGraph, Stage};
 use super::sample::{Sampler, Sampling};
 use super::stream::TextStream;
 use crate::error::{Error, Result};
@@ -139,9 +139,12 @@ pub struct Generation {
 /// graph; the x86_64 library was seen to tolerate concurrent ones, docs/qnn-notes.md).
 pub struct Generator {
     artifact: Arc<Artifact>,
-    /// The graph inputs in order: `input_ids`, `position_ids`, `attention_mask`, then the
-    /// cache (`past_key_<l>`, `past_value_<l>`), which stays here between steps.
-    state: Vec<HostTensor>,
+    /// Per shard, its graphs' inputs in order: `input_ids` (`hidden_in` after the first
+    /// shard), `position_ids`, `attention_mask`, then its layers' cache (`past_key_<l>`,
+    /// `past_value_<l>`), which stays here between steps.
+    state: Vec<Vec<HostTensor>>,
+    /// The first layer of each shard.
+    first_layer: Vec<usize>,
     pos: usize,
     /// Time inside `graphExecute` and prefill chunks run since the last `generate` began.
     execute_ms: f64,
@@ -161,23 +164,30 @@ impl Generator {
     pub fn new(artifact: Arc<Artifact>) -> Generator {
         let m = &artifact.manifest.model;
         let c = artifact.cache_len();
-        let mut state = vec![
-            i32_tensor(&[1, 1], &[0]),
-            i32_tensor(&[1, 1], &[0]),
-            HostTensor::from_f32(&[1, 1, 1, c + 1], &vec![0.0; c + 1]),
-        ];
-        for io in &artifact.decode.compiled.emitted.inputs[3..] {
-            let shape = vec![1, m.kv_heads, c, m.head_dim];
-            let bytes = shape.iter().product::<usize>() * io.host_dtype.size();
-            state.push(HostTensor {
-                dtype: io.host_dtype,
-                shape,
-                data: vec![0; bytes],
-            });
+        let mut states = Vec::new();
+        let mut first_layer = Vec::new();
+        for shard in &artifact.decode.shards {
+            let mut state = vec![
+                i32_tensor(&[1, 1], &[0]),
+                i32_tensor(&[1, 1], &[0]),
+                HostTensor::from_f32(&[1, 1, 1, c + 1], &vec![0.0; c + 1]),
+            ];
+            for io in &shard.compiled.emitted.inputs[3..] {
+                let shape = vec![1, m.kv_heads, c, m.head_dim];
+                let bytes = shape.iter().product::<usize>() * io.host_dtype.size();
+                state.push(HostTensor {
+                    dtype: io.host_dtype,
+                    shape,
+                    data: vec![0; bytes],
+                });
+            }
+            states.push(state);
+            first_layer.push(shard.entry.span(m.layers).0);
         }
         Generator {
             artifact,
-            state,
+            state: states,
+            first_layer,
             pos: 0,
             execute_ms: 0.0,
             chunks: 0,
@@ -211,13 +221,21 @@ impl Generator {
     /// The cache of layer `layer`: its key and value tensors `[1, kv_heads, cache_len,
     /// head_dim]`, rows `0..position()` valid. For callers that manage the cache themselves.
     pub fn cache(&self, layer: usize) -> (&HostTensor, &HostTensor) {
-        (&self.state[3 + 2 * layer], &self.state[4 + 2 * layer])
+        let (s, l) = self.shard_of(layer);
+        (&self.state[s][3 + 2 * l], &self.state[s][4 + 2 * l])
+    }
+
+    /// The shard holding `layer`, and the layer's index within it.
+    fn shard_of(&self, layer: usize) -> (usize, usize) {
+        let s = self.first_layer.partition_point(|&f| f <= layer) - 1;
+        (s, layer - self.first_layer[s])
     }
 
     /// Mutable [`Generator::cache`]; with [`Generator::set_position`] a caller can restore a
     /// saved cache.
     pub fn cache_mut(&mut self, layer: usize) -> (&mut HostTensor, &mut HostTensor) {
-        let (k, v) = self.state[3 + 2 * layer..5 + 2 * layer].split_at_mut(1);
+        let (s, l) = self.shard_of(layer);
+        let (k, v) = self.state[s][3 + 2 * l..5 + 2 * l].split_at_mut(1);
         (&mut k[0], &mut v[0])
     }
 
@@ -274,11 +292,11 @@ impl Generator {
             let graph = art
                 .prefill
                 .iter()
-                .find(|g| g.entry.tokens >= rest.len())
+                .find(|g| g.tokens >= rest.len())
                 .or(art.prefill.last())
                 .filter(|_| rest.len() > 1)
                 .unwrap_or(&art.decode);
-            let n = rest.len().min(graph.entry.tokens);
+            let n = rest.len().min(graph.tokens);
             logits = self.run(graph, &rest[..n])?;
             self.chunks += 1;
             rest = &rest[n..];
@@ -293,11 +311,14 @@ impl Generator {
         self.run(&art.decode, &[token])
     }
 
-    /// Runs `tokens` (at most the graph's length; the rest is padding) at the current position,
-    /// writes their K/V rows into the cache, advances, and returns the last real token's logits.
-    fn run(&mut self, graph: &LoadedGraph, tokens: &[u32]) -> Result<Vec<f32>> {
-        let m = &self.artifact.manifest;
-        let (t, n, c, p0) = (graph.entry.tokens, tokens.len(), m.cache.length, self.pos);
+    /// Runs `tokens` (at most the stage's length; the rest is padding) at the current position
+    /// through the stage's shards in order (each shard's output is the next one's `hidden_in`),
+    /// writes their K/V rows into each shard's cache, advances, and returns the last real
+    /// token's logits.
+    fn run(&mut self, stage: &Stage, tokens: &[u32]) -> Result<Vec<f32>> {
+        let art = self.artifact.clone();
+        let m = &art.manifest;
+        let (t, n, c, p0) = (stage.tokens, tokens.len(), m.cache.length, self.pos);
         let vocab = m.model.vocab_size;
         if let Some(&bad) = tokens.iter().find(|&&x| x as usize >= vocab) {
             return Err(Error::Input(format!(
@@ -316,12 +337,33 @@ impl Generator {
             row[..p0].fill(0.0);
             row[c..=c + i].fill(0.0);
         }
-        self.state[0] = i32_tensor(&[1, t], &ids);
-        self.state[1] = i32_tensor(&[1, t], &pos);
-        self.state[2] = HostTensor::from_f32(&[1, 1, t, c + t], &mask);
+        let mut x = i32_tensor(&[1, t], &ids);
+        let pos = i32_tensor(&[1, t], &pos);
+        let mask = HostTensor::from_f32(&[1, 1, t, c + t], &mask);
+        for (s, shard) in stage.shards.iter().enumerate() {
+            self.state[s][0] = x;
+            self.state[s][1] = pos.clone();
+            self.state[s][2] = mask.clone();
+            let mut outs = self.run_shard(s, shard, n)?;
+            x = outs.swap_remove(0);
+        }
+        self.pos += n;
+        let logits = x
+            .to_f32()
+            .ok_or_else(|| Error::Input("the logits are not f32".into()))?;
+        Ok(logits[(n - 1) * vocab..n * vocab].to_vec())
+    }
+
+    /// Runs shard `s` on its inputs in `state[s]`, writes the first `n` new K/V rows into its
+    /// cache at the current position, and returns its outputs (its first, the logits or hidden
+    /// states, among them).
+    fn run_shard(&mut self, s: usize, graph: &LoadedGraph, n: usize) -> Result<Vec<HostTensor>> {
+        let art = self.artifact.clone();
+        let m = &art.manifest;
+        let (t, c, p0) = (graph.entry.tokens, m.cache.length, self.pos);
         let e = &graph.compiled.emitted;
         let outs = {
-            let converted = e.graph_inputs(&self.state)?;
+            let converted = e.graph_inputs(&self.state[s])?;
             let ins: Vec<qnn::Input> = converted
                 .iter()
                 .map(|(d, b)| qnn::Input::from_bytes(*d, b))
@@ -346,18 +388,14 @@ impl Generator {
             e.host_outputs(bufs)
         };
         let (kv, hd) = (m.model.kv_heads, m.model.head_dim);
-        for (slot, new) in self.state[3..].iter_mut().zip(&outs[1..]) {
+        for (slot, new) in self.state[s][3..].iter_mut().zip(&outs[1..]) {
             let row = hd * slot.dtype.size();
             for h in 0..kv {
                 let src = &new.data[h * t * row..][..n * row];
                 slot.data[(h * c + p0) * row..][..n * row].copy_from_slice(src);
             }
         }
-        self.pos += n;
-        let logits = outs[0]
-            .to_f32()
-            .ok_or_else(|| Error::Input("the logits are not f32".into()))?;
-        Ok(logits[(n - 1) * vocab..n * vocab].to_vec())
+        Ok(outs)
     }
 
     /// Prefills `prompt` (from position 0: the generator is reset) and generates up to

@@ -64,7 +64,8 @@ pub struct IoEntry {
     pub encoding: serde_json::Value,
 }
 
-/// One graph: `decode` (1 token) or a `prefill` bucket of `tokens` tokens.
+/// One graph: `decode` (1 token) or a `prefill` bucket of `tokens` tokens; in a sharded
+/// artifact, shard `shard` of it, running layers `layers[0]..layers[1]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GraphEntry {
     pub name: String,
@@ -73,6 +74,17 @@ pub struct GraphEntry {
     pub file: String,
     pub inputs: Vec<IoEntry>,
     pub outputs: Vec<IoEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<[usize; 2]>,
+}
+
+impl GraphEntry {
+    /// The layers this graph runs, of a model of `layers` layers: all of them unless sharded.
+    pub fn span(&self, layers: usize) -> (usize, usize) {
+        self.layers.map_or((0, layers), |[a, b]| (a, b))
+    }
 }
 
 /// Special tokens: generation stops at any of `stop`.
@@ -114,6 +126,12 @@ pub struct Manifest {
     /// `shared` (one context with HTP weight sharing: devices only).
     #[serde(default)]
     pub contexts: Option<String>,
+    /// Graphs per decode or prefill step (each a span of layers), 1 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<usize>,
+    /// What the build measured (stage times, peak memory), when it ran in child processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<serde_json::Value>,
 }
 
 pub(super) fn bad(dir: &Path, what: impl std::fmt::Display) -> Error {
@@ -122,20 +140,41 @@ pub(super) fn bad(dir: &Path, what: impl std::fmt::Display) -> Error {
 
 /// The graph input names in order, as `qnnx_backend/llm/export.py` writes them.
 pub fn input_names(layers: usize) -> Vec<String> {
-    let mut v: Vec<String> = ["input_ids", "position_ids", "attention_mask"]
+    shard_input_names(layers, (0, layers))
+}
+
+/// The graph output names in order.
+pub fn output_names(layers: usize) -> Vec<String> {
+    shard_output_names(layers, (0, layers))
+}
+
+/// The input names of the shard running layers `span.0..span.1` of `layers`: `hidden_in`
+/// instead of `input_ids` after the first shard, its layers' cache.
+pub fn shard_input_names(layers: usize, span: (usize, usize)) -> Vec<String> {
+    let first = if span.0 == 0 {
+        "input_ids"
+    } else {
+        "hidden_in"
+    };
+    let mut v: Vec<String> = [first, "position_ids", "attention_mask"]
         .map(String::from)
         .to_vec();
-    for l in 0..layers {
+    for l in span.0..span.1.min(layers) {
         v.push(format!("past_key_{l}"));
         v.push(format!("past_value_{l}"));
     }
     v
 }
 
-/// The graph output names in order.
-pub fn output_names(layers: usize) -> Vec<String> {
-    let mut v = vec!["logits".to_string()];
-    for l in 0..layers {
+/// The output names of that shard: `hidden_out` instead of `logits` before the last shard.
+pub fn shard_output_names(layers: usize, span: (usize, usize)) -> Vec<String> {
+    let first = if span.1 == layers {
+        "logits"
+    } else {
+        "hidden_out"
+    };
+    let mut v = vec![first.to_string()];
+    for l in span.0..span.1.min(layers) {
         v.push(format!("new_key_{l}"));
         v.push(format!("new_value_{l}"));
     }
@@ -272,10 +311,29 @@ fn check_structure(dir: &Path, m: &Manifest) -> Result<()> {
             ),
         ));
     }
-    let (ins, outs) = (input_names(s.layers), output_names(s.layers));
     let mut decode = 0;
+    // Each step's shards, in order: (kind, tokens) -> spans; every step is split alike.
+    let mut steps: BTreeMap<(&str, usize), Vec<(usize, usize)>> = BTreeMap::new();
     for g in &m.graphs {
         listed(&g.file)?;
+        let span = g.span(s.layers);
+        if span.0 >= span.1 || span.1 > s.layers {
+            return Err(bad(
+                dir,
+                format!(
+                    "graph {}: layers {}..{} of a model of {} layers",
+                    g.name, span.0, span.1, s.layers
+                ),
+            ));
+        }
+        steps
+            .entry((g.kind.as_str(), g.tokens))
+            .or_default()
+            .push(span);
+        let (ins, outs) = (
+            shard_input_names(s.layers, span),
+            shard_output_names(s.layers, span),
+        );
         let names = |v: &[IoEntry]| v.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
         if names(&g.inputs) != ins || names(&g.outputs) != outs {
             return Err(bad(
@@ -289,7 +347,8 @@ fn check_structure(dir: &Path, m: &Manifest) -> Result<()> {
             ));
         }
         match (g.kind.as_str(), g.tokens) {
-            ("decode", 1) => decode += 1,
+            ("decode", 1) if span.0 == 0 => decode += 1,
+            ("decode", 1) => {}
             ("prefill", n) if n >= 2 && n < m.cache.length => {}
             (k, n) => {
                 return Err(bad(
@@ -308,5 +367,199 @@ fn check_structure(dir: &Path, m: &Manifest) -> Result<()> {
             format!("{decode} decode graphs; an artifact has one"),
         ));
     }
+    for spans in steps.values_mut() {
+        spans.sort_unstable();
+    }
+    let mut shapes = steps.iter().map(|(step, spans)| {
+        let mut covered = 0;
+        for &(a, b) in spans {
+            if a != covered {
+                return Err(bad(
+                    dir,
+                    format!(
+                        "the {} graph of {} tokens: shard of layers {a}..{b} after layer {covered}; \
+                         shards must cover the layers in order",
+                        step.0, step.1
+                    ),
+                ));
+            }
+            covered = b;
+        }
+        if covered != s.layers {
+            return Err(bad(
+                dir,
+                format!(
+                    "the {} graph of {} tokens: its shards end at layer {covered} of {}",
+                    step.0, step.1, s.layers
+                ),
+            ));
+        }
+        Ok(spans)
+    });
+    if let Some(first) = shapes.next() {
+        let first = first?;
+        for other in shapes {
+            if other? != first {
+                return Err(bad(
+                    dir,
+                    "the decode and prefill graphs are sharded at different layers; every step \
+                     must be split alike (each shard's cache serves them all)",
+                ));
+            }
+        }
+    }
+    if m.shards.unwrap_or(1) != steps.values().next().map_or(1, Vec::len) {
+        return Err(bad(
+            dir,
+            format!(
+                "the manifest says {} shards but lists {} per step",
+                m.shards.unwrap_or(1),
+                steps.values().next().map_or(1, Vec::len)
+            ),
+        ));
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(names: Vec<String>) -> Vec<IoEntry> {
+        names
+            .into_iter()
+            .map(|name| IoEntry {
+                name,
+                dtype: "f32".into(),
+                dims: vec![],
+                encoding: serde_json::Value::Null,
+            })
+            .collect()
+    }
+
+    fn graph(kind: &str, tokens: usize, span: (usize, usize)) -> GraphEntry {
+        GraphEntry {
+            name: format!("{kind}-{tokens}.{}", span.0),
+            kind: kind.into(),
+            tokens,
+            file: "g.qnnx".into(),
+            inputs: io(shard_input_names(4, span)),
+            outputs: io(shard_output_names(4, span)),
+            shard: Some(span.0),
+            layers: Some([span.0, span.1]),
+        }
+    }
+
+    fn manifest(graphs: Vec<GraphEntry>, shards: usize) -> Manifest {
+        let file = FileEntry {
+            size: 0,
+            sha256: String::new(),
+        };
+        Manifest {
+            format: FORMAT.into(),
+            qnnx_version: "0".into(),
+            source: String::new(),
+            model: ModelShape {
+                family: "llama".into(),
+                vocab_size: 8,
+                hidden_size: 8,
+                layers: 4,
+                heads: 1,
+                kv_heads: 1,
+                head_dim: 8,
+                max_positions: 64,
+            },
+            precision: "fp16".into(),
+            target: ArtifactTarget {
+                backend: "htp".into(),
+                soc_model: 60,
+                htp_arch: None,
+                qnn_build_id: "v2".into(),
+            },
+            cache: CacheSpec {
+                length: 32,
+                layout: String::new(),
+                dtype: "f32".into(),
+                encoding: serde_json::Value::Null,
+            },
+            attention_mask: MaskSpec {
+                kind: "additive".into(),
+                masked: -1e4,
+            },
+            prefill_buckets: vec![8],
+            graphs,
+            tokens: SpecialTokens {
+                bos: None,
+                eos: 1,
+                stop: vec![1],
+                pad: None,
+            },
+            tokenizer: "tokenizer.json".into(),
+            chat_template: None,
+            files: [("g.qnnx", &file), ("tokenizer.json", &file)]
+                .into_iter()
+                .map(|(n, f)| (n.to_string(), f.clone()))
+                .collect(),
+            contexts: None,
+            shards: Some(shards),
+            build: None,
+        }
+    }
+
+    #[test]
+    fn shard_io_names_pass_hidden_states_between_shards() {
+        assert_eq!(
+            shard_input_names(4, (2, 4)),
+            [
+                "hidden_in",
+                "position_ids",
+                "attention_mask",
+                "past_key_2",
+                "past_value_2",
+                "past_key_3",
+                "past_value_3"
+            ]
+        );
+        assert_eq!(
+            shard_output_names(4, (0, 2)),
+            [
+                "hidden_out",
+                "new_key_0",
+                "new_value_0",
+                "new_key_1",
+                "new_value_1"
+            ]
+        );
+        assert_eq!(input_names(1), shard_input_names(1, (0, 1)));
+        assert_eq!(output_names(1)[0], "logits");
+    }
+
+    #[test]
+    fn shards_must_cover_the_layers_in_order_and_split_every_step_alike() {
+        let dir = Path::new("art");
+        let ok = |spans: &[(usize, usize)], prefill: &[(usize, usize)]| {
+            let mut g: Vec<GraphEntry> = spans.iter().map(|&s| graph("decode", 1, s)).collect();
+            g.extend(prefill.iter().map(|&s| graph("prefill", 8, s)));
+            check_structure(dir, &manifest(g, spans.len()))
+        };
+        ok(&[(0, 2), (2, 4)], &[(0, 2), (2, 4)]).unwrap();
+        ok(&[(2, 4), (0, 2)], &[(0, 2), (2, 4)]).unwrap();
+        let e = ok(&[(0, 1), (2, 4)], &[(0, 1), (2, 4)]).unwrap_err();
+        assert!(e.to_string().contains("cover the layers in order"), "{e}");
+        let e = ok(&[(0, 2), (2, 3)], &[(0, 2), (2, 3)]).unwrap_err();
+        assert!(e.to_string().contains("end at layer 3 of 4"), "{e}");
+        let e = ok(&[(0, 2), (2, 4)], &[(0, 1), (1, 4)]).unwrap_err();
+        assert!(e.to_string().contains("sharded at different layers"), "{e}");
+        let e = ok(&[(0, 2), (2, 6)], &[]).unwrap_err();
+        assert!(e.to_string().contains("layers 2..6 of a model of 4"), "{e}");
+        let mut m = manifest(
+            vec![graph("decode", 1, (0, 2)), graph("decode", 1, (2, 4))],
+            3,
+        );
+        let e = check_structure(dir, &m).unwrap_err();
+        assert!(e.to_string().contains("says 3 shards but lists 2"), "{e}");
+        m.graphs[1].inputs[0].name = "input_ids".into();
+        let e = check_structure(dir, &m).unwrap_err();
+        assert!(e.to_string().contains("expected"), "{e}");
+    }
 }

@@ -28,7 +28,7 @@ pub mod manifest;
 pub mod sample;
 mod stream;
 
-pub use artifact::{Artifact, LoadedGraph, OpenOptions};
+pub use artifact::{Artifact, LoadedGraph, OpenOptions, Stage};
 pub use chat::{ChatTemplate, Message};
 pub use generate::{Cancel, GenerateOptions, Generation, Generator, StopReason, Timings};
 pub use manifest::{read_manifest, Manifest, FORMAT};

@@ -9,7 +9,8 @@ and the eager float32 reference. The model and tokenizer are ``tests/models/comm
 
 Run: python3 tests/models/llm_tiny/gen.py OUT_DIR
 
-Writes OUT_DIR/decode.onnx, prefill-16.onnx, tokenizer.json, chat_template.jinja, parts.json
+Writes OUT_DIR/decode.onnx, prefill-16.onnx, the same as two shards of one layer each
+(decode.shard0.onnx, decode.shard1.onnx, prefill-16.shard0.onnx, prefill-16.shard1.onnx), tokenizer.json, chat_template.jinja, parts.json
 (model shape, cache length, mask value, tokens: what the builder's manifest says of them) and
 expected.json (for two prompts, one and two prefill chunks: the text, transformers' token ids
 and eager PyTorch's 16 greedy tokens).
@@ -40,6 +41,9 @@ model, tok = tiny_llm.model(), tiny_llm.tokenizer()
 for name, tokens in (("decode", 1), (f"prefill-{PREFILL}", PREFILL)):
     with open(os.path.join(out, f"{name}.onnx"), "wb") as f:
         f.write(export.onnx_bytes(export.DecoderStep(model, CACHE_LEN, tokens)))
+    for i, span in enumerate([(0, 1), (1, 2)]):
+        with open(os.path.join(out, f"{name}.shard{i}.onnx"), "wb") as f:
+            f.write(export.onnx_bytes(export.DecoderStep(model, CACHE_LEN, tokens, span)))
 tok.backend_tokenizer.save(os.path.join(out, "tokenizer.json"))
 with open(os.path.join(out, "chat_template.jinja"), "w") as f:
     f.write(tok.chat_template)

@@ -4,6 +4,7 @@ the one command that makes an LLM artifact for ``qnnx generate`` (docs/llm.md)."
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -34,6 +35,27 @@ def main(argv: list[str] | None = None) -> int:
         "(a few dozen paragraphs of the text the model will see)",
     )
     b.add_argument("--kv-cache-bits", type=int, choices=(8, 16), default=8, help="with --quantize: the KV cache's width")
+    b.add_argument(
+        "--shards", type=int, default=1, help="split each graph into this many graphs of consecutive layers (default 1)"
+    )
+    b.add_argument(
+        "--jobs", type=int, default=1, help="graphs compiled at once, each in a child process (default 1)"
+    )
+    b.add_argument(
+        "--max-memory",
+        default=None,
+        help="memory the compiling children may use together, such as 12G (default 80%% of the available memory)",
+    )
+    b.add_argument(
+        "--cache",
+        default=None,
+        help="where finished graphs are kept: a graph compiled before, by a build that was killed too, is "
+        "taken from it (default with --shards/--jobs: qnnx-llm-graphs beside qnnx's cache folder)",
+    )
+    b.add_argument("--no-cache", action="store_true", help="compile every graph again")
+    b.add_argument("--opt-level", type=int, choices=(1, 2, 3), default=None, help="QNN's graph optimization level")
+    b.add_argument("--timings", action="store_true", help="print each stage's time and peak memory on stderr")
+    b.add_argument("--json", action="store_true", help="print the build's figures as JSON on stdout, no progress")
     args = p.parse_args(argv)
     calibration = None
     if args.calibration:
@@ -45,29 +67,54 @@ def main(argv: list[str] | None = None) -> int:
     elif args.quantize:
         p.error("--quantize needs --calibration FILE (text samples separated by blank lines)")
     from . import build  # torch and transformers: after the arguments parse
+    from .shards import default_cache_dir, parse_size
+    from .timings import Progress, timings, timings_text
 
     try:
         prefill = [int(x) for x in args.prefill.split(",") if x.strip()]
     except ValueError:
         p.error(f"--prefill {args.prefill!r}: give token counts such as 32 or 32,128")
+    children: dict = {}
+    if args.shards != 1 or args.jobs != 1 or args.cache or args.opt_level or args.max_memory:
+        try:
+            children["max_memory"] = parse_size(args.max_memory) if args.max_memory else None
+        except ValueError as e:
+            p.error(str(e))
+        cache = None if args.no_cache else (args.cache or default_cache_dir())
+        children.update(shards=args.shards, jobs=args.jobs, cache_dir=cache, opt_level=args.opt_level)
     start = time.perf_counter()
+    say = Progress(sys.stderr, quiet=args.json)
     try:
-        m = build.build(
-            args.model,
+        say(f"loading {args.model}")
+        model, tokenizer = build.load_source(args.model)
+        load_s = time.perf_counter() - start
+        m = build.build_from(
+            model,
+            tokenizer,
             args.output,
             soc_model=args.soc,
             cache_len=args.cache_len,
             prefill=prefill,
+            source=args.model,
             keep_onnx=args.keep_onnx,
             contexts=args.contexts,
             quantize=args.quantize,
             calibration=calibration,
             kv_cache_bits=args.kv_cache_bits,
-            progress=lambda s: print(f"qnnx llm: {s}", file=sys.stderr, flush=True),
+            progress=say,
+            **children,
         )
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, build.shards_.ChildFailed) as e:
+        say.close()
         print(f"qnnx llm: error: {e}", file=sys.stderr)
         return 1
+    say.close()
+    figures = timings(m, load_s, time.perf_counter() - start)
+    if args.json:
+        print(json.dumps(figures, indent=1))
+        return 0
+    if args.timings:
+        print(timings_text(figures), file=sys.stderr)
     size = sum(f["size"] for f in m["files"].values())
     print(
         f"wrote {args.output}: {size / 1e6:.1f} MB, graphs "

@@ -27,6 +27,7 @@ import torch
 
 from .. import _native
 from . import export, quantized
+from . import shards as shards_
 
 #: The manifest's ``format``; ``qnnx_engine::llm`` refuses another.
 FORMAT = "qnnx-llm/1"
@@ -92,10 +93,11 @@ def _graph_io(saved: dict, index: int, layers: int) -> dict[str, Any]:
     return {"inputs": side(g["inputs"], names_in), "outputs": side(g["outputs"], names_out)}
 
 
-def _cache_inputs(graph: dict, layers: int) -> list[dict]:
-    """The graph's cache inputs in ``past_key_0, past_value_0, ...`` order (a saved graph lists
-    its I/O in QNN's order, not the ONNX model's)."""
-    by_name = {i["name"]: i for i in graph["inputs"]}
+def _cache_inputs(graphs: list[dict], layers: int) -> list[dict]:
+    """The cache inputs in ``past_key_0, past_value_0, ...`` order, from the graphs of one step
+    (each shard takes its own layers'; a saved graph lists its I/O in QNN's order, not the ONNX
+    model's)."""
+    by_name = {i["name"]: i for g in graphs for i in g["inputs"]}
     return [by_name[n] for n in export.io_names(layers)[0][3:]]
 
 
@@ -148,6 +150,11 @@ def build_from(
     calibration: Any = None,
     kv_cache_bits: int = 8,
     progress: Callable[[str], None] = lambda _: None,
+    shards: int = 1,
+    jobs: int = 1,
+    max_memory: Optional[int] = None,
+    cache_dir: Optional[str] = None,
+    opt_level: Optional[int] = None,
 ) -> dict:
     """Writes the artifact of ``model`` (a float32 Hugging Face decoder) and ``tokenizer`` (a
     fast tokenizer) to the folder ``output`` (replaced if it is an artifact, refused if it is
@@ -159,7 +166,14 @@ def build_from(
     device library loads it). ``quantize`` (``"16a8w"``, ``"16a4w"``, ...): quantized graphs
     calibrated in prefill mode on ``calibration`` (strings through ``tokenizer``, or token id
     sequences), with the KV cache held at ``kv_cache_bits`` (8: uint8 codes; 16: float on the
-    host) (``llm/quantized.py``)."""
+    host) (``llm/quantized.py``).
+
+    ``shards``, ``jobs``, ``max_memory``, ``cache_dir``, ``opt_level``: each graph split into
+    ``shards`` graphs of consecutive layers, compiled in child processes, up to ``jobs`` at once
+    within ``max_memory`` bytes (default 80% of the available memory), keeping finished graphs
+    in the cache folder ``cache_dir`` (a build killed midway resumes from them), at QNN's graph
+    optimization level ``opt_level`` (``shards.build_graphs``, docs/building.md). Any of them
+    given, the build takes that path (``per-graph`` contexts only)."""
     if contexts not in CONTEXTS:
         raise ValueError(f"contexts {contexts!r}: one of {', '.join(CONTEXTS)}")
     shape = export.Shape.of(model)
@@ -180,9 +194,26 @@ def build_from(
     started = time.perf_counter()
     precision = quantize or "fp16"
     options = {"precision": precision, "soc_model": str(soc_model), "contexts": contexts}
+    in_children = shards > 1 or jobs > 1 or any(x is not None for x in (max_memory, cache_dir, opt_level))
+    if in_children and quantize is not None:
+        raise ValueError(
+            "quantize with shards, jobs, max_memory, a cache or opt_level is not built yet: the child "
+            "processes compile fp16 graphs; build a quantized artifact in one process"
+        )
     make_onnx, quant_info = _graph_maker(model, tokenizer, cache_len, soc_model, quantize, calibration, kv_cache_bits, progress)
     kinds = [("decode", 1)] + [("prefill", n) for n in buckets]
     graphs, pending, saved = [], [], None
+    figures = None
+    if in_children:
+        if contexts != "per-graph":
+            raise ValueError(f"shards, jobs, a cache or opt_level build per-graph contexts, not {contexts!r}")
+        if opt_level is not None:
+            options["opt_level"] = str(opt_level)
+        graphs, saved, figures = shards_.build_graphs(
+            model, tmp, kinds, cache_len, soc_model=soc_model, options=options, shards=shards, jobs=jobs,
+            max_memory=max_memory, cache_dir=cache_dir, opt_level=opt_level, keep_onnx=keep_onnx, progress=progress,
+        )  # fmt: skip
+        kinds = []
     for kind, tokens in kinds:
         name = "decode" if kind == "decode" else f"prefill-{tokens}"
         progress(f"exporting {name}")
@@ -220,7 +251,7 @@ def build_from(
     if template:
         (tmp / "chat_template.jinja").write_text(template)
     files = sorted(p.name for p in tmp.iterdir() if p.suffix != ".onnx")
-    cache_io = _cache_inputs(graphs[0], shape.layers)
+    cache_io = _cache_inputs([g for g in graphs if g["kind"] == graphs[0]["kind"] and g["tokens"] == graphs[0]["tokens"]], shape.layers)
     manifest = {
         "format": FORMAT,
         "qnnx_version": qnnx_version,
@@ -240,6 +271,7 @@ def build_from(
         "attention_mask": {"kind": "additive", "masked": quantized.MASKED if quantize else export.MASKED},
         "prefill_buckets": buckets,
         "contexts": contexts,
+        **({"shards": shards, "build": figures} if figures else {}),
         "graphs": graphs,
         "tokens": special_tokens(model, tokenizer),
         "tokenizer": "tokenizer.json",
@@ -267,8 +299,11 @@ def build(
     calibration: Any = None,
     kv_cache_bits: int = 8,
     progress: Optional[Callable[[str], None]] = None,
+    **children: Any,
 ) -> dict:
-    """``build_from`` for a ``from_pretrained`` folder or GGUF file (``load_source``)."""
+    """``build_from`` for a ``from_pretrained`` folder or GGUF file (``load_source``);
+    ``children`` are ``build_from``'s ``shards``, ``jobs``, ``max_memory``, ``cache_dir`` and
+    ``opt_level``."""
     say = progress or (lambda _: None)
     say(f"loading {source}")
     model, tokenizer = load_source(source)
@@ -286,4 +321,5 @@ def build(
         calibration=calibration,
         kv_cache_bits=kv_cache_bits,
         progress=say,
+        **children,
     )

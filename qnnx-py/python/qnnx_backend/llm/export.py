@@ -19,6 +19,12 @@ Graph inputs, in this order (``io_names``):
 Outputs: ``logits`` ``[1, T, vocab]``, then ``new_key_<l>``, ``new_value_<l>``
 ``[1, kv_heads, T, head_dim]`` per layer.
 
+A shard (``DecoderStep(..., span=(a, b))``) runs layers ``a..b`` only: a shard after the first
+takes ``hidden_in`` float32 ``[1, T, hidden]`` instead of ``input_ids``, one before the last
+returns ``hidden_out`` (the residual stream after layer ``b - 1``) instead of ``logits``, and the
+cache inputs and outputs are those of its layers (numbered as in the whole model). The shards of
+a graph run one after another, each holding its own layers' weights only.
+
 Supported families: Llama-style decoders (``llama``, ``mistral`` without a sliding window,
 ``qwen2``, ``qwen3``; Qwen3's per-head q/k norms included). Others are refused by name."""
 
@@ -76,11 +82,13 @@ class Shape:
         )
 
 
-def io_names(layers: int) -> tuple[list[str], list[str]]:
-    """The graphs' input and output names in order (the Rust side checks them)."""
-    inputs = ["input_ids", "position_ids", "attention_mask"]
-    outputs = ["logits"]
-    for i in range(layers):
+def io_names(layers: int, span: tuple[int, int] | None = None) -> tuple[list[str], list[str]]:
+    """The graphs' input and output names in order (the Rust side checks them); of the shard
+    holding layers ``span[0]..span[1]`` when given."""
+    first, last = span or (0, layers)
+    inputs = ["input_ids" if first == 0 else "hidden_in", "position_ids", "attention_mask"]
+    outputs = ["logits" if last == layers else "hidden_out"]
+    for i in range(first, last):
         inputs += [f"past_key_{i}", f"past_value_{i}"]
         outputs += [f"new_key_{i}", f"new_value_{i}"]
     return inputs, outputs
@@ -96,12 +104,21 @@ class DecoderStep(torch.nn.Module):
     (module docstring). Uses the model's own modules (embedding, norms, projections, MLP, LM
     head), so its float32 outputs are the model's."""
 
-    def __init__(self, model: torch.nn.Module, cache_len: int, tokens: int) -> None:
+    def __init__(
+        self, model: torch.nn.Module, cache_len: int, tokens: int, span: tuple[int, int] | None = None
+    ) -> None:
         super().__init__()
         self.shape = Shape.of(model)
         self.cache_len, self.tokens = cache_len, tokens
+        self.span = span or (0, self.shape.layers)
+        a, b = self.span
+        if not 0 <= a < b <= self.shape.layers:
+            raise ValueError(f"layers {a}..{b}: not a span of the model's {self.shape.layers} layers")
         inner = model.model
-        self.embed, self.layers, self.norm, self.lm_head = inner.embed_tokens, inner.layers, inner.norm, model.lm_head
+        # Only the span's modules are attributes, so a shard's export holds only their weights.
+        self.layers = inner.layers[a:b]
+        self.embed = inner.embed_tokens if a == 0 else None
+        self.norm, self.lm_head = (inner.norm, model.lm_head) if b == self.shape.layers else (None, None)
         first = self.layers[0].self_attn
         self.scaling = float(getattr(first, "scaling", self.shape.head_dim**-0.5))
         with torch.no_grad():
@@ -110,11 +127,12 @@ class DecoderStep(torch.nn.Module):
         self.register_buffer("cos", cos[0].float().clone(), persistent=False)
         self.register_buffer("sin", sin[0].float().clone(), persistent=False)
 
-    def forward(self, input_ids, position_ids, attention_mask, *past):  # type: ignore[no-untyped-def]
+    def forward(self, x, position_ids, attention_mask, *past):  # type: ignore[no-untyped-def]
         s = self.shape
         t = self.tokens
         groups = s.heads // s.kv_heads
-        x = self.embed(input_ids)
+        if self.embed is not None:
+            x = self.embed(x)
         cos = torch.nn.functional.embedding(position_ids, self.cos).unsqueeze(1)
         sin = torch.nn.functional.embedding(position_ids, self.sin).unsqueeze(1)
         new = []
@@ -141,23 +159,25 @@ class DecoderStep(torch.nn.Module):
             x = x + a.o_proj(o)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
             new += [k, v]
+        if self.lm_head is None:
+            return (x, *new)
         return (self.lm_head(self.norm(x)), *new)
 
     def example_inputs(self) -> tuple[torch.Tensor, ...]:
         """Inputs of the graph's shapes: the first ``tokens`` positions of an empty cache."""
         s, t, c = self.shape, self.tokens, self.cache_len
-        ids = torch.zeros(1, t, dtype=torch.int32)
+        ids = torch.zeros(1, t, dtype=torch.int32) if self.embed is not None else torch.zeros(1, t, s.hidden_size)
         pos = torch.arange(t, dtype=torch.int32)[None]
         mask = torch.full((1, 1, t, c + t), MASKED)
         mask[0, 0, :, c:] = torch.triu(torch.full((t, t), MASKED), diagonal=1)
-        past = [torch.zeros(1, s.kv_heads, c, s.head_dim) for _ in range(2 * s.layers)]
+        past = [torch.zeros(1, s.kv_heads, c, s.head_dim) for _ in range(2 * len(self.layers))]
         return (ids, pos, mask, *past)
 
 
 def onnx_bytes(step: DecoderStep) -> bytes:
     """``step`` as ONNX (opset 17, the TorchScript exporter: about ten times faster than
     dynamo's on these graphs), weights inside (a 135M-parameter model is 0.54 GB)."""
-    names, outs = io_names(step.shape.layers)
+    names, outs = io_names(step.shape.layers, step.span)
     # The TorchScript export as compiling/to_onnx.py's torchscript_bytes spells it, written out
     # here: this module imports nothing from the package, so that the engine's Rust tests load it
     # from its file without an installed qnnx_backend (tests/models/llm_tiny/gen.py).

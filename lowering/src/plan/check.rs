@@ -24,6 +24,7 @@ pub fn check_op(o: &PlanOp, tensors: &[PlanTensor]) -> Result<(), String> {
         Ok(())
     };
     check_quant(o, &ins, &outs)?;
+    check_blocked(o, &ins, &outs)?;
     match o.type_name {
         op::RESHAPE => {
             arity(1..=1, 1)?;
@@ -324,6 +325,33 @@ fn numel(t: &PlanTensor) -> u64 {
 fn desc(t: &PlanTensor) -> String {
     let ty = qnnx_types::tensor_type_name(t.dtype, t.quant.is_some());
     format!("'{}' {ty}{:?}", t.name, t.shape)
+}
+
+/// Block-wise encodings (QNN's block expansion) are MatMul weights only: `in[1]` `[in, out]`
+/// with the channels on the last dim and the blocks along dim 0, the one it reduces over (QNN
+/// has no field for the block axis; the op implies it). QNN 2.51 refuses them on
+/// FullyConnected's weight at graphAddNode.
+fn check_blocked(o: &PlanOp, ins: &[&PlanTensor], outs: &[&PlanTensor]) -> Result<(), String> {
+    let blocked = |t: &&PlanTensor| t.quant.as_ref().is_some_and(|q| q.is_blocked());
+    if let Some(t) = outs.iter().find(|t| blocked(t)) {
+        return Err(format!("writes {}, which is block-wise quantized", desc(t)));
+    }
+    for (k, t) in ins.iter().enumerate().filter(|(_, t)| blocked(t)) {
+        let q = t.quant.as_ref().expect("blocked");
+        let weight = o.type_name == op::MAT_MUL
+            && k == 1
+            && t.shape.len() == 2
+            && q.axis == Some(1)
+            && q.blocks.as_ref().is_some_and(|b| b.axis == 0);
+        if !weight {
+            return Err(format!(
+                "reads {} as input {k}, whose block-wise encoding QNN takes only as the \
+                 [in, out] weight of MatMul with blocks along `in`",
+                desc(t)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Fixed-point and float tensors meet only in the conversions: a quantized op given a float

@@ -122,7 +122,16 @@ fn blocked(cx: &mut LowerCx, node: &Node, trans_a: bool, trans_b: bool) -> Resul
     let out_shape = cx.out_shape(node, 0);
     let dt = cx.tensor_dtype(y);
     let m = cx.emit(node, op::MAT_MUL, vec![a, w], dt, &out_shape, params);
-    let c = cx.input_at_rank(node, 2, 2)?;
+    // C's real values, stored like an activation: an int32 encoding the model gives it (input
+    // scale x weight scale, for a FullyConnected bias) is not what an ElementWiseAdd reads.
+    let Some(c) = cx.konst(node, 2) else {
+        return Err(node.err_op(
+            "its C must be a constant when B is block-wise quantized (it is added after QNN's \
+             MatMul)",
+        ));
+    };
+    let c = c.with_shape(vec![1, c.numel()]);
+    let c = cx.static_tensor(node, &format!("{}_c", node.name), &c)?;
     cx.op(node, op::ELEMENT_WISE_ADD, vec![m, c], vec![y], vec![]);
     Ok(())
 }

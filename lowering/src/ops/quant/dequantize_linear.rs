@@ -131,7 +131,19 @@ mod tests {
             attrs.push(("transB", A::I(1)));
         }
         if bias {
-            b = b.init("c", Tensor::from_f32(vec![2], &[0.5, -0.5]));
+            // As PT2E writes it: int32 behind a DequantizeLinear, scale input x weight scale.
+            b = b
+                .init(
+                    "cq",
+                    Tensor::from_i64_as(DType::I32, vec![2], &[500, -1000]),
+                )
+                .init("cs", Tensor::from_f32(vec![2], &[1e-3, 5e-4]))
+                .node(
+                    "DequantizeLinear",
+                    &["cq", "cs"],
+                    &["c"],
+                    &[("axis", A::I(0))],
+                );
             ins.push("c");
         }
         b.node(op, &ins, &["m"], &attrs)
@@ -187,6 +199,8 @@ mod tests {
             "{d}"
         );
         assert!(d.contains("[4, 2] <qi4 axis=1 x2"), "{d}");
+        // The bias is added stored like an activation (u16), not as the int32 it came in.
+        assert!(d.contains("Gemm_4_c:qu16[1, 2]"), "{d}");
         let i4 = p.tensors.iter().find(|t| t.dtype == DType::I4).unwrap();
         match &i4.kind {
             crate::plan::TensorKind::Static(b) => {

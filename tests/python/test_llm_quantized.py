@@ -225,5 +225,7 @@ def test_trained_smollm2_with_block_wise_4bit_weights_follows_fp32(smollm2_4):
         model.forward = fwd
     agree, sqnr = _agreement(ref[7:-1], got)
     print(f"\nSmolLM2 (4 layers) 16a4w blocks of 64: top-1 {agree:.3f}, SQNR {sqnr:.1f} dB")
-    assert agree >= 0.7 and sqnr >= 12, (agree, sqnr)
+    # Measured 0.704 and 20.2 dB (16a8w: 0.89 and 22.4 dB on the same cut, whose near-flat
+    # next-token distributions make top-1 fragile); the whole model: bench/llm_quant.py.
+    assert agree >= 0.62 and sqnr >= 17, (agree, sqnr)
     assert qnnx_backend.STATS["quantizations"] == 2 and qnnx_backend.STATS["fallbacks"] == 0

@@ -219,9 +219,9 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
 }
 
 /// A constant B with block-wise weights (QNN's block expansion, HTP v69+): QNN `MatMul` of A as
-/// `[rows, K]` by B as it is, `[K, N]` with its channels on the last dim (QNN 2.51 refuses the
-/// encoding on `FullyConnected`'s weight at graphAddNode: "Invalid Block expansion scales
-/// configuration"; its `MatMul` takes it, as ONNX Runtime's QNN EP uses it).
+/// `[rows, K]` by B as it is, `[K, N]` with its channels on the last dim, the form ONNX Runtime's
+/// QNN EP gives LPBQ weights (QNN 2.51's `FullyConnected` computes it as exactly with the
+/// weight `[N, K]` on axis 0, measured on the emulator; not used).
 fn blocked(cx: &mut LowerCx, node: &Node, rows: usize, k: usize, n: usize) -> Result<()> {
     let a_shape = cx.shape(node, 0);
     let w = cx.input(node, 1)?;

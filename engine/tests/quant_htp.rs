@@ -210,3 +210,83 @@ fn concurrent_compiles_for_two_socs_each_validate_for_their_own() {
     }
     v73.join().unwrap();
 }
+
+/// x [4, 64] (uint16) by a block-wise int4 weight [64, 8] (blocks of 16 along the 64 inputs,
+/// each block's scale its channel's times an integer in 1..=16) -> uint16 output: the weights,
+/// channel scales and integer block scales of the reference.
+fn blocked_matmul() -> (ModelBuilder, Vec<i64>, Vec<f32>) {
+    let (k, n, b) = (64usize, 8usize, 16usize);
+    let q: Vec<i64> = (0..k * n)
+        .map(|i| ((i * 5 + i / 7) % 16) as i64 - 8)
+        .collect();
+    let ch: Vec<f32> = (0..n).map(|c| 0.002 + 0.001 * c as f32).collect();
+    // Block 0 of every channel has the channel's largest integer, 16.
+    let ints: Vec<i64> = (0..(k / b) * n)
+        .map(|i| if i < n { 16 } else { 1 + (i as i64 * 3) % 16 })
+        .collect();
+    // ONNX lays the scale out like the weight: [blocks, channels].
+    let s: Vec<f32> = (0..(k / b) * n)
+        .map(|i| ch[i % n] * ints[i] as f32)
+        .collect();
+    let m = ModelBuilder::new(21)
+        .input("x", DType::F32, &[4, k as i64])
+        .init("wq", Tensor::from_i64_as(DType::I4, vec![k, n], &q))
+        .init("ws", Tensor::from_f32(vec![k / b, n], &s))
+        .node(
+            "DequantizeLinear",
+            &["wq", "ws"],
+            &["w"],
+            &[("axis", A::I(0)), ("block_size", A::I(b as i64))],
+        );
+    let m =
+        qdq(m, "x", "xd", 1e-3, zp(DType::U16, 32768)).node("MatMul", &["xd", "w"], &["m"], &[]);
+    (
+        qdq(m, "m", "y", 1e-3, zp(DType::U16, 32768)).output("y"),
+        q,
+        s,
+    )
+}
+
+#[test]
+fn block_wise_int4_weights_run_on_v73_within_one_step_and_are_refused_for_v68() {
+    let _serial = serial();
+    if htp().is_none() {
+        return;
+    }
+    let (m, q, s) = blocked_matmul();
+    let (k, n, b) = (64usize, 8usize, 16usize);
+    let x: Vec<f32> = (0..4 * k)
+        .map(|i| ((i * 13) % 29) as f32 / 29.0 - 0.5)
+        .collect();
+    let xq = |v: f32| ((v / 1e-3).round().clamp(-32768.0, 32767.0)) * 1e-3;
+    let mut want = vec![0f64; 4 * n];
+    for r in 0..4 {
+        for c in 0..n {
+            want[r * n + c] = (0..k)
+                .map(|i| xq(x[r * k + i]) as f64 * q[i * n + c] as f64 * s[(i / b) * n + c] as f64)
+                .sum();
+        }
+    }
+    let c = compile(&target("60"), &m.bytes(), &CompileOptions::default(), None)
+        .unwrap_or_else(|e| panic!("v73: {e}"));
+    let y = c.emitted.run(&[HostTensor::from_f32(&[4, k], &x)]).unwrap();
+    let got = y[0].to_f32().expect("a float output");
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (*a as f64 - b.clamp(-32.768, 32.767)).abs() / 1e-3)
+        .fold(0f64, f64::max);
+    // 16-bit steps of a +-32.8 range: the HTP's accumulation is not exact to the last of them
+    // (2.3 measured; ONNX Runtime's QNN EP is as close on the same arithmetic).
+    assert!(worst <= 4.0, "{worst} steps off");
+    let e = compile(
+        &target("QCS6490"),
+        &m.bytes(),
+        &CompileOptions::default(),
+        None,
+    )
+    .err()
+    .expect("v68 refuses block-wise weights");
+    assert!(matches!(e, Error::TargetLacks(_)), "{e}");
+    assert!(e.to_string().contains("v69"), "{e}");
+}

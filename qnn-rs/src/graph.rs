@@ -152,9 +152,15 @@ pub struct GraphBuilder {
     node_names: HashSet<String>,
     inputs: Vec<usize>,
     outputs: Vec<usize>,
+    /// What the block-wise encodings of created tensors point at: QNN 2.51 keeps the pointer
+    /// `tensorCreateGraphTensor` is given and reads through it again at graphAddNode (freed
+    /// memory there fails with "Invalid Block expansion scales configuration"), so it lives as
+    /// long as the builder, through finalize.
+    kept: Vec<crate::tensor::Blockwise>,
 }
 
-// SAFETY: the graph handle is used only through `&mut self` (or after finalize, by `Graph`).
+// SAFETY: the graph handle is used only through `&mut self` (or after finalize, by `Graph`);
+// `kept` is owned memory only QNN reads, during calls made through `&mut self`.
 unsafe impl Send for GraphBuilder {}
 
 impl GraphBuilder {
@@ -182,6 +188,7 @@ impl GraphBuilder {
             node_names: HashSet::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            kept: Vec::new(),
         })
     }
 
@@ -332,7 +339,9 @@ impl GraphBuilder {
                 || format!("tensor {:?} of graph {:?}", info.name, self.name))
         }?;
         // SAFETY: we built a v2 tensor.
-        Ok(unsafe { raw.raw().v.v2.id })
+        let id = unsafe { raw.raw().v.v2.id };
+        self.kept.extend(raw.take_blockwise());
+        Ok(id)
     }
 
     /// The description of a tensor of this graph.

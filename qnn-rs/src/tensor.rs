@@ -116,6 +116,18 @@ pub enum Quantization {
         axis: i32,
         scale_offsets: Vec<(f32, i32)>,
     },
+    /// QNN's block-wise expansion (`BLOCKWISE_EXPANSION`, "LPBQ", HTP v69+): slice `c` of `axis`
+    /// has the scale and offset `scale_offsets[c]`, and each of its `blocks` blocks an unsigned
+    /// integer `block_scales[c * blocks + b]` of `block_scale_bits` bits that scale is
+    /// multiplied by. The blocks split the dimension the weight is reduced over; which one is
+    /// the op's (FullyConnected: in `[out, in]` the `in` dim).
+    BlockwiseExpansion {
+        axis: i32,
+        scale_offsets: Vec<(f32, i32)>,
+        blocks: u32,
+        block_scale_bits: u32,
+        block_scales: Vec<u8>,
+    },
     /// A fixed-point tensor read from a context binary whose encoding this crate does not parse
     /// (`Qnn_QuantizationEncoding_t`, such as block encodings): its data is still fixed-point.
     Unparsed { encoding: u32 },
@@ -176,6 +188,51 @@ pub(crate) struct RawTensor {
     _dims: Box<[u32]>,
     _scale_offsets: Box<[qnn_sys::ScaleOffset]>,
     _bw: BwLists,
+    _blockwise: Option<Blockwise>,
+}
+
+/// The memory a `BLOCKWISE_EXPANSION` encoding points into.
+pub(crate) struct Blockwise {
+    raw: Box<qnn_sys::BlockwiseExpansion>,
+    _scale_offsets: Box<[qnn_sys::ScaleOffset]>,
+    _block_scales: Box<[u8]>,
+}
+
+impl Blockwise {
+    fn new(
+        axis: i32,
+        scale_offsets: &[(f32, i32)],
+        blocks: u32,
+        bits: u32,
+        block_scales: &[u8],
+    ) -> Result<Blockwise> {
+        if blocks == 0 || block_scales.len() != scale_offsets.len() * blocks as usize {
+            return Err(Error::InvalidArgument(format!(
+                "blockwise expansion: {} block scales for {} channels of {blocks} blocks",
+                block_scales.len(),
+                scale_offsets.len()
+            )));
+        }
+        let mut so: Box<[qnn_sys::ScaleOffset]> = scale_offsets
+            .iter()
+            .map(|&(scale, offset)| qnn_sys::ScaleOffset { scale, offset })
+            .collect();
+        let mut bs: Box<[u8]> = block_scales.into();
+        // The boxed slices do not move when `Blockwise` moves: the pointers stay valid.
+        let raw = Box::new(qnn_sys::BlockwiseExpansion {
+            axis,
+            scale_offsets: so.as_mut_ptr(),
+            num_blocks_per_axis: blocks,
+            block_scale_bitwidth: bits,
+            block_scale_storage_type: qnn_sys::consts::BLOCKWISE_EXPANSION_STORAGE_8,
+            blocks_scale: bs.as_mut_ptr().cast(),
+        });
+        Ok(Blockwise {
+            raw,
+            _scale_offsets: so,
+            _block_scales: bs,
+        })
+    }
 }
 
 /// The separate scale and offset arrays of a `BW_AXIS_SCALE_OFFSET` encoding.
@@ -197,7 +254,23 @@ impl RawTensor {
         };
         let (mut quantize_params, mut scale_offsets) = quantize_params(&info.quantization)?;
         let mut bw = BwLists::default();
-        if let Some(bits) = sub_byte_bits(info.dtype) {
+        let mut blockwise = None;
+        if let Quantization::BlockwiseExpansion {
+            axis,
+            scale_offsets: so,
+            blocks,
+            block_scale_bits,
+            block_scales,
+        } = &info.quantization
+        {
+            // 4-bit weights too: their width is what the block scales expand (8 - 4 bits), so
+            // the encoding has no `BW_` form.
+            let mut b = Blockwise::new(*axis, so, *blocks, *block_scale_bits, block_scales)?;
+            quantize_params.encoding = qnn_sys::QuantizeEncoding {
+                blockwise_expansion: &mut *b.raw,
+            };
+            blockwise = Some(b);
+        } else if let Some(bits) = sub_byte_bits(info.dtype) {
             bw = to_bitwidth(&mut quantize_params, &scale_offsets, bits);
             scale_offsets = Box::new([]);
         }
@@ -256,11 +329,18 @@ impl RawTensor {
             _dims: dims,
             _scale_offsets: scale_offsets,
             _bw: bw,
+            _blockwise: blockwise,
         })
     }
 
     pub(crate) fn raw(&self) -> &qnn_sys::Tensor {
         &self.raw
+    }
+
+    /// The memory a block-wise encoding points into, which must outlive this descriptor (see
+    /// `GraphBuilder`); the descriptor must not be used after.
+    pub(crate) fn take_blockwise(&mut self) -> Option<Blockwise> {
+        self._blockwise.take()
     }
 
     pub(crate) fn raw_mut(&mut self) -> &mut qnn_sys::Tensor {
@@ -360,6 +440,17 @@ fn quantize_params(
                 list,
             ))
         }
+        Quantization::BlockwiseExpansion { .. } => Ok((
+            qnn_sys::QuantizeParams {
+                encoding_definition: DEFINITION_DEFINED,
+                quantization_encoding: QUANTIZATION_ENCODING_BLOCKWISE_EXPANSION,
+                // The pointer is set by `RawTensor::new`, which owns what it points at.
+                encoding: qnn_sys::QuantizeEncoding {
+                    blockwise_expansion: std::ptr::null_mut(),
+                },
+            },
+            Box::new([]),
+        )),
         Quantization::Unparsed { encoding } => Err(Error::InvalidArgument(format!(
             "quantization encoding {encoding} cannot be built by this crate"
         ))),
@@ -442,6 +533,39 @@ pub(crate) unsafe fn info_from_raw(t: &qnn_sys::Tensor) -> Result<TensorInfo> {
             Quantization::PerAxis {
                 axis: a.axis,
                 scale_offsets,
+            }
+        }
+        qnn_sys::consts::QUANTIZATION_ENCODING_BLOCKWISE_EXPANSION => {
+            // SAFETY: as above; QNN gives a pointer to the struct, or NULL.
+            match unsafe { q.encoding.blockwise_expansion.as_ref() } {
+                Some(b)
+                    if b.block_scale_storage_type
+                        == qnn_sys::consts::BLOCKWISE_EXPANSION_STORAGE_8
+                        && !b.scale_offsets.is_null()
+                        && !b.blocks_scale.is_null()
+                        && b.axis >= 0
+                        && (b.axis as usize) < dims.len() =>
+                {
+                    let c = dims[b.axis as usize] as usize;
+                    let n = c * b.num_blocks_per_axis as usize;
+                    // SAFETY: QNN gives axis-size scale offsets and axis-size x blocks scales.
+                    let (so, bs) = unsafe {
+                        (
+                            std::slice::from_raw_parts(b.scale_offsets, c),
+                            std::slice::from_raw_parts(b.blocks_scale.cast::<u8>(), n),
+                        )
+                    };
+                    Quantization::BlockwiseExpansion {
+                        axis: b.axis,
+                        scale_offsets: so.iter().map(|so| (so.scale, so.offset)).collect(),
+                        blocks: b.num_blocks_per_axis,
+                        block_scale_bits: b.block_scale_bitwidth,
+                        block_scales: bs.to_vec(),
+                    }
+                }
+                _ => Quantization::Unparsed {
+                    encoding: q.quantization_encoding,
+                },
             }
         }
         encoding => Quantization::Unparsed { encoding },

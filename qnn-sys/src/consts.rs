@@ -82,6 +82,13 @@ pub const QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET: u32 = 1;
 pub const QUANTIZATION_ENCODING_BW_SCALE_OFFSET: u32 = 2;
 /// `QNN_QUANTIZATION_ENCODING_BW_AXIS_SCALE_OFFSET`: per axis, values of `bitwidth` bits.
 pub const QUANTIZATION_ENCODING_BW_AXIS_SCALE_OFFSET: u32 = 3;
+/// `QNN_QUANTIZATION_ENCODING_BLOCKWISE_EXPANSION` ("LPBQ"): per-channel scales times an
+/// integer scale per block of the channel (`Qnn_BlockwiseExpansion_t`, behind a pointer).
+pub const QUANTIZATION_ENCODING_BLOCKWISE_EXPANSION: u32 = 5;
+/// `Qnn_BlockwiseExpansionBlockScaleStorageType_t`: one byte per block scale.
+pub const BLOCKWISE_EXPANSION_STORAGE_8: u32 = 0;
+/// `Qnn_BlockwiseExpansionBlockScaleStorageType_t`: two bytes per block scale.
+pub const BLOCKWISE_EXPANSION_STORAGE_16: u32 = 1;
 
 /// `QnnLog_Level_t`.
 pub mod log_level {

@@ -76,6 +76,24 @@ pub struct BwAxisScaleOffset {
     pub offsets: *mut i32,
 }
 
+/// `Qnn_BlockwiseExpansion_t` (QnnTypes.h, core API 2.27): the scale of element `(c, b)` (slice
+/// `c` of `axis`, block `b` of it) is `scale_offsets[c].scale * blocks_scale[c *
+/// num_blocks_per_axis + b]`; the integer block scales are `block_scale_bitwidth` bits wide,
+/// stored in bytes or 16-bit words as `block_scale_storage_type` says.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct BlockwiseExpansion {
+    pub axis: i32,
+    /// `axisSize` entries.
+    pub scale_offsets: *mut ScaleOffset,
+    pub num_blocks_per_axis: u32,
+    pub block_scale_bitwidth: u32,
+    /// `consts::BLOCKWISE_EXPANSION_STORAGE_8` or `_16`.
+    pub block_scale_storage_type: u32,
+    /// The union `{ uint8_t* blocksScale8; uint16_t* blocksScale16; }`.
+    pub blocks_scale: *mut c_void,
+}
+
 /// The encoding union of `Qnn_QuantizeParams_t` (32 bytes).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -84,8 +102,9 @@ pub union QuantizeEncoding {
     pub axis_scale_offset: AxisScaleOffset,
     pub bw_scale_offset: BwScaleOffset,
     pub bw_axis_scale_offset: BwAxisScaleOffset,
-    /// Block, blockwise-expansion and vector encodings are pointers into caller memory; we do
-    /// not build them yet, so they are only storage here.
+    /// `QUANTIZATION_ENCODING_BLOCKWISE_EXPANSION`: a pointer, not a value.
+    pub blockwise_expansion: *mut BlockwiseExpansion,
+    /// Block and vector encodings are not built by this crate: only storage here.
     pub raw: [u64; 4],
 }
 
@@ -353,6 +372,12 @@ const _: () = {
     assert!(size_of::<ApiVersion>() == 24);
     assert!(offset_of!(ApiVersion, backend_api_version) == 12);
     assert!(size_of::<QuantizeEncoding>() == 32);
+    assert!(size_of::<BlockwiseExpansion>() == 40);
+    assert!(offset_of!(BlockwiseExpansion, scale_offsets) == 8);
+    assert!(offset_of!(BlockwiseExpansion, num_blocks_per_axis) == 16);
+    assert!(offset_of!(BlockwiseExpansion, block_scale_bitwidth) == 20);
+    assert!(offset_of!(BlockwiseExpansion, block_scale_storage_type) == 24);
+    assert!(offset_of!(BlockwiseExpansion, blocks_scale) == 32);
     assert!(size_of::<QuantizeParams>() == 40);
     assert!(offset_of!(QuantizeParams, encoding) == 8);
     assert!(size_of::<ClientBuffer>() == 16);

@@ -181,6 +181,9 @@ pub fn compile_failure(e: Error, model: &Path, backend: BackendKind) -> Failure 
             return Failure::new(format!("{}: {e}\nhint: {hint}", model.display()));
         }
         Error::Target(m) => return Failure::usage(m),
+        Error::TargetLacks(m) => {
+            return Failure::unsupported(format!("{}: {m}", model.display()), None)
+        }
         other => return Failure::new(format!("{}: {other}", model.display())),
     };
     let list = match &e {

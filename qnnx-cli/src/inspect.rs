@@ -33,6 +33,16 @@ pub fn encoding_text(q: &qnn::Quantization) -> String {
                 });
             format!("axis={axis} x{} scale={lo}..{hi}", scale_offsets.len())
         }
+        qnn::Quantization::BlockwiseExpansion {
+            axis,
+            scale_offsets,
+            blocks,
+            block_scale_bits,
+            ..
+        } => format!(
+            "axis={axis} x{} blockwise x{blocks} blocks ({block_scale_bits}-bit block scales)",
+            scale_offsets.len()
+        ),
         qnn::Quantization::Unparsed { encoding } => format!("encoding {encoding} (not parsed)"),
     }
 }

@@ -181,7 +181,9 @@ pub fn engine_error(py: Python<'_>, e: Error) -> PyErr {
         Error::Lower(e) => lower_error(py, e),
         Error::Qnn { node, source } => qnn_error(py, *source, node),
         Error::Input(m) => with_attrs(py, InputError::new_err(m), Attrs::default()),
-        Error::Target(m) => with_attrs(py, LoweringError::new_err(m), Attrs::default()),
+        Error::Target(m) | Error::TargetLacks(m) => {
+            with_attrs(py, LoweringError::new_err(m), Attrs::default())
+        }
         Error::NoFloatPath { message, .. } => {
             with_attrs(py, LoweringError::new_err(message), Attrs::default())
         }

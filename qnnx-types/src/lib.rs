@@ -15,5 +15,5 @@ pub mod soc;
 
 pub use backend::BackendKind;
 pub use dtype::{parse_tensor_type, tensor_type_name, DType};
-pub use quant::Encoding;
+pub use quant::{Blocks, Encoding};
 pub use soc::{HtpArch, Soc};

@@ -64,6 +64,13 @@ impl HtpArch {
         self != HtpArch::V68
     }
 
+    /// Whether the HTP takes weights in QNN's block-wise expansion encoding (per-channel scale
+    /// x integer scale per block, "LPBQ"): v69 and newer (Qualcomm's QNN documentation;
+    /// ExecuTorch's QNN backend gates block quantization the same way).
+    pub fn has_blockwise_expansion(self) -> bool {
+        self != HtpArch::V68
+    }
+
     /// Every architecture as `v68, v69, ...`, for messages.
     pub fn names() -> String {
         HtpArch::ALL

@@ -553,3 +553,75 @@ def test_gptq_moves_weights_to_other_grid_points_of_the_same_encodings_and_lower
 def test_an_unknown_weight_rounding_is_refused():
     with pytest.raises(ValueError, match=r"weight_rounding='adaround': use one of gptq, nearest"):
         quant_config.config("8a8w", weight_rounding="adaround")
+
+
+class TwoLinears(nn.Module):
+    """Two Linears on rank-3 input; the first weight has one block of outliers (8x the rest) in
+    each output channel, whose per-channel scale rounds most of the other blocks to zero (4
+    bits: the rest's largest magnitude is under one step)."""
+
+    def __init__(self, second: bool = True):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(128, 32, bias=False)
+        self.b = nn.Linear(32, 16) if second else nn.Identity()
+        with torch.no_grad():
+            self.a.weight[:, :32] *= 8.0
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_block_wise_4bit_weights_are_lpbq_in_the_qdq_model():
+    model = TwoLinears().eval()
+    q, m = qdq(model, (torch.randn(2, 3, 128),), "16a4w", weight_block_size=32)
+    o = Onnx(m)
+    blocked = [n for n in o.ops("DequantizeLinear") if any(a.name == "block_size" for a in n.attribute)]
+    assert len(blocked) == 2, [n.input for n in blocked]
+    for n in blocked:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        assert attrs == {"axis": 1, "block_size": 32}
+        assert o.dtype(n.input[0]) == "INT4" and o.dtype(n.input[2]) == "INT4"
+        # The scale is ONNX Runtime's LPBQ pattern: uint8 integers x a float per channel.
+        s = o.producer[n.input[1]]
+        assert s.op_type == "DequantizeLinear" and o.dtype(s.input[0]) == "UINT8"
+        k = o.array(s.input[0])
+        assert k.min() >= 1 and k.max() == 16, "each channel's largest block scale is 16 steps"
+        w = o.array(n.input[0])
+        assert w.min() >= -8 and w.max() <= 7
+        assert k.shape == (w.shape[0], w.shape[1] // 32)
+    # The converted PT2E model computes what the QDQ model says (onnx's reference evaluator).
+    x = torch.randn(2, 3, 128)
+    with torch.no_grad():
+        want = q.converted(x)[0].numpy()
+    got = ReferenceEvaluator(m).run(None, {"input_0": x.numpy()})[0]
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_block_wise_weights_keep_the_small_blocks_that_per_channel_rounds_away():
+    model = TwoLinears(second=False).eval()
+    x = torch.randn(8, 3, 128)
+    samples = [(torch.randn(8, 3, 128),) for _ in range(4)]
+    with torch.no_grad():
+        want = model(x)
+        err = {}
+        for block in (None, 32):
+            q, _ = qdq(model, (x,), "16a4w", samples=samples, weight_block_size=block)
+            err[block] = float((q.converted(x)[0] - want).pow(2).mean() / want.pow(2).mean())
+    assert err[32] < err[None] / 4, err
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"weight_block_size": 48}, "power of two"),
+        ({"weight_block_size": True}, "power of two"),
+        ({"weight_block_size": 64, "weight_rounding": "gptq"}, "rounded to nearest"),
+        ({"weight_block_size": 64, "per_channel": False}, "per-channel"),
+    ],
+)
+def test_bad_block_sizes_say_what_to_change(options, message):
+    with pytest.raises(ValueError, match=message):
+        quant_config.config("16a4w", **options)
+    with pytest.raises(ValueError, match="4-bit"):
+        quant_config.config("16a8w", weight_block_size=64)

@@ -19,9 +19,28 @@ fn channels(shape: &[usize], axis: Option<usize>) -> impl Iterator<Item = usize>
     (0..outer).flat_map(move |_| (0..size).flat_map(move |c| std::iter::repeat(c).take(stride)))
 }
 
+/// The scale of every element of a tensor of `shape` with the blocked encoding `q`, in order.
+fn block_scales(shape: &[usize], q: &Encoding) -> Vec<f64> {
+    let st = strides(shape);
+    (0..numel(shape))
+        .map(|k| {
+            let index: Vec<usize> = st.iter().zip(shape).map(|(&s, &d)| (k / s) % d).collect();
+            q.scale_at(shape, &index)
+        })
+        .collect()
+}
+
 /// `t`'s real values stored in `q` (rounded to nearest even, saturated), as a tensor of the
 /// storage type.
 pub fn quantize_tensor(t: &Tensor, q: &Encoding) -> Tensor {
+    if q.is_blocked() {
+        let (lo, hi) = q.range();
+        let v = t
+            .iter_f64()
+            .zip(block_scales(&t.shape, q))
+            .map(|(x, s)| ((x / s).round_ties_even() as i64).clamp(lo, hi));
+        return Tensor::from_i64_iter(q.storage, t.shape.clone(), v);
+    }
     let v = t
         .iter_f64()
         .zip(channels(&t.shape, q.axis))
@@ -31,6 +50,13 @@ pub fn quantize_tensor(t: &Tensor, q: &Encoding) -> Tensor {
 
 /// The reals a tensor of stored integers stands for, as `dtype`.
 pub fn dequantize_tensor(t: &Tensor, q: &Encoding, dtype: DType) -> Tensor {
+    if q.is_blocked() {
+        let v = block_scales(&t.shape, q)
+            .into_iter()
+            .enumerate()
+            .map(|(k, s)| s * t.get_i64(k) as f64);
+        return Tensor::from_f64_iter(dtype, t.shape.clone(), v);
+    }
     let v = channels(&t.shape, q.axis)
         .enumerate()
         .map(|(k, c)| q.dequantize(t.get_i64(k), c));

@@ -400,6 +400,11 @@ fn settle_weights(
     }
     let Some(b) = w.bias else { return Ok(()) };
     let wv = g.nodes[idx].input(w.weight).expect("checked above");
+    if g.values[wv].quant.as_ref().is_some_and(|e| e.is_blocked()) {
+        // Added after the product by the op's rule (QNN's MatMul has no bias input), stored
+        // like an activation.
+        return Ok(());
+    }
     let (Some(x), Some(we)) = (
         n.input(0).and_then(|x| g.values[x].quant.clone()),
         g.values[wv].quant.clone(),

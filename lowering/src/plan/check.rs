@@ -24,6 +24,7 @@ pub fn check_op(o: &PlanOp, tensors: &[PlanTensor]) -> Result<(), String> {
         Ok(())
     };
     check_quant(o, &ins, &outs)?;
+    check_blocked(o, &ins, &outs)?;
     match o.type_name {
         op::RESHAPE => {
             arity(1..=1, 1)?;
@@ -326,6 +327,32 @@ fn desc(t: &PlanTensor) -> String {
     format!("'{}' {ty}{:?}", t.name, t.shape)
 }
 
+/// Block-wise encodings (QNN's block expansion) are MatMul weights only, as the rules emit
+/// them: `in[1]` `[in, out]` with the channels on the last dim and the blocks along dim 0, the
+/// one it reduces over (QNN has no field for the block axis; the op implies it).
+fn check_blocked(o: &PlanOp, ins: &[&PlanTensor], outs: &[&PlanTensor]) -> Result<(), String> {
+    let blocked = |t: &&PlanTensor| t.quant.as_ref().is_some_and(|q| q.is_blocked());
+    if let Some(t) = outs.iter().find(|t| blocked(t)) {
+        return Err(format!("writes {}, which is block-wise quantized", desc(t)));
+    }
+    for (k, t) in ins.iter().enumerate().filter(|(_, t)| blocked(t)) {
+        let q = t.quant.as_ref().expect("blocked");
+        let weight = o.type_name == op::MAT_MUL
+            && k == 1
+            && t.shape.len() == 2
+            && q.axis == Some(1)
+            && q.blocks.as_ref().is_some_and(|b| b.axis == 0);
+        if !weight {
+            return Err(format!(
+                "reads {} as input {k}, whose block-wise encoding QNN takes only as the \
+                 [in, out] weight of MatMul with blocks along `in`",
+                desc(t)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Fixed-point and float tensors meet only in the conversions: a quantized op given a float
 /// tensor (or writing one) would be refused by QNN's validator at best.
 fn check_quant(o: &PlanOp, ins: &[&PlanTensor], outs: &[&PlanTensor]) -> Result<(), String> {
@@ -544,6 +571,42 @@ mod tests {
             vec![(param::MULTIPLES, Param::u32_vec(&[1, 1, 2, 1, 1]))],
         );
         check_op(&o, &ts).unwrap();
+    }
+
+    #[test]
+    fn block_wise_weights_are_matmul_weights_only() {
+        let blocked =
+            qnnx_types::Encoding::from_onnx_blocked(DType::I4, &[4, 2], 0, 2, &[0.1; 4], &[], 4)
+                .unwrap();
+        let q = |mut t: PlanTensor, e: &qnnx_types::Encoding| {
+            t.dtype = e.storage;
+            t.quant = Some(e.clone());
+            t
+        };
+        let act = qnnx_types::Encoding::per_tensor(DType::U16, 0.01, -32768);
+        let ts = [
+            q(t("x", DType::F32, &[3, 4]), &act),
+            q(t("w", DType::F32, &[4, 2]), &blocked),
+            q(t("y", DType::F32, &[3, 2]), &act),
+        ];
+        let mut o = one(op::MAT_MUL, vec![]);
+        o.inputs = vec![0, 1];
+        o.outputs = vec![2];
+        check_op(&o, &ts).unwrap();
+        // As a FullyConnected weight, or with its blocks along the channels' dim: refused.
+        o.type_name = op::FULLY_CONNECTED;
+        let e = check_op(&o, &ts).unwrap_err();
+        assert!(
+            e.contains("block-wise encoding") && e.contains("MatMul"),
+            "{e}"
+        );
+        let ts = [
+            ts[0].clone(),
+            q(t("w", DType::F32, &[2, 4]), &blocked.permuted(&[1, 0])),
+            ts[2].clone(),
+        ];
+        o.type_name = op::MAT_MUL;
+        assert!(check_op(&o, &ts).is_err());
     }
 
     #[test]

@@ -337,7 +337,12 @@ impl Plan {
                 TensorKind::Input | TensorKind::Output | TensorKind::Native => "",
             };
             let ty = qnnx_types::tensor_type_name(t.dtype, t.quant.is_some());
-            format!("{}{}:{}{:?}", k, t.name, ty, t.shape)
+            // A block-wise encoding is named: it decides which ops may read the tensor.
+            let blocked = match &t.quant {
+                Some(q) if q.is_blocked() => format!(" <{q}>"),
+                _ => String::new(),
+            };
+            format!("{}{}:{}{:?}{blocked}", k, t.name, ty, t.shape)
         };
         for io in &self.inputs {
             let _ = writeln!(s, "input {}", tn(&io.tensor));

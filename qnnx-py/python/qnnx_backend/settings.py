@@ -118,6 +118,12 @@ class QnnSettings:
     rounding errors are moved onto its weights not yet rounded, weighted by its calibration
     inputs, so that its output changes least; costs seconds per model on the host, e.g. 16 s
     for resnet18 at 128x128; see quantization.gptq and the README's Quantization section)."""
+    weight_block_size: Optional[int] = None
+    """With ``quantize="16a4w"``: Linear/MatMul weights quantized per block of this many input
+    features (32, 64, 128, ...) instead of per output channel: a float scale per output channel
+    times a 4-bit integer scale per block (QNN's block expansion, "LPBQ"; HTP v69 and newer, a
+    v68 target refuses it). Weights whose input size the block does not divide, and conv
+    weights, stay per channel (see docs/quantization.md, "Block-wise 4-bit weights")."""
     quantize_modules: Optional[Mapping[str, Optional[str]]] = dataclasses.field(
         default=None, compare=False
     )
@@ -196,6 +202,7 @@ class QnnSettings:
             arch,
             self.weight_rounding,
             self.quantize_values,
+            self.weight_block_size,
         )
 
 
@@ -290,6 +297,7 @@ _QUANTIZE_OPTIONS = (
     "observer",
     "per_channel",
     "weight_rounding",
+    "weight_block_size",
     "quantize_modules",
     "quantize_ops",
     "quantize_values",

@@ -79,6 +79,9 @@ fn quantized_fully_connected(
              quantizing)",
         ));
     }
+    if cx.enc(node, 1).is_some_and(|e| e.is_blocked()) {
+        return blocked(cx, node, trans_a, trans_b);
+    }
     let perm: &[usize] = if trans_b { &[0, 1] } else { &[1, 0] };
     let hint = format!("{}_w", node.name);
     let wt = cx
@@ -91,6 +94,45 @@ fn quantized_fully_connected(
     }
     let y = cx.output(node, 0)?;
     cx.op(node, op::FULLY_CONNECTED, vec![a, wt, bt], vec![y], vec![]);
+    Ok(())
+}
+
+/// A quantized Gemm with block-wise weights: QNN `MatMul` by B as `[K, N]` (see
+/// `matmul::blocked`), then `ElementWiseAdd` of C, which the `qdq` pass leaves float for it (a
+/// per-tensor encoding is derived when it is stored).
+fn blocked(cx: &mut LowerCx, node: &Node, trans_a: bool, trans_b: bool) -> Result<()> {
+    let perm: &[usize] = if trans_b { &[1, 0] } else { &[0, 1] };
+    let hint = format!("{}_w", node.name);
+    let w = cx
+        .permuted_const(node, 1, perm, &hint)?
+        .expect("the caller checked B is constant");
+    let mut a = cx.input(node, 0)?;
+    if trans_a {
+        a = cx.transpose(node, a, &[1, 0]);
+    }
+    let y = cx.output(node, 0)?;
+    let params = vec![
+        (param::TRANSPOSE_IN0, Param::bool(false)),
+        (param::TRANSPOSE_IN1, Param::bool(false)),
+    ];
+    if node.input(2).is_none() {
+        cx.op(node, op::MAT_MUL, vec![a, w], vec![y], params);
+        return Ok(());
+    }
+    let out_shape = cx.out_shape(node, 0);
+    let dt = cx.tensor_dtype(y);
+    let m = cx.emit(node, op::MAT_MUL, vec![a, w], dt, &out_shape, params);
+    // C's real values, stored like an activation: an int32 encoding the model gives it (input
+    // scale x weight scale, for a FullyConnected bias) is not what an ElementWiseAdd reads.
+    let Some(c) = cx.konst(node, 2) else {
+        return Err(node.err_op(
+            "its C must be a constant when B is block-wise quantized (it is added after QNN's \
+             MatMul)",
+        ));
+    };
+    let c = c.with_shape(vec![1, c.numel()]);
+    let c = cx.static_tensor(node, &format!("{}_c", node.name), &c)?;
+    cx.op(node, op::ELEMENT_WISE_ADD, vec![m, c], vec![y], vec![]);
     Ok(())
 }
 

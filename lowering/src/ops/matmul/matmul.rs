@@ -135,6 +135,9 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
             }
             let (k, n) = (b.shape[0], b.shape[1]);
             let rows: usize = a_shape[..a_shape.len() - 1].iter().product();
+            if node.quantized && cx.enc(node, 1).is_some_and(|e| e.is_blocked()) {
+                return blocked(cx, node, rows, k, n);
+            }
             let hint = format!("{}_w", node.name);
             let wt = cx
                 .permuted_const(node, 1, &[1, 0], &hint)?
@@ -210,6 +213,32 @@ pub fn matmul(cx: &mut LowerCx, node: &Node) -> Result<()> {
     } else {
         let dt = cx.tensor_dtype(y);
         let m = cx.emit(node, op::MAT_MUL, vec![a, b], dt, &full, params);
+        cx.op(node, op::RESHAPE, vec![m], vec![y], vec![]);
+    }
+    Ok(())
+}
+
+/// A constant B with block-wise weights (QNN's block expansion, HTP v69+): QNN `MatMul` of A as
+/// `[rows, K]` by B as it is, `[K, N]` with its channels on the last dim, the form ONNX Runtime's
+/// QNN EP gives LPBQ weights (QNN 2.51's `FullyConnected` computes it as exactly with the
+/// weight `[N, K]` on axis 0, measured on the emulator; not used).
+fn blocked(cx: &mut LowerCx, node: &Node, rows: usize, k: usize, n: usize) -> Result<()> {
+    let a_shape = cx.shape(node, 0);
+    let w = cx.input(node, 1)?;
+    let mut a = cx.input(node, 0)?;
+    if a_shape.len() != 2 {
+        a = cx.reshape(node, a, &[rows, k]);
+    }
+    let y = cx.output(node, 0)?;
+    let params = vec![
+        (param::TRANSPOSE_IN0, Param::bool(false)),
+        (param::TRANSPOSE_IN1, Param::bool(false)),
+    ];
+    if a_shape.len() == 2 {
+        cx.op(node, op::MAT_MUL, vec![a, w], vec![y], params);
+    } else {
+        let dt = cx.tensor_dtype(y);
+        let m = cx.emit(node, op::MAT_MUL, vec![a, w], dt, &[rows, n], params);
         cx.op(node, op::RESHAPE, vec![m], vec![y], vec![]);
     }
     Ok(())

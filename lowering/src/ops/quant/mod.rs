@@ -107,11 +107,9 @@ pub fn node_encoding(
             ))
         })?),
     };
-    if node.attr_i("block_size", 0)? != 0 {
-        return Err(node.err_attr(
-            "block_size",
-            "blocked quantization is not supported; quantize per tensor or per channel",
-        ));
+    let block_size = node.attr_i("block_size", 0)?;
+    if block_size != 0 {
+        return blocked_encoding(node, &what(0), storage, data_shape, scale, zp, block_size);
     }
     if let Some(z) = zp {
         if z.shape != scale.shape {
@@ -152,3 +150,57 @@ pub fn node_encoding(
         .map_err(|e| node.err_invalid(format!("the encoding of '{}' {e}", what(0))))?;
     Ok(enc)
 }
+
+/// The encoding of a blocked QuantizeLinear/DequantizeLinear (opset 21's `block_size`): a 2-D
+/// int4 weight with a float scale per block of `block_size` elements along `axis`, stored as
+/// QNN's block expansion ([`qnnx_types::Blocks`]: per-channel scale x 4-bit integer per block,
+/// HTP v69+; the engine refuses it for older targets).
+fn blocked_encoding(
+    node: &Node,
+    name: &str,
+    storage: crate::dtype::DType,
+    data_shape: &[usize],
+    scale: &crate::ir::tensor::Tensor,
+    zp: Option<&crate::ir::tensor::Tensor>,
+    block_size: i64,
+) -> Result<qnnx_types::Encoding> {
+    let rank = data_shape.len() as i64;
+    let a = node.attr_i("axis", 1)?;
+    let a = if a < 0 { a + rank } else { a };
+    if a < 0 || a >= rank {
+        return Err(node.err_attr(
+            "axis",
+            format!("axis {a} does not exist in a rank-{rank} tensor"),
+        ));
+    }
+    let a = a as usize;
+    if block_size < 0 {
+        return Err(node.err_attr("block_size", "must be positive"));
+    }
+    let b = block_size as usize;
+    let mut want = data_shape.to_vec();
+    want[a] = data_shape[a].div_ceil(b.max(1));
+    if scale.shape != want {
+        return Err(node.err_invalid(format!(
+            "its scale has shape {:?}; blocks of {b} along axis {a} of a {:?} tensor need {:?}",
+            scale.shape, data_shape, want
+        )));
+    }
+    let zps = zp.map(|z| z.to_i64()).unwrap_or_default();
+    let enc = qnnx_types::Encoding::from_onnx_blocked(
+        storage,
+        data_shape,
+        a,
+        b,
+        &scale.to_f64(),
+        &zps,
+        BLOCK_SCALE_BITS,
+    )
+    .map_err(|e| node.err_attr("block_size", format!("the encoding of '{name}' {e}")))?;
+    enc.check_shape(data_shape)
+        .map_err(|e| node.err_invalid(format!("the encoding of '{name}' {e}")))?;
+    Ok(enc)
+}
+
+/// The width of QNN's integer block scales for 4-bit weights: they expand them to 8 bits.
+pub const BLOCK_SCALE_BITS: u32 = 4;

@@ -33,6 +33,7 @@ class QNNRouterCompileOptions(QNNCompileOptions, total=False):
     observer: str
     per_channel: bool
     weight_rounding: Literal["nearest", "gptq"]
+    weight_block_size: Optional[int]
     quantize_modules: Mapping[str, Optional[str]]
     quantize_ops: Mapping[str, Optional[str]]
     quantize_values: Mapping[str, Optional[str]]

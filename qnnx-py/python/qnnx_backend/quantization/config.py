@@ -103,6 +103,12 @@ class QuantizeConfig:
     and ``ops`` for that value only: the producer's other inputs and the readers' outputs
     keep theirs."""
 
+    weight_block_size: Optional[int] = None
+    """With 4-bit weights: the Linear and MatMul weights quantized per block of this many input
+    features (a float scale per output channel times a 4-bit integer scale per block: QNN's
+    block expansion, "LPBQ", HTP v69 and newer) instead of per output channel
+    (quantization/blockwise.py)."""
+
     def has_4bit_weights(self) -> bool:
         """Whether the scheme or an override stores weights in 4 bits."""
         schemes = [self.scheme] + [s for _, s in self.modules + self.ops if s is not None]
@@ -128,6 +134,7 @@ class QuantizeConfig:
                 self.weight_rounding,
             )
             + ((tuple((v, name(s)) for v, s in self.values),) if self.values else ())
+            + ((("weight_block_size", self.weight_block_size),) if self.weight_block_size else ())
         )
 
 
@@ -173,6 +180,7 @@ def config(
     htp_arch: Optional[int] = None,
     weight_rounding: str = "nearest",
     values: Optional[Mapping[str, Any]] = None,
+    weight_block_size: Optional[int] = None,
 ) -> QuantizeConfig:
     """A validated QuantizeConfig from option values (ValueError naming the option to change)."""
     if scheme not in SCHEMES:
@@ -183,6 +191,25 @@ def config(
         raise ValueError(f"weight_rounding={weight_rounding!r}: use one of {', '.join(ROUNDINGS)}")
     if not isinstance(per_channel, bool):
         raise ValueError(f"per_channel={per_channel!r}: must be True or False")
+    if weight_block_size is not None:
+        b = weight_block_size
+        if isinstance(b, bool) or not isinstance(b, int) or b < 8 or b & (b - 1):
+            raise ValueError(
+                f"weight_block_size={b!r}: a power of two of at least 8 (32, 64 or 128 are usual), "
+                "or None for per-channel weights"
+            )
+        if SCHEMES[scheme].weight_bits != 4:
+            raise ValueError(
+                f"weight_block_size={b}: block-wise weights are 4-bit; use quantize=\"16a4w\" with it "
+                f"(quantize={scheme!r} has {SCHEMES[scheme].weight_bits}-bit weights)"
+            )
+        if weight_rounding != "nearest":
+            raise ValueError(
+                f"weight_block_size={b} with weight_rounding={weight_rounding!r}: block-wise weights are "
+                "rounded to nearest; drop one of the two options"
+            )
+        if not per_channel:
+            raise ValueError(f"weight_block_size={b} with per_channel=False: block-wise weights have per-channel scales")
     return QuantizeConfig(
         SCHEMES[scheme],
         observer,
@@ -192,4 +219,5 @@ def config(
         htp_arch,
         weight_rounding,
         parse_overrides("quantize_values", values, kinds=False),
+        weight_block_size,
     )

@@ -31,6 +31,9 @@ evaluator also run, and that the native lowering turns into QNN fixed-point tens
   DequantizeLinear and a QuantizeLinear of the same encoding), and a split read through
   getitem is one Slice per output: what the HTP runs quantized (``rewrites.linear_rows``,
   ``rewrites.splits_to_slices``);
+* with ``weight_block_size``, the 4-bit Linear weights block-wise instead (QNN's block
+  expansion: a float scale per output channel times a 4-bit integer scale per block of input
+  features; ``blockwise``);
 * below HTP v73 a 16-bit scheme runs matmul (two activations) at 8a8w: v68 has no 16-bit
   kernel for it;
 * ops outside ``OP_KINDS``, and ops overridden to "float", stay float between a
@@ -107,7 +110,7 @@ def quantize(
     pattern that matches no module or a ``quantize_values`` name that names no value."""
     # Imported here for their cost (torchao takes seconds), which float compiles do not pay;
     # annotate first: its import of torchao quietens torch's pytree deprecation log.
-    from . import annotate, rewrites
+    from . import annotate, blockwise, rewrites
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     seconds = {}
@@ -153,10 +156,12 @@ def quantize(
         with torch.no_grad():
             round_weights(prepared, samples)
         seconds["rounding"] = time.perf_counter() - t
+    floats = blockwise.float_weights(prepared) if cfg.weight_block_size else {}
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         converted = convert_pt2e(prepared)
+    blocked = blockwise.plan(converted, floats, cfg.weight_block_size) if cfg.weight_block_size else {}
     absorbed = rewrites.absorb_clamps(converted)
     rewrites.splits_to_slices(converted)
     rewrites.linear_rows(converted)
@@ -177,7 +182,9 @@ def quantize(
             )
     except to_onnx.EXPORT_ERRORS as e:
         raise LoweringError(f"quantize: the QDQ ONNX export failed: {e}") from None
-    data = tidy_onnx(program.model_proto.SerializeToString(), cfg.has_4bit_weights())
+    data = tidy_onnx(program.model_proto.SerializeToString(), cfg.has_4bit_weights(), blocked)
+    if blocked:
+        blockwise.fake_quantize(converted, blocked)
     seconds["export"] = time.perf_counter() - t
     logger.info(
         "qnn quantize %s: %d nodes quantized, %d clamps absorbed; prepare %.1f s, calibrate %.1f s "

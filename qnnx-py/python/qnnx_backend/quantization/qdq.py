@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping, Optional
+
 #: The opset of the QDQ models: QuantizeLinear/DequantizeLinear-21 take uint16 and int16.
 QDQ_OPSET = 21
 
 
-def tidy_onnx(data: bytes, int4_weights: bool = False) -> bytes:
+def tidy_onnx(data: bytes, int4_weights: bool = False, blocked: Optional[Mapping[str, Any]] = None) -> bytes:
     """The exporter's QDQ model made plain: Casts of initializers folded into initializers of the
     cast type, the Constants that feed Q/DQ nodes turned into initializers, per-tensor Q/DQ nodes
     without an ``axis``; with ``int4_weights``, the int8 weights that fit 4 bits stored as INT4
-    (``_int4_weights``); then checked by onnx's checker."""
+    (``_int4_weights``); the block-wise weights (``blockwise.Blocked`` by initializer name)
+    behind their blocked DequantizeLinear (``_blocked_weights``); then checked by onnx's
+    checker."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -61,6 +65,8 @@ def tidy_onnx(data: bytes, int4_weights: bool = False) -> bytes:
     kept_inits = [t for t in graph.initializer if t.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept_inits)
+    if blocked:
+        _blocked_weights(graph, blocked)
     if int4_weights:
         _int4_weights(graph)
     onnx.checker.check_model(model)
@@ -91,3 +97,70 @@ def _int4_weights(graph) -> None:
         t = inits[name]
         v = numpy_helper.to_array(t)
         t.CopyFrom(helper.make_tensor(name, TensorProto.INT4, list(v.shape), v.ravel().tolist()))
+
+
+def _blocked_weights(graph, blocked: Mapping[str, Any]) -> None:
+    """Rewrites each DequantizeLinear of an integer weight named in ``blocked`` as its
+    block-wise int4 weight, as ONNX Runtime's QNN EP takes LPBQ and the lowering reads it:
+    ``DequantizeLinear(int4 [out, in], scale, zero point 0, axis=1, block_size)`` whose scale
+    ``[out, in / block]`` is ``DequantizeLinear(uint8 k, channel scale, axis=0)``."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    found = set()
+    nodes = []
+    for n in graph.node:
+        if n.op_type == "DequantizeLinear" and n.input[0] in blocked:
+            name = n.input[0]
+            b = blocked[name]
+            found.add(name)
+            scale = f"{name}_lpbq_scale"
+            nodes.append(
+                helper.make_node(
+                    "DequantizeLinear", [f"{name}_lpbq_k", f"{name}_lpbq_channel", f"{name}_lpbq_k_zp"], [scale], axis=0
+                )
+            )
+            del n.input[:]
+            n.input.extend([f"{name}_lpbq_q", scale, f"{name}_lpbq_zp"])
+            del n.attribute[:]
+            n.attribute.extend([helper.make_attribute("axis", 1), helper.make_attribute("block_size", b.block)])
+        nodes.append(n)
+    missing = sorted(set(blocked) - found)
+    if missing:
+        raise ValueError(f"block-wise weights {missing} have no DequantizeLinear in the exported model")
+    for name in found:
+        b = blocked[name]
+        q, k = b.q.numpy(), b.k.numpy()
+        graph.initializer.extend(
+            [
+                _int4_tensor(f"{name}_lpbq_q", q),
+                _int4_tensor(f"{name}_lpbq_zp", np.zeros(k.shape, np.int8)),
+                numpy_helper.from_array(k, f"{name}_lpbq_k"),
+                numpy_helper.from_array(b.channel.numpy(), f"{name}_lpbq_channel"),
+                helper.make_tensor(f"{name}_lpbq_k_zp", TensorProto.UINT8, [k.shape[0]], [0] * k.shape[0]),
+            ]
+        )
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used = {i for n in graph.node for i in n.input}
+    kept = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+
+
+def _int4_tensor(name: str, a):
+    """An ONNX INT4 initializer of the int8 array ``a`` (values in -8..7), packed two per byte
+    (low nibble first) with numpy: ``helper.make_tensor`` over a Python list took 40 s for
+    SmolLM2's block-wise weights."""
+    import numpy as np
+    from onnx import TensorProto
+
+    flat = (a.ravel().astype(np.int8) & 0x0F).astype(np.uint8)
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    t = TensorProto()
+    t.name = name
+    t.data_type = TensorProto.INT4
+    t.dims.extend(a.shape)
+    t.raw_data = (flat[0::2] | (flat[1::2] << 4)).tobytes()
+    return t

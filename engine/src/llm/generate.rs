@@ -213,7 +213,7 @@ impl Generator {
     /// server's requests share one generator).
     pub fn clear(&mut self) {
         self.pos = 0;
-        for t in &mut self.state[3..] {
+        for t in self.state.iter_mut().flat_map(|shard| &mut shard[3..]) {
             t.data.fill(0);
         }
     }

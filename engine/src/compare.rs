@@ -76,6 +76,128 @@ pub struct Layer {
     pub is_output: bool,
 }
 
+/// A model output over a batch of inputs (its rows along the first axis of the first input):
+/// what users of a classifier or an embedding model rely on, which one cosine over the whole
+/// tensor does not show.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchOutput {
+    pub value: String,
+    /// Rows (inputs) compared.
+    pub n: usize,
+    /// Each row's cosine to its reference row: the smallest and the mean.
+    pub cosine_min: f64,
+    pub cosine_mean: f64,
+    /// The share of rows whose largest element is at the reference's index (top-1 agreement
+    /// of a classifier's logits).
+    pub top1_agreement: f64,
+    /// The matrices of pairwise cosine similarities between different rows, reference and test
+    /// (n >= 3): the Pearson correlation of their off-diagonal entries, their means (a test mean
+    /// creeping towards 1 is an embedding space that collapsed) and the share of rows whose
+    /// nearest other row is the same in both.
+    pub offdiag_correlation: Option<f64>,
+    pub offdiag_mean_reference: Option<f64>,
+    pub offdiag_mean_test: Option<f64>,
+    pub nn_agreement: Option<f64>,
+}
+
+impl BatchOutput {
+    /// `reference` and `test` as `n` rows each; None when they do not split into `n >= 2` rows.
+    pub fn of(value: &str, n: usize, reference: &[f32], test: &[f32]) -> Option<BatchOutput> {
+        if n < 2
+            || reference.len() != test.len()
+            || reference.len() % n != 0
+            || reference.is_empty()
+        {
+            return None;
+        }
+        let d = reference.len() / n;
+        let rows = |v: &[f32]| -> Vec<Vec<f64>> {
+            v.chunks(d)
+                .map(|r| r.iter().map(|&x| x as f64).collect())
+                .collect()
+        };
+        let (r, t) = (rows(reference), rows(test));
+        let norm = |x: &[f64]| x.iter().map(|a| a * a).sum::<f64>().sqrt().max(1e-30);
+        let cos = |a: &[f64], b: &[f64]| {
+            a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>() / (norm(a) * norm(b))
+        };
+        let per_row: Vec<f64> = r.iter().zip(&t).map(|(a, b)| cos(&a[..], &b[..])).collect();
+        let argmax = |x: &[f64]| {
+            x.iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(i, _)| i)
+        };
+        let top1 = r
+            .iter()
+            .zip(&t)
+            .filter(|(a, b)| argmax(&a[..]) == argmax(&b[..]))
+            .count();
+        let mut out = BatchOutput {
+            value: value.to_string(),
+            n,
+            cosine_min: per_row.iter().copied().fold(f64::INFINITY, f64::min),
+            cosine_mean: per_row.iter().sum::<f64>() / n as f64,
+            top1_agreement: top1 as f64 / n as f64,
+            offdiag_correlation: None,
+            offdiag_mean_reference: None,
+            offdiag_mean_test: None,
+            nn_agreement: None,
+        };
+        if n >= 3 {
+            let sim = |m: &[Vec<f64>]| -> Vec<Vec<f64>> {
+                m.iter()
+                    .map(|a| m.iter().map(|b| cos(&a[..], &b[..])).collect())
+                    .collect()
+            };
+            let (sr, st) = (sim(&r), sim(&t));
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let mut nn_same = 0;
+            for i in 0..n {
+                let nearest = |s: &[f64]| {
+                    (0..n)
+                        .filter(|&j| j != i)
+                        .max_by(|&x, &y| s[x].total_cmp(&s[y]))
+                };
+                if nearest(&sr[i][..]) == nearest(&st[i][..]) {
+                    nn_same += 1;
+                }
+                for j in (0..n).filter(|&j| j != i) {
+                    a.push(sr[i][j]);
+                    b.push(st[i][j]);
+                }
+            }
+            let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+            let (ma, mb) = (mean(&a[..]), mean(&b[..]));
+            let (mut sab, mut saa, mut sbb) = (0.0, 0.0, 0.0);
+            for (x, y) in a.iter().zip(&b) {
+                sab += (x - ma) * (y - mb);
+                saa += (x - ma) * (x - ma);
+                sbb += (y - mb) * (y - mb);
+            }
+            out.offdiag_correlation = (saa > 0.0 && sbb > 0.0).then(|| sab / (saa * sbb).sqrt());
+            out.offdiag_mean_reference = Some(ma);
+            out.offdiag_mean_test = Some(mb);
+            out.nn_agreement = Some(nn_same as f64 / n as f64);
+        }
+        Some(out)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "value": self.value,
+            "n": self.n,
+            "cosine_min": self.cosine_min,
+            "cosine_mean": self.cosine_mean,
+            "top1_agreement": self.top1_agreement,
+            "offdiag_correlation": self.offdiag_correlation,
+            "offdiag_mean_reference": self.offdiag_mean_reference,
+            "offdiag_mean_test": self.offdiag_mean_test,
+            "nn_agreement": self.nn_agreement,
+        })
+    }
+}
+
 /// What [`compare`] found.
 #[derive(Clone, Debug)]
 pub struct Report {
@@ -89,6 +211,9 @@ pub struct Report {
     pub jump_db: f64,
     /// Model values only one build observed (folded away or fused on one side), by name.
     pub unmatched: Vec<String>,
+    /// With a batch of inputs (the first input's first axis N >= 2), each model output over
+    /// its N rows.
+    pub batch: Vec<BatchOutput>,
 }
 
 impl Report {
@@ -129,6 +254,7 @@ impl Report {
             "first_jump": self.first_jump,
             "layers": layers,
             "unmatched": self.unmatched,
+            "batch": self.batch.iter().map(BatchOutput::json).collect::<Vec<_>>(),
         })
     }
 }
@@ -354,6 +480,8 @@ pub fn compare(
 pub struct Observed {
     model: lowering::Model,
     values: HashMap<String, Vec<f32>>,
+    /// The first input's first dimension, when the inputs are a batch (rank >= 2).
+    batch: usize,
 }
 
 impl Observed {
@@ -368,7 +496,15 @@ impl Observed {
             ));
         }
         let values = observe(b, opts, inputs)?;
-        Ok(Observed { model, values })
+        let batch = inputs
+            .first()
+            .filter(|t| t.shape.len() >= 2)
+            .map_or(1, |t| t.shape[0]);
+        Ok(Observed {
+            model,
+            values,
+            batch,
+        })
     }
 
     /// Runs `test` observed on `inputs` (those the reference ran on) and compares it.
@@ -454,12 +590,21 @@ impl Observed {
             .collect();
         unmatched.sort();
         unmatched.dedup();
+        let batch = g
+            .outputs
+            .iter()
+            .filter_map(|&v| {
+                let name = &g.value(v).name;
+                BatchOutput::of(name, self.batch, r.get(name)?, t.get(name)?)
+            })
+            .collect();
         layers.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db).then(a.order.cmp(&b.order)));
         Report {
             layers,
             first_jump,
             jump_db: opts.jump_db,
             unmatched,
+            batch,
         }
     }
 }
@@ -479,6 +624,30 @@ mod tests {
         let onnx: Vec<f32> = (0..6).map(|x| x as f32).collect();
         let held = [0., 3., 1., 4., 2., 5.];
         assert_eq!(unpermute(&held, &[1, 3, 2], &[0, 2, 1]), onnx);
+    }
+
+    #[test]
+    fn batch_output_of_a_collapsed_embedding() {
+        // Three orthogonal rows; the test pulls every row towards a common direction.
+        let r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+        let t = [1.0, 0.5, 0.5, 0.5, 1.0, 0.5, 0.5, 0.5, 1.0];
+        let b = BatchOutput::of("y", 3, &r, &t).unwrap();
+        assert_eq!(b.top1_agreement, 1.0);
+        assert!((b.cosine_min - 1.0 / 1.5f64.sqrt()).abs() < 1e-12);
+        assert_eq!(b.offdiag_mean_reference, Some(0.0));
+        // cos([1,.5,.5],[.5,1,.5]) = 1.25 / 1.5.
+        assert!((b.offdiag_mean_test.unwrap() - 1.25 / 1.5).abs() < 1e-12);
+        // All reference pairs are equal: no correlation to speak of.
+        assert_eq!(b.offdiag_correlation, None);
+        assert!(BatchOutput::of("y", 1, &r, &t).is_none());
+        assert!(
+            BatchOutput::of("y", 2, &r, &t).is_none(),
+            "9 values are not 2 rows"
+        );
+        let u = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 2.0];
+        let same = BatchOutput::of("y", 3, &u, &u).unwrap();
+        assert!((same.offdiag_correlation.unwrap() - 1.0).abs() < 1e-12);
+        assert_eq!(same.nn_agreement, Some(1.0));
     }
 
     #[test]

@@ -126,6 +126,26 @@ fn text(rep: &Report, top: usize, test: &str) -> String {
             rep.layers.len() - top
         );
     }
+    for b in &rep.batch {
+        let _ = write!(
+            t,
+            "output {} over {} inputs: cosine min {:.5} / mean {:.5}, top-1 agreement {:.3}",
+            b.value, b.n, b.cosine_min, b.cosine_mean, b.top1_agreement
+        );
+        if let (Some(c), Some(mr), Some(mt), Some(nn)) = (
+            b.offdiag_correlation,
+            b.offdiag_mean_reference,
+            b.offdiag_mean_test,
+            b.nn_agreement,
+        ) {
+            let _ = write!(
+                t,
+                "; pairwise similarity: correlation {c:.4}, mean {mr:.3} -> {mt:.3}, \
+                 nearest-neighbour agreement {nn:.3}"
+            );
+        }
+        t.push('\n');
+    }
     match rep.first_jump.as_deref().and_then(|v| rep.layer(v)) {
         Some(l) => {
             let from = l

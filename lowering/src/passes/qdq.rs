@@ -344,6 +344,42 @@ fn set_const_input(g: &mut Graph, idx: usize, slot: usize, t: Tensor, enc: Encod
     n.inputs[slot] = Some(c);
 }
 
+/// Rewrites quantized BatchNormalization `idx` to its affine form `[x, weights, bias]`
+/// (`ops::norm::batch_norm::affine`), whose weights and bias [`settle_weights`] encodes. Its
+/// parameters must be constants (the reals: an encoded one is read dequantized).
+fn batch_norm_affine(g: &mut Graph, idx: usize) -> Result<(), LowerError> {
+    use crate::ops::norm::batch_norm::{affine, AFFINE_INPUTS};
+    let n = g.nodes[idx].clone();
+    if n.inputs.len() == AFFINE_INPUTS {
+        return Ok(());
+    }
+    let mut p: Vec<Vec<f64>> = Vec::with_capacity(4);
+    for (k, what) in [(1, "scale"), (2, "B"), (3, "input_mean"), (4, "input_var")] {
+        match n.input(k).and_then(|v| g.konst(v)) {
+            Some(t) => p.push(t.to_f64()),
+            None => {
+                return Err(n.err_op(format!(
+                    "its {what} must be a constant to run quantized (a per-channel scale and \
+                     offset)"
+                )))
+            }
+        }
+    }
+    let eps = n.attr_f("epsilon", 1e-5)? as f64;
+    let (w, b) = affine(eps, &p[0], &p[1], &p[2], &p[3]);
+    let c = w.len();
+    let wv = g.add_const(
+        &format!("{}_affine_w", n.name),
+        Tensor::from_f64_as(DType::F32, vec![c], &w),
+    );
+    let bv = g.add_const(
+        &format!("{}_affine_b", n.name),
+        Tensor::from_f64_as(DType::F32, vec![c], &b),
+    );
+    g.nodes[idx].inputs = vec![n.inputs[0], Some(wv), Some(bv)];
+    Ok(())
+}
+
 /// The weight and bias encodings of weighted node `idx` (see [`Weighted`]); a conversion the
 /// weight input needs goes to `added`.
 fn settle_weights(
@@ -609,6 +645,12 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
             }
         }
         if quantized {
+            if n.op_type == "BatchNormalization" {
+                if let Err(e) = batch_norm_affine(g, idx) {
+                    errors.push(e);
+                    continue;
+                }
+            }
             if let Quant::Weighted(w) = def.quant {
                 if let Err(e) = settle_weights(g, idx, w, &mut added) {
                     errors.push(e);
@@ -774,6 +816,59 @@ mod tests {
         fn output_qdq(self, x: &str) -> Self {
             qdq(self, x, "y", 0.05, u8(0)).output("y")
         }
+    }
+
+    /// A pre-activation BatchNorm (after an Add, before the next Conv) between QDQ edges runs
+    /// quantized on its affine form: u8 weights per tensor, the int32 bias at input scale x
+    /// weight scale, no float island (a v68 HTP refuses those).
+    #[test]
+    fn a_standalone_batchnorm_between_qdq_edges_runs_quantized() {
+        let c = 3;
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 3, 4, 4])
+            .init("s", Tensor::from_f32(vec![c], &[1.0, 0.5, 2.0]))
+            .init("bb", Tensor::from_f32(vec![c], &[0.1, -0.2, 0.3]))
+            .init("m", Tensor::from_f32(vec![c], &[0.5, -1.0, 0.0]))
+            .init("v", Tensor::from_f32(vec![c], &[4.0, 0.25, 1.0]));
+        let b = qdq(b, "x", "xd", 0.1, u8(128));
+        let b = b.node(
+            "BatchNormalization",
+            &["xd", "s", "bb", "m", "v"],
+            &["n"],
+            &[("epsilon", A::F(0.0))],
+        );
+        let p = lower(&b.output_qdq("n"));
+        let d = p.dump();
+        assert_eq!(
+            p.op_types(),
+            [
+                "Quantize",
+                "Transpose",
+                "Batchnorm",
+                "Transpose",
+                "Dequantize"
+            ],
+            "{d}"
+        );
+        let w = p.tensors.iter().find(|t| t.name.ends_with("_w_q"));
+        let w = w.unwrap_or_else(|| panic!("no encoded weights in\n{d}"));
+        let we = w.quant.clone().expect("weights encoded");
+        assert_eq!(we.storage, DType::U8, "{d}");
+        assert!(we.axis.is_none(), "{d}");
+        // weights = s / sqrt(v) = [0.5, 1.0, 2.0]: u8 over [0, 2.0].
+        assert!((we.scales[0] - 2.0 / 255.0).abs() < 1e-6, "{:?}", we.scales);
+        let b = p.tensors.iter().find(|t| t.name.ends_with("_bias_q"));
+        let be = b
+            .expect("encoded bias")
+            .quant
+            .clone()
+            .expect("bias encoded");
+        assert_eq!(be.storage, DType::I32);
+        assert!(
+            (be.scales[0] - 0.1 * we.scales[0]).abs() < 1e-9,
+            "{:?}",
+            be.scales
+        );
     }
 
     #[test]

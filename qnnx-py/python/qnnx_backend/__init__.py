@@ -84,6 +84,7 @@ from .exceptions import (
 )
 from .deployment.session import load
 from .settings import QnnSettings, parse_options
+from ._structure import batch_metrics, embedding_structure
 
 # 0.4's public modules are attributes after `import qnnx_backend` (qnnx_backend.runtime.InferenceSession
 # in the docs and in 0.4 code), as they were before the package moved into subpackages. Both are
@@ -117,6 +118,8 @@ __version__ = versions()["qnnx"]
 
 __all__ = [
     "accuracy_report",
+    "batch_metrics",
+    "embedding_structure",
     "AccuracyReport",
     "LayerError",
     "mixed_precision",

@@ -76,6 +76,11 @@ class AccuracyReport:
         ]
         #: Values only one of the two builds held (folded or fused away on one side).
         self.unmatched: list[str] = r["unmatched"]
+        #: With a batch of inputs (the first input's first axis N >= 2), per model output over its
+        #: N rows: ``n``, ``cosine_min``, ``cosine_mean``, ``top1_agreement`` and, for N >= 3, the
+        #: pairwise-similarity structure (``offdiag_correlation``, ``offdiag_mean_reference``,
+        #: ``offdiag_mean_test``, ``nn_agreement``; see qnnx_backend.batch_metrics).
+        self.batch: dict[str, dict] = {b["value"]: {k: v for k, v in b.items() if k != "value"} for b in r.get("batch", [])}
         first = r["first_jump"]
         #: The first value in graph order whose SQNR is more than ``jump_db`` below its inputs'.
         self.first_jump: Optional[LayerError] = next((l for l in self.layers if l.value == first), None)
@@ -93,6 +98,14 @@ class AccuracyReport:
             lines.append(
                 f"  {l.module or l.value:<{w}}  {l.op_type:<12} {l.sqnr_db:>9.2f} {l.cosine:>10.6f} {l.max_abs_err:>11.4e}{mark}"
             )
+        for name, b in self.batch.items():
+            line = (f"output {name} over {b['n']} inputs: cosine min {b['cosine_min']:.5f} / mean "
+                    f"{b['cosine_mean']:.5f}, top-1 agreement {b['top1_agreement']:.3f}")
+            if b.get("offdiag_correlation") is not None:
+                line += (f"; pairwise similarity: correlation {b['offdiag_correlation']:.4f}, mean "
+                         f"{b['offdiag_mean_reference']:.3f} -> {b['offdiag_mean_test']:.3f}, "
+                         f"nearest-neighbour agreement {b['nn_agreement']:.3f}")
+            lines.append(line)
         if self.first_jump is None:
             lines.append(f"first jump: none (no value falls more than {self.jump_db} dB below its inputs)")
         else:

@@ -5,13 +5,22 @@
 //! bias `[C]` = `B - mean * weights`, computed statically). Constraints: constant parameters;
 //! 4-D inputs run NHWC (layout pass), 2-D inputs are already channel-last, 3-D inputs are
 //! transposed to channel-last around the op.
+//!
+//! In a quantized graph a standalone BatchNorm (one no Conv before it absorbs: a pre-activation
+//! block's BN after an add, feeding the next Conv) runs quantized, never as a float island
+//! (which a v68 HTP refuses): `passes::qdq::settle` rewrites its inputs to the per-channel
+//! `[x, weights, bias]` of [`affine`] ([`AFFINE_INPUTS`]), the weights UFIXED_POINT_8 per
+//! tensor and the bias int32 at input scale x weight scale ([`Weighted`]). Folding it into the
+//! Conv it feeds is not exact where that Conv zero-pads: the padded border reads zeros, not the
+//! BatchNorm's offset (`fold_conv` keeps such an offset for that reason).
 
 use super::{const_vec, vec_tensor};
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Node;
 use crate::ops::infer::same;
-use crate::ops::Quant;
 use crate::ops::{Layout, LowerCx, OpDef, ShapeInput};
+use crate::ops::{Quant, Weighted};
 use crate::plan::Param;
 use crate::qnn_names::{op, param};
 
@@ -24,31 +33,63 @@ pub const BATCH_NORMALIZATION: OpDef = OpDef {
     fold: None,
     expand: None,
     lower: Some(batch_norm),
-    quant: Quant::Float,
+    // Quantized on its affine form (module doc): UFIXED_POINT_8 weights, as PReLU's slope and
+    // LayerNorm's gamma.
+    quant: Quant::Weighted(Weighted {
+        weight: 1,
+        channel: None,
+        bias: Some(2),
+        weight_storage: Some(DType::U8),
+        symmetric_u16: false,
+    }),
 };
+
+/// The input count of a BatchNormalization rewritten to its affine form `[x, weights, bias]`
+/// (`y = x * weights + bias` per channel), which [`batch_norm`] lowers as it is.
+pub const AFFINE_INPUTS: usize = 3;
+
+/// The per-channel affine map of an inference BatchNorm: `weights = scale / sqrt(var + eps)`,
+/// `bias = B - mean * weights`.
+pub fn affine(
+    eps: f64,
+    scale: &[f64],
+    b: &[f64],
+    mean: &[f64],
+    var: &[f64],
+) -> (Vec<f64>, Vec<f64>) {
+    let w: Vec<f64> = scale
+        .iter()
+        .zip(var)
+        .map(|(s, v)| s / (v + eps).sqrt())
+        .collect();
+    let bias = b
+        .iter()
+        .zip(mean)
+        .zip(&w)
+        .map(|((b, m), w)| b - m * w)
+        .collect();
+    (w, bias)
+}
 
 pub fn batch_norm(cx: &mut LowerCx, node: &Node) -> Result<()> {
     if node.outputs.iter().skip(1).any(Option::is_some) || node.attr_i("training_mode", 0)? != 0 {
         return Err(node.err_attr("training_mode", "training-mode outputs are not supported"));
     }
-    let eps = node.attr_f("epsilon", 1e-5)? as f64;
-    let scale = const_vec(cx, node, 1, "scale")?;
-    let b = const_vec(cx, node, 2, "B")?;
-    let mean = const_vec(cx, node, 3, "input_mean")?;
-    let var = const_vec(cx, node, 4, "input_var")?;
-    let w: Vec<f64> = scale
-        .iter()
-        .zip(&var)
-        .map(|(s, v)| s / (v + eps).sqrt())
-        .collect();
-    let bias: Vec<f64> = b
-        .iter()
-        .zip(&mean)
-        .zip(&w)
-        .map(|((b, m), w)| b - m * w)
-        .collect();
-    let wt = vec_tensor(cx, node, "weight", &w)?;
-    let bt = vec_tensor(cx, node, "bias", &bias)?;
+    let (wt, bt) = if node.inputs.len() == AFFINE_INPUTS {
+        // The affine form of a quantized graph: the encoded constants as they are.
+        (cx.input(node, 1)?, cx.input(node, 2)?)
+    } else {
+        let eps = node.attr_f("epsilon", 1e-5)? as f64;
+        let scale = const_vec(cx, node, 1, "scale")?;
+        let b = const_vec(cx, node, 2, "B")?;
+        let mean = const_vec(cx, node, 3, "input_mean")?;
+        let var = const_vec(cx, node, 4, "input_var")?;
+        let (w, bias) = affine(eps, &scale, &b, &mean, &var);
+        (
+            vec_tensor(cx, node, "weight", &w)?,
+            vec_tensor(cx, node, "bias", &bias)?,
+        )
+    };
     let shape = cx.shape(node, 0);
     let x = cx.input(node, 0)?;
     let y = cx.output(node, 0)?;

@@ -168,11 +168,10 @@ def smollm2_4():
     return smollm2.load(layers=4)
 
 
-@pytest.mark.htp
-def test_trained_smollm2_at_16a8w_calibrated_on_text_follows_fp32(smollm2_4):
-    """The real SmolLM2 weights (4 of 30 layers): 16a8w with the KV cache, calibrated on text
-    through the tokenizer, against fp32 eager teacher-forced on other text."""
-    model, tok = smollm2_4
+def _smollm2_teacher_forced(model, tok, options: dict) -> tuple[float, float]:
+    """Top-1 agreement and logits SQNR of the 4-layer SmolLM2 compiled with ``options`` (and
+    the KV cache), calibrated on four sentences through the tokenizer, against fp32 eager
+    teacher-forced on other text."""
     text = ("The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a "
             "single step. Knowledge is power, and time is money; practice makes perfect.")
     ids = tok(text, return_tensors="pt")["input_ids"][:, :40]
@@ -186,12 +185,18 @@ def test_trained_smollm2_at_16a8w_calibrated_on_text_follows_fp32(smollm2_4):
     ]
     fwd = model.forward
     try:
-        model.forward = torch.compile(fwd, backend="qnn", options={**OPTIONS, "quantize": "16a8w",
-                                                                   "calibration": calib, "tokenizer": tok})
+        model.forward = torch.compile(fwd, backend="qnn", options={**OPTIONS, **options, "calibration": calib, "tokenizer": tok})
         got, _ = llm_eval.teacher_forced(model, ids, prefill=8, cache_len=64)
     finally:
         model.forward = fwd
-    agree, sqnr = _agreement(ref[7:-1], got)
+    return _agreement(ref[7:-1], got)
+
+
+@pytest.mark.htp
+def test_trained_smollm2_at_16a8w_calibrated_on_text_follows_fp32(smollm2_4):
+    """The real SmolLM2 weights (4 of 30 layers): 16a8w with the KV cache, calibrated on text
+    through the tokenizer, against fp32 eager teacher-forced on other text."""
+    agree, sqnr = _smollm2_teacher_forced(*smollm2_4, {"quantize": "16a8w"})
     # Measured 0.89 and 22.4 dB: four of thirty layers give near-flat next-token distributions
     # (fp32 perplexity in the millions), where top-1 is fragile. Before the attention masks
     # were clamped (prefill.MASK_FLOOR) this was 0.22 and 12 dB. The whole model's numbers:
@@ -204,26 +209,7 @@ def test_trained_smollm2_at_16a8w_calibrated_on_text_follows_fp32(smollm2_4):
 def test_trained_smollm2_with_block_wise_4bit_weights_follows_fp32(smollm2_4):
     """16a4w with block-wise weights (``weight_block_size=64``: QNN's block expansion) and the
     8-bit KV cache on the real SmolLM2 weights (4 of 30 layers), teacher-forced against fp32."""
-    model, tok = smollm2_4
-    text = ("The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a "
-            "single step. Knowledge is power, and time is money; practice makes perfect.")
-    ids = tok(text, return_tensors="pt")["input_ids"][:, :40]
-    with torch.no_grad():
-        ref = model(ids).logits[0]
-    calib = [
-        "Python is a programming language that lets you work quickly and integrate systems effectively.",
-        "The weather today is sunny with a light breeze from the west, and the evening will be cool.",
-        "Once upon a time, in a small village by the sea, there lived an old fisherman and his wife.",
-        "To install the package, run the command below and then restart your terminal session.",
-    ]
-    fwd = model.forward
-    try:
-        model.forward = torch.compile(fwd, backend="qnn", options={
-            **OPTIONS, "quantize": "16a4w", "weight_block_size": 64, "calibration": calib, "tokenizer": tok})
-        got, _ = llm_eval.teacher_forced(model, ids, prefill=8, cache_len=64)
-    finally:
-        model.forward = fwd
-    agree, sqnr = _agreement(ref[7:-1], got)
+    agree, sqnr = _smollm2_teacher_forced(*smollm2_4, {"quantize": "16a4w", "weight_block_size": 64})
     print(f"\nSmolLM2 (4 layers) 16a4w blocks of 64: top-1 {agree:.3f}, SQNR {sqnr:.1f} dB")
     # Measured 0.704 and 20.2 dB (16a8w: 0.89 and 22.4 dB on the same cut, whose near-flat
     # next-token distributions make top-1 fragile); the whole model: bench/llm_quant.py.

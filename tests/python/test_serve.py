@@ -6,7 +6,6 @@ tiny one of test_llm_artifact.py (tests/models/common/tiny_llm.py)."""
 
 import http.client
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,21 +17,12 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serve_load  # noqa: E402
+from test_llm_artifact import qnnx_binary  # noqa: E402
 
 KEY = "test-key"
 pytestmark = pytest.mark.htp
-
-
-def qnnx_binary() -> Path:
-    """As test_llm_artifact.py: $QNNX_BIN, else the newer of target/{release,debug}/qnnx."""
-    if os.environ.get("QNNX_BIN"):
-        return Path(os.environ["QNNX_BIN"])
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    found = [p for p in (target / "release" / "qnnx", target / "debug" / "qnnx") if p.exists()]
-    if not found:
-        pytest.skip("no qnnx binary: cargo build -p qnnx-cli (or set QNNX_BIN)")
-    return max(found, key=lambda p: p.stat().st_mtime)
 
 
 @pytest.fixture(scope="module")

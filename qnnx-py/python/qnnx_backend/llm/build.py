@@ -15,7 +15,6 @@ opens without Python. Layout (docs/llm.md):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from .. import _native
+from ..buildcache import sha256_file
 from . import export, quantized
 from . import shards as shards_
 
@@ -56,14 +56,6 @@ def load_source(source: str) -> tuple[torch.nn.Module, Any]:
     )
     model.config._attn_implementation = "eager"
     return model.eval(), tokenizer
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def special_tokens(model: torch.nn.Module, tokenizer: Any) -> dict[str, Any]:
@@ -277,7 +269,7 @@ def build_from(
         "tokenizer": "tokenizer.json",
         "chat_template": "chat_template.jinja" if template else None,
         "build_s": round(time.perf_counter() - started, 1),
-        "files": {n: {"size": (tmp / n).stat().st_size, "sha256": _sha256(tmp / n)} for n in files},
+        "files": {n: {"size": (tmp / n).stat().st_size, "sha256": sha256_file(tmp / n)} for n in files},
     }
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if out.exists():

@@ -60,7 +60,13 @@ CASE = textwrap.dedent(
     with torch.inference_mode():
         logits, feats = c(ev)
         want_logits, want_feats = model(ev)
+    # Images where fp32 itself is decisive (its top class at least 0.1 more probable than the
+    # next): on near-ties (0.389 / 0.355 among these crops) any rounding flips top-1.
+    p = torch.softmax(want_logits, -1).topk(2, -1).values
+    decisive = (p[:, 0] - p[:, 1]) >= 0.1
+    same = logits.argmax(-1) == want_logits.argmax(-1)
     print("RESULT", json.dumps({
+        "decisive": [int(decisive.sum()), int((same & decisive).sum())],
         "logits": qnnx_backend.batch_metrics(want_logits.numpy(), logits.numpy()),
         "features": qnnx_backend.batch_metrics(want_feats.numpy(), feats.numpy(), embedding=True),
         "stats": dict(qnnx_backend.STATS)}))
@@ -75,11 +81,12 @@ CASES = [
     ("60", "8a8w", "nearest"),
     ("60", "16a8w", "gptq"),
 ]
-# Asserted minimum logits cosine (over the 12 images) and top-1 agreement: measured less a margin
+# Asserted minimum logits cosine (over the 12 images) and top-1 agreement on the images where fp32
+# is decisive (8 of the 12; 8 of 8 measured in both cases): measured less a margin
 # (docs/quantization.md has the measured values; the floors are 0.99 / 0.999 and 95% / 99%).
 LEVELS = {
-    ("60", "8a8w", "nearest"): (0.93, 0.75),
-    ("60", "16a8w", "gptq"): (0.995, 0.83),
+    ("60", "8a8w", "nearest"): (0.93, 0.87),
+    ("60", "16a8w", "gptq"): (0.995, 0.99),
 }
 
 
@@ -99,11 +106,14 @@ def test_trained_mobilenet_v2_on_photos(available, soc, scheme, rounding):
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
     stats, lg, ft = r["stats"], r["logits"], r["features"]
-    print(f"\nMobileNetV2 {scheme} {rounding} SoC {soc}: {json.dumps(lg)}\n  features {json.dumps(ft)}")
+    print(f"\nMobileNetV2 {scheme} {rounding} SoC {soc}: {json.dumps(lg)}, decisive {r['decisive']}\n  features {json.dumps(ft)}")
     assert (stats.get("quantizations"), stats.get("compiles"), stats.get("fallbacks", 0)) == (1, 1, 0), stats
     cos_floor, top1_floor = LEVELS[(soc, scheme, rounding)]
     assert lg["cosine_min"] >= cos_floor, lg
-    assert lg["top1_agreement"] >= top1_floor, lg
+    # Top-1 on the images where fp32 is decisive (over all 12 it moved from 11 to 8 between
+    # two builds of one commit with the same cosine: near-ties flip).
+    n_decisive, same_decisive = r["decisive"]
+    assert n_decisive >= 6 and same_decisive / n_decisive >= top1_floor, (r["decisive"], lg)
     # The embedding space keeps its structure: the similarities between different photos keep
     # their order and their mean (no collapse towards 1), and each image its nearest neighbour.
     assert ft["offdiag_correlation"] >= 0.98, ft

@@ -7,15 +7,7 @@
 use std::path::Path;
 
 mod common;
-use common::{json, qnnx, stderr, temp_dir};
-
-fn refused(args: &[&str], code: i32, says: &str) {
-    let out = qnnx(args);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(code), "qnnx {args:?}: {err}");
-    assert!(err.contains(says), "qnnx {args:?}: {err:?} lacks {says:?}");
-    assert!(!err.contains("panicked"), "{err}");
-}
+use common::{json, qnnx, refused, temp_dir};
 
 fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();

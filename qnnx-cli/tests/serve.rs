@@ -5,15 +5,7 @@
 //! qnnx-cli/src/serve/.
 
 mod common;
-use common::{qnnx, stderr, temp_dir};
-
-fn refused(args: &[&str], code: i32, says: &str) {
-    let out = qnnx(args);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(code), "qnnx {args:?}: {err}");
-    assert!(err.contains(says), "qnnx {args:?}: {err:?} lacks {says:?}");
-    assert!(!err.contains("panicked"), "{err}");
-}
+use common::{refused, temp_dir};
 
 #[test]
 fn a_missing_artifact_and_bad_options_are_refused() {

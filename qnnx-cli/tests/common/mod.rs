@@ -26,6 +26,16 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Runs `qnnx args` and checks that it exits with `code`, says `says` on stderr, and does not
+/// panic.
+pub fn refused(args: &[&str], code: i32, says: &str) {
+    let out = qnnx(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(code), "qnnx {args:?}: {err}");
+    assert!(err.contains(says), "qnnx {args:?}: {err:?} lacks {says:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 /// The JSON on stdout, whatever the exit status.
 pub fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

@@ -101,7 +101,6 @@ print(json.dumps(s.generate({PROMPT!r}, max_new_tokens=24)["tokens"]))
 def test_quantize_needs_calibration_and_a_known_scheme(tmp_path):
     from qnnx_backend.llm import build
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
     import tiny_llm
 
     model, tok = tiny_llm.model(), tiny_llm.tokenizer()

@@ -32,7 +32,7 @@ import torch
 from ..compiling import to_onnx
 from ..quantization import config as quant_config
 from ..quantization import kv8, pt2e
-from ..quantization.prefill import MASK_FLOOR, sequences
+from ..quantization.prefill import MASK_FLOOR, kv_rows, sequences, spread
 from . import export
 
 #: The mask value of quantized artifacts (module docstring).
@@ -59,13 +59,7 @@ class Calibration:
         ``model`` in float32; sequences are cut to ``cache_len`` tokens (no graph sees more)."""
         t0 = time.perf_counter()
         seqs = [s[:cache_len] for s in sequences(calibration, tokenizer)]
-        rows = []
-        for s in seqs:
-            cache = model(input_ids=s[None], use_cache=True).past_key_values
-            layers = getattr(cache, "layers", None)
-            if layers is None:
-                raise ValueError(f"calibration: the float prefill returned a {type(cache).__name__}, not a transformers Cache")
-            rows.append([(layer.keys.float(), layer.values.float()) for layer in layers])
+        rows = [[(k.float(), v.float()) for k, v in kv_rows(model, s)] for s in seqs]
         return Calibration(seqs, rows, time.perf_counter() - t0, len(seqs))
 
     def starts(self, n: int, tokens: int, cache_len: int) -> list[int]:
@@ -75,10 +69,7 @@ class Calibration:
         last = min(n - tokens, cache_len - tokens)
         if tokens > 1:
             return list(range(0, last + 1, tokens)) if last >= 0 else []
-        if last < 1:
-            return []
-        k = min(POSITIONS, last)
-        return sorted({round(1 + j * (last - 1) / max(k - 1, 1)) for j in range(k)})
+        return spread(last, POSITIONS)
 
     def samples(self, step: export.DecoderStep) -> list[tuple[torch.Tensor, ...]]:
         """The graph inputs of ``step`` at every start of every sequence (module docstring)."""
@@ -109,13 +100,9 @@ class Calibration:
     def cache_encodings(self) -> list[kv8.Encoding]:
         """Per cache tensor in graph-input order (``past_key_0``, ``past_value_0``, ...), the uint8
         encoding covering every calibration prefill's rows."""
-        per = []
-        for layer in range(len(self.rows[0])):
-            for kind in (0, 1):
-                lo = min(float(r[layer][kind].min()) for r in self.rows)
-                hi = max(float(r[layer][kind].max()) for r in self.rows)
-                per.append(kv8.Encoding.covering(lo, hi))
-        return per
+        flat = [[t for kv in r for t in kv] for r in self.rows]
+        found = kv8.encodings(flat, range(len(flat[0])))
+        return [found[k] for k in range(len(flat[0]))]
 
 
 def config(scheme: str, soc_model: int) -> quant_config.QuantizeConfig:

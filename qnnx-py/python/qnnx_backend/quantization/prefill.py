@@ -113,6 +113,28 @@ def sequences(calibration: Any, tokenizer: Any = None) -> list[torch.Tensor]:
     return out
 
 
+def spread(last: int, positions: int) -> list[int]:
+    """Up to ``positions`` decode-step starts spread evenly over ``1..=last`` (none if ``last``
+    is below 1)."""
+    if last < 1:
+        return []
+    k = min(positions, last)
+    return sorted({round(1 + j * (last - 1) / max(k - 1, 1)) for j in range(k)})
+
+
+@torch.no_grad()
+def kv_rows(model: torch.nn.Module, seq: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Every layer's (keys, values) after a causal float prefill of ``seq`` by ``model`` (its
+    forward run eagerly even when compiled): [1, heads, n, dim]."""
+    with torch.compiler.set_stance("force_eager"):
+        out = model(input_ids=seq[None], use_cache=True)
+    cache = out.past_key_values
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise ValueError(f"calibration for kv_cache graphs: the float prefill returned a {type(cache).__name__}, not a transformers Cache")
+    return [(layer.keys, layer.values) for layer in layers]
+
+
 class PrefillSamples:
     """Builds one graph's calibration samples from prefill passes of the float model."""
 
@@ -151,21 +173,10 @@ class PrefillSamples:
         last = n - self.steps
         if self.room is not None:
             last = min(last, self.room - self.steps)
-        if last < 1:
-            return []
-        k = min(positions, last)
-        return sorted({round(1 + j * (last - 1) / max(k - 1, 1)) for j in range(k)})
+        return spread(last, positions)
 
-    @torch.no_grad()
     def prefill(self, seq: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Every layer's (keys, values) after a causal prefill of ``seq``: [1, heads, n, dim]."""
-        with torch.compiler.set_stance("force_eager"):
-            out = self.model(input_ids=seq[None], use_cache=True)
-        cache = out.past_key_values
-        layers = getattr(cache, "layers", None)
-        if layers is None:
-            raise ValueError(f"calibration for kv_cache graphs: the float prefill returned a {type(cache).__name__}, not a transformers Cache")
-        return [(layer.keys, layer.values) for layer in layers]
+        return kv_rows(self.model, seq)
 
     def sample(self, seq: torch.Tensor, p: int, rows: list) -> tuple[torch.Tensor, ...]:
         """The graph's per-call tensors for the step of ``seq[p:p+T]`` after the prefix ``seq[:p]``."""

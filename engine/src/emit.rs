@@ -24,6 +24,15 @@ pub struct Emitted {
     pub assumed: Vec<AssumedInput>,
 }
 
+/// The (scale, offset) pairs of a per-axis encoding, one per slice.
+fn scale_offsets(q: &qnnx_types::Encoding) -> Vec<(f32, i32)> {
+    q.scales
+        .iter()
+        .copied()
+        .zip(q.offsets.iter().copied())
+        .collect()
+}
+
 fn scalar(s: Scalar) -> qnn::Scalar {
     match s {
         Scalar::F32(v) => qnn::Scalar::F32(v),
@@ -85,12 +94,7 @@ pub fn emit_with(
             Some(q) => match (q.axis, &q.blocks) {
                 (Some(axis), Some(b)) => qnn::Quantization::BlockwiseExpansion {
                     axis: axis as i32,
-                    scale_offsets: q
-                        .scales
-                        .iter()
-                        .copied()
-                        .zip(q.offsets.iter().copied())
-                        .collect(),
+                    scale_offsets: scale_offsets(q),
                     blocks: b.count(q.scales.len()) as u32,
                     block_scale_bits: b.bits,
                     block_scales: b.ints.clone(),
@@ -101,12 +105,7 @@ pub fn emit_with(
                 },
                 (Some(axis), None) => qnn::Quantization::PerAxis {
                     axis: axis as i32,
-                    scale_offsets: q
-                        .scales
-                        .iter()
-                        .copied()
-                        .zip(q.offsets.iter().copied())
-                        .collect(),
+                    scale_offsets: scale_offsets(q),
                 },
             },
         };

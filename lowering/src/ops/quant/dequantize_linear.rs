@@ -42,6 +42,15 @@ mod tests {
 
     /// x (uint8) -> DequantizeLinear -> MatMul with `w` (DequantizeLinear of the constant `wq`,
     /// zero point `wz`) -> QuantizeLinear/DequantizeLinear to `act` -> y.
+    /// The values of the plan's (first) static int4 tensor.
+    fn int4_values(p: &crate::plan::Plan) -> Vec<i8> {
+        let i4 = p.tensors.iter().find(|t| t.dtype == DType::I4).unwrap();
+        match &i4.kind {
+            crate::plan::TensorKind::Static(b) => b.iter().map(|&x| x as i8).collect(),
+            k => panic!("{k:?}"),
+        }
+    }
+
     fn qdq_matmul(wq: Tensor, wz: Tensor, act_zp: Tensor) -> ModelBuilder {
         ModelBuilder::new(21)
             .input("x", DType::F32, &[1, 2])
@@ -73,14 +82,7 @@ mod tests {
         assert!(p.op_types().contains(&"FullyConnected"), "{}", p.dump());
         assert!(p.dump().contains(":qi4[2, 2]"), "{}", p.dump());
         // The weights keep the model's integers (transposed into FullyConnected's [out, in]).
-        let i4 = p.tensors.iter().find(|t| t.dtype == DType::I4).unwrap();
-        match &i4.kind {
-            crate::plan::TensorKind::Static(b) => {
-                let v: Vec<i8> = b.iter().map(|&x| x as i8).collect();
-                assert_eq!(v, vec![-8, 3, 7, -1]);
-            }
-            k => panic!("{k:?}"),
-        }
+        assert_eq!(int4_values(&p), vec![-8, 3, 7, -1]);
         let i4_zp = Tensor::from_i64_as(DType::I4, vec![], &[0]);
         let e = lower_err(&qdq_matmul(w, wz, i4_zp));
         assert!(e.contains("4-bit activations"), "{e}");
@@ -177,13 +179,7 @@ mod tests {
         let i4 = p.tensors.iter().find(|t| t.dtype == DType::I4).unwrap();
         let q = i4.quant.as_ref().unwrap();
         assert_eq!(q.blocks.as_ref().unwrap().ints, vec![16, 4, 16, 16]);
-        match &i4.kind {
-            crate::plan::TensorKind::Static(b) => {
-                let v: Vec<i8> = b.iter().map(|&x| x as i8).collect();
-                assert_eq!(v, vec![-8, 7, 3, -1, 1, 2, -3, 4]);
-            }
-            k => panic!("{k:?}"),
-        }
+        assert_eq!(int4_values(&p), vec![-8, 7, 3, -1, 1, 2, -3, 4]);
     }
 
     #[test]
@@ -201,14 +197,7 @@ mod tests {
         assert!(d.contains("[4, 2] <qi4 axis=1 x2"), "{d}");
         // The bias is added stored like an activation (u16), not as the int32 it came in.
         assert!(d.contains("Gemm_4_c:qu16[1, 2]"), "{d}");
-        let i4 = p.tensors.iter().find(|t| t.dtype == DType::I4).unwrap();
-        match &i4.kind {
-            crate::plan::TensorKind::Static(b) => {
-                let v: Vec<i8> = b.iter().map(|&x| x as i8).collect();
-                assert_eq!(v, vec![-8, 7, 3, -1, 1, 2, -3, 4]);
-            }
-            k => panic!("{k:?}"),
-        }
+        assert_eq!(int4_values(&p), vec![-8, 7, 3, -1, 1, 2, -3, 4]);
     }
 
     #[test]

@@ -43,22 +43,9 @@ SOC_NAMES = {"60": "SC8380XP", "35": "QCS6490"}
 
 def wrapped():
     """MobileNetV2 returning (logits, pooled features)."""
-    import torch
-
     import photos
 
-    m = photos.mobilenet_v2()
-
-    class Both(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, x):
-            f = torch.nn.functional.adaptive_avg_pool2d(self.m.features(x), 1).flatten(1)
-            return self.m.classifier(f), f
-
-    return Both().eval()
+    return photos.mobilenet_v2_with_features()
 
 
 def data(work: Path, size: int, batch: int, eval_per_photo: int) -> None:

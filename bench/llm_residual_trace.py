@@ -43,8 +43,9 @@ class _Captured(Exception):
     pass
 
 
-def capture(layers, scheme: str, calib: int, soc: int):
-    """(QDQ model bytes, calibration samples) of the prefill graph as the backend makes them."""
+def capture(layers, scheme: str, calib: int, soc: int, graph: str = "prefill", cache_len: int = 256):
+    """(QDQ model bytes, calibration samples) of the prefill graph (or the decode graph) as the
+    backend makes them."""
     import smollm2
     from llm_quant import calibration_texts
 
@@ -55,6 +56,9 @@ def capture(layers, scheme: str, calib: int, soc: int):
     got = {}
 
     def spy(traced, example, samples, cfg):
+        if graph == "decode" and not got.get("prefill_done"):
+            got["prefill_done"] = True  # the prefill graph is compiled as usual, then the decode graph's taken
+            return real(traced, example, samples, cfg)
         got["onnx"] = real(traced, example, samples, cfg).onnx
         got["samples"] = [[t.detach().clone() for t in s] for s in samples]
         raise _Captured
@@ -66,7 +70,9 @@ def capture(layers, scheme: str, calib: int, soc: int):
         model.forward = torch.compile(model.forward, backend="qnn", options=opts)
         ids = tok("The Zen of Python, by Tim Peters. Beautiful is better than ugly.", return_tensors="pt")["input_ids"]
         try:
-            model.generate(ids[:, :16], max_new_tokens=1, do_sample=False, cache_implementation="static", disable_compile=True)
+            # The static cache is as long as the generation (the decode graph is taken at its first step).
+            model.generate(ids[:, :16], max_new_tokens=cache_len - 16, do_sample=False, cache_implementation="static",
+                           disable_compile=True, cache_config={"max_cache_len": cache_len})
         except _Captured:
             pass
     finally:
@@ -145,6 +151,54 @@ def sqnr(ref, got) -> float:
     return round(float(10 * np.log10((ref**2).sum() / max(((ref - got) ** 2).sum(), 1e-30))), 2)
 
 
+def value_jumps(model, feeds_list, top: int) -> dict:
+    """Every activation value of the QDQ ``model`` (its DequantizeLinear outputs) run by ONNX
+    Runtime's CPU provider with its encodings and with float activations, over ``feeds_list``:
+    the output's SQNR and the ``top`` values whose SQNR falls most below their op's inputs'."""
+    import onnxruntime as ort
+
+    inits = {t.name for t in model.graph.initializer}
+    prod = {o: n for n in model.graph.node for o in n.output}
+    acts = [n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] not in inits
+            and prod.get(n.input[0]) is not None and prod[n.input[0]].op_type == "QuantizeLinear"]
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    outs = [o.name for o in model.graph.output]
+
+    def run(m):
+        sess = ort.InferenceSession(with_outputs(m, acts).SerializeToString(), so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        got = [dict(zip(names, sess.run(None, f))) for f in feeds_list]
+        return {n: np.concatenate([g[n].reshape(-1) for g in got]) for n in names}
+
+    qdq, flt = run(model), run(float_activations(model))
+    db = {n: sqnr(flt[n], qdq[n]) for n in acts}
+    rows = []
+    for n in acts:
+        q = prod[prod[n].input[0]]
+        op = prod.get(q.input[0])
+        if op is None:
+            continue
+        ins = [x for x in op.input if x in db]
+        if not ins:
+            continue
+        before = min(db[x] for x in ins)
+        rows.append({"value": n, "op": op.op_type, "node": op.name, "sqnr_db": db[n], "inputs_db": before,
+                     "drop_db": round(before - db[n], 2), "absmax": round(float(np.abs(flt[n]).max()), 2),
+                     "scale": float(numpy_helper_value(model, q.input[1]))})
+    rows.sort(key=lambda r: -r["drop_db"])
+    return {"outputs_db": {o: sqnr(flt[o], qdq[o]) for o in outs}, "values": len(acts), "worst": rows[:top]}
+
+
+def numpy_helper_value(model, name):
+    from onnx import numpy_helper
+
+    for t in model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t).reshape(-1)[0]
+    return float("nan")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=None)
@@ -152,6 +206,10 @@ def main():
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--soc", type=int, default=60)
     ap.add_argument("--sample", type=int, default=3)
+    ap.add_argument("--graph", choices=("prefill", "decode"), default="prefill")
+    ap.add_argument("--values", type=int, default=0,
+                    help="instead of the residual trace: every activation value over the first N samples, "
+                         "QDQ against float activations on ORT's CPU provider (the largest SQNR drops)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "llm_residual_trace.json"))
     args = ap.parse_args()
     warnings.simplefilter("ignore")
@@ -161,8 +219,25 @@ def main():
     from qnnx_backend.runtime import InferenceSession
 
     ort.set_default_logger_severity(3)
-    data, samples = capture(args.layers, args.scheme, args.calib, args.soc)
+    data, samples = capture(args.layers, args.scheme, args.calib, args.soc, args.graph)
     model = onnx.load_from_string(data)
+    if args.values:
+        picks = samples[:: max(1, len(samples) // args.values)][: args.values]
+        feeds_list = [{i.name: t.numpy() for i, t in zip(model.graph.input, smp)} for smp in picks]
+        rep = value_jumps(model, feeds_list, 25)
+        htp = InferenceSession(data, soc_model=args.soc, cache=False)
+        outs = [o.name for o in htp.get_outputs()]
+        flt = float_activations(model)
+        s = ort.InferenceSession(flt.SerializeToString(), providers=["CPUExecutionProvider"])
+        ref = [dict(zip([o.name for o in s.get_outputs()], s.run(None, f))) for f in feeds_list]
+        got = [dict(zip(outs, htp.run(None, {i.name: f[i.name] for i in htp.get_inputs()}))) for f in feeds_list]
+        rep["htp_outputs_db"] = {o: sqnr(np.concatenate([r[o].reshape(-1) for r in ref]),
+                                         np.concatenate([g[o].reshape(-1) for g in got])) for o in outs if o in ref[0]}
+        rep.update(graph=args.graph, scheme=args.scheme, samples=len(feeds_list))
+        print(json.dumps(rep, indent=1))
+        with open(args.out, "w") as f:
+            json.dump(rep, f, indent=1)
+        return
     sums = residual_sums(model)
     feeds = {i.name: t.numpy() for i, t in zip(model.graph.input, samples[args.sample])}
     so = ort.SessionOptions()

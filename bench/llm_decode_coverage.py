@@ -8,6 +8,7 @@ as calibration samples are), against fp32 eager PyTorch:
   emulated HTP for the first ``--htp-steps`` steps;
 * the QDQ model with every activation encoding widened to the ranges the evaluation steps
   themselves reach (an oracle: what clipping costs);
+* the QDQ model with every 16-bit activation encoding widened by ``--widen-all`` (headroom);
 * the QDQ model with its encodings widened to the ranges of the calibration texts at every
   ``--stride``-th position (denser calibration on the same texts, no evaluation data).
 
@@ -90,6 +91,17 @@ class Qdq:
             if n.op_type == "DequantizeLinear" and n.input[0] in qout:
                 n.input[1:3] = qout[n.input[0]].input[1:3]
 
+    def scaled(self, factor: float) -> dict:
+        """{value: (lo, hi)}: each 16-bit activation encoding's range times ``factor``."""
+        out = {}
+        for q in self.qs:
+            sa, za = self.np.to_array(self.init[q.input[1]]), self.np.to_array(self.init[q.input[2]])
+            if za.dtype != np.uint16:
+                continue
+            s, z = float(sa.reshape(-1)[0]), float(za.reshape(-1)[0])
+            out[q.input[0]] = ((0 - z) * s * factor, (65535 - z) * s * factor)
+        return out
+
     def widen(self, lo: dict, hi: dict) -> int:
         """Every encoding widened to hold [lo, hi] of its value; the number changed."""
         changed, done = 0, set()
@@ -102,7 +114,7 @@ class Qdq:
             s, z = float(sa.reshape(-1)[0]), float(za.reshape(-1)[0])
             info = np.iinfo(za.dtype)
             rmin, rmax = (info.min - z) * s, (info.max - z) * s
-            nmin, nmax = min(rmin, lo[q.input[0]]), max(rmax, hi[q.input[0]])
+            nmin, nmax = min(rmin, lo.get(q.input[0], 0.0)), max(rmax, hi.get(q.input[0], 0.0))
             if nmin >= rmin - 1e-9 and nmax <= rmax + 1e-9:
                 continue
             changed += 1
@@ -147,6 +159,8 @@ def main():
     ap.add_argument("--soc", type=int, default=60)
     ap.add_argument("--htp-steps", type=int, default=8)
     ap.add_argument("--stride", type=int, default=2)
+    ap.add_argument("--widen-all", type=float, default=1.01,
+                    help="also: every 16-bit activation encoding's range times this factor")
     ap.add_argument("--capture", default="/tmp/qnnx-decode-capture.pkl")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
@@ -193,6 +207,11 @@ def main():
     lo, hi, _ = ranges(oracle, (feed(s) for s in ev["samples"]))
     result["oracle_widened"] = oracle.widen(lo, hi)
     score("qdq_widened_to_eval", logits(oracle.model))
+    # Every 16-bit encoding a little wider.
+    uniform = Qdq(data)
+    ranges_ = uniform.scaled(args.widen_all)
+    result["uniform_widened"] = uniform.widen({k: v[0] for k, v in ranges_.items()}, {k: v[1] for k, v in ranges_.items()})
+    score(f"qdq_every_16bit_encoding_x{args.widen_all}", logits(uniform.model))
     # Denser calibration: every stride-th position of the calibration texts.
     ev["eval_rows"] = kv_rows(model, ev["targets"][:16])
     check = rebuild(ev, kv_rows(model, ev["targets"][:17]), ev["targets"], 16)

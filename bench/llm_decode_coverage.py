@@ -104,11 +104,10 @@ class Qdq:
 
     def widen(self, lo: dict, hi: dict) -> int:
         """Every encoding widened to hold [lo, hi] of its value; the number changed."""
-        changed, done = 0, set()
+        # Idempotent: an encoding shared by several values (PT2E shares observers) ends up holding
+        # the union of their ranges, whichever is seen first.
+        changed = 0
         for q in self.qs:
-            if q.input[1] in done:
-                continue
-            done.add(q.input[1])
             s_t, z_t = self.init[q.input[1]], self.init[q.input[2]]
             sa, za = self.np.to_array(s_t), self.np.to_array(z_t)
             s, z = float(sa.reshape(-1)[0]), float(za.reshape(-1)[0])

@@ -160,6 +160,8 @@ def main():
     ap.add_argument("--stride", type=int, default=2)
     ap.add_argument("--widen-all", type=float, default=1.01,
                     help="also: every 16-bit activation encoding's range times this factor")
+    ap.add_argument("--bisect", action="store_true",
+                    help="also: find the one encoding whose --widen-all widening costs the most")
     ap.add_argument("--capture", default="/tmp/qnnx-decode-capture.pkl")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
@@ -211,6 +213,24 @@ def main():
     ranges_ = uniform.scaled(args.widen_all)
     result["uniform_widened"] = uniform.widen({k: v[0] for k, v in ranges_.items()}, {k: v[1] for k, v in ranges_.items()})
     score(f"qdq_every_16bit_encoding_x{args.widen_all}", logits(uniform.model))
+    if args.bisect:
+        # Which encoding's widening costs the most: halve the set of widened values each round.
+        def widened_sqnr(values):
+            q = Qdq(data)
+            sel = {k: v for k, v in q.scaled(args.widen_all).items() if k in values}
+            q.widen({k: v[0] for k, v in sel.items()}, {k: v[1] for k, v in sel.items()})
+            return trace.sqnr(ref, logits(q.model))
+
+        cand = sorted(ranges_)
+        while len(cand) > 1:
+            a, b = cand[: len(cand) // 2], cand[len(cand) // 2 :]
+            cand = a if widened_sqnr(set(a)) < widened_sqnr(set(b)) else b
+        prod = {o: n for n in qdq.model.graph.node for o in n.output}
+        node = prod[cand[0]]
+        result["bisect"] = {"value": cand[0], "op": node.op_type, "node": node.name,
+                            "inputs_from": [prod[i].op_type if i in prod else i for i in node.input],
+                            "sqnr_db": widened_sqnr({cand[0]})}
+        print("bisect", json.dumps(result["bisect"]), flush=True)
     # Denser calibration: every stride-th position of the calibration texts.
     ev["eval_rows"] = kv_rows(model, ev["targets"][:16])
     check = rebuild(ev, kv_rows(model, ev["targets"][:17]), ev["targets"], 16)

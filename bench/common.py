@@ -9,6 +9,7 @@ import resource
 import statistics
 import sys
 import time
+from pathlib import Path
 
 #: Set at import, which is the first thing every runner does: process start as seen by Python.
 T_START = time.perf_counter()
@@ -16,6 +17,18 @@ T_START = time.perf_counter()
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
+
+
+def qnnx_binary(prefer: str = "release") -> Path:
+    """The `qnnx` command of this tree: $QNNX_BIN, else target/<prefer>/qnnx, else the other build
+    (FileNotFoundError naming the build command)."""
+    if os.environ.get("QNNX_BIN"):
+        return Path(os.environ["QNNX_BIN"])
+    target = Path(os.environ.get("CARGO_TARGET_DIR", Path(HERE).parent / "target"))
+    for b in (prefer, "debug" if prefer == "release" else "release"):
+        if (target / b / "qnnx").exists():
+            return target / b / "qnnx"
+    raise FileNotFoundError(f"no qnnx binary under {target}: cargo build --release -p qnnx-cli (or set QNNX_BIN)")
 
 
 def parser(description: str) -> argparse.ArgumentParser:

@@ -78,6 +78,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+import common
+
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "bench"
 sys.path.insert(0, str(HERE))
@@ -118,18 +120,6 @@ def build_artifact(which: str, out: Path, quantize: Optional[str], cache_len: in
     if r.returncode != 0:
         raise SystemExit(f"building {which} failed:\n{r.stderr[-4000:]}")
     return json.loads(r.stdout.splitlines()[-1])["build_s"]
-
-
-def qnnx_binary(given: Optional[str]) -> Path:
-    """--qnnx, else $QNNX_BIN, else target/release/qnnx, else target/debug/qnnx (a debug build's
-    host work is slower: the report names the binary)."""
-    if given or os.environ.get("QNNX_BIN"):
-        return Path(given or os.environ["QNNX_BIN"])
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    for b in ("release", "debug"):
-        if (target / b / "qnnx").exists():
-            return target / b / "qnnx"
-    raise SystemExit(f"no qnnx binary under {target}: cargo build --release -p qnnx-cli, or pass --qnnx")
 
 
 def commit() -> str:
@@ -623,7 +613,11 @@ def main() -> int:
         built_s = build_artifact(args.build, folder, args.quantize, args.cache_len, args.prefill)
     m = json.loads((folder / "manifest.json").read_text())
     decode, prefill = stages(folder, m)
-    qnnx = qnnx_binary(args.qnnx)
+    try:
+        # A debug build's host work is slower: the report names the binary.
+        qnnx = Path(args.qnnx) if args.qnnx else common.qnnx_binary("release")
+    except FileNotFoundError as e:
+        raise SystemExit(f"{e}, or pass --qnnx")
     cases = [{"kind": "prompt", "text": t} for t in args.prompt] + [{"kind": "chat", "text": t} for t in args.chat]
     if not cases:
         cases = [{"kind": "chat", "text": t} for t in DEFAULT_CHATS]

@@ -29,20 +29,10 @@ from pathlib import Path
 
 import openai
 
+from common import qnnx_binary
+
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT_WORDS = "the quick brown fox jumps over lazy dog hello world this is a tiny tokenizer for tests".split()
-
-
-def qnnx_binary(prefer: str = "release") -> Path:
-    """$QNNX_BIN, else target/<prefer>/qnnx, else the other build."""
-    if os.environ.get("QNNX_BIN"):
-        return Path(os.environ["QNNX_BIN"])
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    order = [prefer, "debug" if prefer == "release" else "release"]
-    for b in order:
-        if (target / b / "qnnx").exists():
-            return target / b / "qnnx"
-    raise FileNotFoundError(f"no qnnx binary under {target}: cargo build --release -p qnnx-cli (or set QNNX_BIN)")
 
 
 def build_tiny_artifact(out: Path, cache_len: int = 64, prefill: int = 16) -> Path:

@@ -127,19 +127,11 @@ class Qdq:
         return changed
 
 
-def sessions():
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return lambda m: ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-
 def ranges(qdq: Qdq, feeds_iter) -> tuple[dict, dict]:
     """Per activation value, the smallest and largest float value over ``feeds_iter`` (zero included)."""
     import llm_residual_trace as trace
 
-    sess = sessions()(trace.with_outputs(trace.float_activations(qdq.model), qdq.values))
+    sess = trace.cpu_session(trace.with_outputs(trace.float_activations(qdq.model), qdq.values))
     names = [o.name for o in sess.get_outputs()]
     lo, hi, n = {}, {}, 0
     for feeds in feeds_iter:
@@ -183,7 +175,7 @@ def main():
     model, tok = smollm2.load(args.layers)
     with torch.no_grad():
         ref = model(ev["targets"][None]).logits[0, 16:79].numpy()
-    make = sessions()
+    make = trace.cpu_session
     result = {"layers": args.layers or 30, "eval_steps": len(ev["samples"])}
 
     def score(name, logits, n=None):

@@ -151,22 +151,29 @@ def sqnr(ref, got) -> float:
     return round(float(10 * np.log10((ref**2).sum() / max(((ref - got) ** 2).sum(), 1e-30))), 2)
 
 
+def cpu_session(model):
+    """An ONNX Runtime CPU session of ``model`` with graph optimizations off (the reference runs
+    the graph as written)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
 def value_jumps(model, feeds_list, top: int) -> dict:
     """Every activation value of the QDQ ``model`` (its DequantizeLinear outputs) run by ONNX
     Runtime's CPU provider with its encodings and with float activations, over ``feeds_list``:
-    the output's SQNR and the ``top`` values whose SQNR falls most below their op's inputs'."""
-    import onnxruntime as ort
-
-    inits = {t.name for t in model.graph.initializer}
+    the output's SQNR and the ``top`` values whose SQNR falls most below their op's inputs', and
+    (``"float"``) every value of the float-activation run, concatenated over the feeds."""
+    inits = {t.name: t for t in model.graph.initializer}
     prod = {o: n for n in model.graph.node for o in n.output}
     acts = [n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] not in inits
             and prod.get(n.input[0]) is not None and prod[n.input[0]].op_type == "QuantizeLinear"]
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     outs = [o.name for o in model.graph.output]
 
     def run(m):
-        sess = ort.InferenceSession(with_outputs(m, acts).SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = cpu_session(with_outputs(m, acts))
         names = [o.name for o in sess.get_outputs()]
         got = [dict(zip(names, sess.run(None, f))) for f in feeds_list]
         return {n: np.concatenate([g[n].reshape(-1) for g in got]) for n in names}
@@ -185,18 +192,17 @@ def value_jumps(model, feeds_list, top: int) -> dict:
         before = min(db[x] for x in ins)
         rows.append({"value": n, "op": op.op_type, "node": op.name, "sqnr_db": db[n], "inputs_db": before,
                      "drop_db": round(before - db[n], 2), "absmax": round(float(np.abs(flt[n]).max()), 2),
-                     "scale": float(numpy_helper_value(model, q.input[1]))})
+                     "scale": scale_of(inits.get(q.input[1]))})
     rows.sort(key=lambda r: -r["drop_db"])
-    return {"outputs_db": {o: sqnr(flt[o], qdq[o]) for o in outs}, "values": len(acts), "worst": rows[:top]}
+    return {"outputs_db": {o: sqnr(flt[o], qdq[o]) for o in outs}, "values": len(acts), "worst": rows[:top],
+            "float": flt}
 
 
-def numpy_helper_value(model, name):
+def scale_of(tensor) -> float:
+    """A per-tensor scale constant's value (NaN when it is not a constant)."""
     from onnx import numpy_helper
 
-    for t in model.graph.initializer:
-        if t.name == name:
-            return numpy_helper.to_array(t).reshape(-1)[0]
-    return float("nan")
+    return float("nan") if tensor is None else float(numpy_helper.to_array(tensor).reshape(-1)[0])
 
 
 def main():
@@ -210,8 +216,11 @@ def main():
     ap.add_argument("--values", type=int, default=0,
                     help="instead of the residual trace: every activation value over the first N samples, "
                          "QDQ against float activations on ORT's CPU provider (the largest SQNR drops)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "llm_residual_trace.json"))
+    ap.add_argument("--out", default=None, help="default: results/llm_residual_trace.json, with --values "
+                    "results/llm_value_jumps-<graph>.json")
     args = ap.parse_args()
+    out = args.out or os.path.join(HERE, "results", f"llm_value_jumps-{args.graph}.json" if args.values
+                                   else "llm_residual_trace.json")
     warnings.simplefilter("ignore")
     import onnx
     import onnxruntime as ort
@@ -225,26 +234,20 @@ def main():
         picks = samples[:: max(1, len(samples) // args.values)][: args.values]
         feeds_list = [{i.name: t.numpy() for i, t in zip(model.graph.input, smp)} for smp in picks]
         rep = value_jumps(model, feeds_list, 25)
+        flt = rep.pop("float")  # the float-activation run's values, the reference of the HTP's outputs too
         htp = InferenceSession(data, soc_model=args.soc, cache=False)
         outs = [o.name for o in htp.get_outputs()]
-        flt = float_activations(model)
-        s = ort.InferenceSession(flt.SerializeToString(), providers=["CPUExecutionProvider"])
-        ref = [dict(zip([o.name for o in s.get_outputs()], s.run(None, f))) for f in feeds_list]
         got = [dict(zip(outs, htp.run(None, {i.name: f[i.name] for i in htp.get_inputs()}))) for f in feeds_list]
-        rep["htp_outputs_db"] = {o: sqnr(np.concatenate([r[o].reshape(-1) for r in ref]),
-                                         np.concatenate([g[o].reshape(-1) for g in got])) for o in outs if o in ref[0]}
+        rep["htp_outputs_db"] = {o: sqnr(flt[o], np.concatenate([g[o].reshape(-1) for g in got])) for o in outs if o in flt}
         rep.update(graph=args.graph, scheme=args.scheme, samples=len(feeds_list))
         print(json.dumps(rep, indent=1))
-        with open(args.out, "w") as f:
+        with open(out, "w") as f:
             json.dump(rep, f, indent=1)
         return
     sums = residual_sums(model)
     feeds = {i.name: t.numpy() for i, t in zip(model.graph.input, samples[args.sample])}
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-
     def run_ort(m):
-        s = ort.InferenceSession(with_outputs(m, sums).SerializeToString(), so, providers=["CPUExecutionProvider"])
+        s = cpu_session(with_outputs(m, sums))
         return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
 
     qdq, flt = run_ort(model), run_ort(float_activations(model))
@@ -260,10 +263,10 @@ def main():
         print(json.dumps(rows[-1]), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     result = {"commit": commit, "layers": args.layers or 30, "scheme": args.scheme, "soc": args.soc, "sample": args.sample, "rows": rows}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
         json.dump(result, f, indent=1)
-    with open(args.out[: -len(".json")] + ".md", "w") as f:
+    with open(out[: -len(".json")] + ".md", "w") as f:
         f.write(f"SmolLM2-135M-Instruct ({result['layers']} layers), {args.scheme} prefill graph, SoC {args.soc}, "
                 f"commit {commit}; `python bench/llm_residual_trace.py {' '.join(sys.argv[1:])}`. SQNR of each residual "
                 "sum against float activations (same quantized weights), for the token at position 0 and the others.\n\n"

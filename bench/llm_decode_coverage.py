@@ -58,6 +58,9 @@ def capture(layers, calib: int, soc: int, path: str):
             rows = self.prefill(ids)
             ev["samples"] = [self.sample(ids, p, rows) for p in range(16, 79)]
             ev["targets"] = ids
+            # What PrefillSamples.sample needs to build more steps later (rebuild).
+            ev["builder"] = {"steps": self.steps, "inputs": list(self.inputs),
+                             "wants": [self.args[i] for i in self.index]}
         return out
 
     prefill.PrefillSamples.collect = collect
@@ -168,6 +171,8 @@ def main():
 
     ort.set_default_logger_severity(3)
     data, samples, ev = capture(args.layers, args.calib, args.soc, args.capture)
+    if "builder" not in ev:
+        raise SystemExit(f"{args.capture} was made by an older form of this script: delete it to capture again")
     qdq = Qdq(data)
     names = [i.name for i in qdq.model.graph.input]
     out0 = qdq.model.graph.output[0].name
@@ -224,10 +229,6 @@ def main():
                             "sqnr_db": widened_sqnr({cand[0]})}
         print("bisect", json.dumps(result["bisect"]), flush=True)
     # Denser calibration: every stride-th position of the calibration texts.
-    ev["eval_rows"] = kv_rows(model, ev["targets"][:16])
-    check = rebuild(ev, kv_rows(model, ev["targets"][:17]), ev["targets"], 16)
-    if not all(torch.equal(a, b) for a, b in zip(check, ev["samples"][0])):
-        raise SystemExit("the rebuilt decode inputs differ from the backend's: the roles were not recognised")
     dense = Qdq(data)
 
     def dense_feeds():
@@ -247,53 +248,15 @@ def main():
 
 
 def rebuild(ev, rows, seq, p):
-    """A decode step's inputs at position ``p`` of ``seq`` (float prefill ``rows``), made from the
-    first evaluation sample (position 16): each input's role is recognised from its value there."""
-    tmpl = ev["samples"][0]
-    roles = ev.get("roles")
-    if roles is None:
-        ids = ev["targets"]
-        roles = []
-        for t in tmpl:
-            if not t.is_floating_point() and t.numel() == 1:
-                roles.append("ids" if int(t) == int(ids[16]) and int(ids[16]) != 16 else "pos")
-            elif t.dim() == 4 and t.shape[-2] > 1 and t.is_floating_point() and t.shape[-1] != t.shape[-2] and t.shape[2] > 1:
-                roles.append("cache")
-            else:
-                roles.append("mask")
-        ev["roles"] = roles
-        ev["cache_order"] = None
-    if ev.get("cache_order") is None:
-        # Which layer's keys or values each cache input is: matched on the evaluation prefix.
-        order = []
-        for t, r in zip(tmpl, roles):
-            if r != "cache":
-                continue
-            hit = None
-            for L, kv in enumerate(ev["eval_rows"]):
-                for j, src in enumerate(kv):
-                    if torch.allclose(t[..., :16, :], src[..., :16, :].to(t.dtype)):
-                        hit = (L, j)
-            if hit is None:
-                raise SystemExit("a cache input matches no layer's keys or values")
-            order.append(hit)
-        ev["cache_order"] = order
-    low = float([t for t, r in zip(tmpl, roles) if r == "mask"][0].min())
-    out, caches = [], iter(ev["cache_order"])
-    for t, r in zip(tmpl, roles):
-        if r == "ids":
-            v = torch.full_like(t, int(seq[p]))
-        elif r == "pos":
-            v = torch.full_like(t, p)
-        elif r == "mask":
-            visible = torch.arange(t.shape[-1]) <= p
-            v = torch.where(visible, torch.zeros(()), torch.tensor(low)).to(t.dtype).expand(t.shape).clone()
-        else:
-            layer, j = next(caches)
-            v = torch.zeros_like(t)
-            v[..., :p, :] = rows[layer][j][..., :p, :].to(t.dtype)
-        out.append(v)
-    return out
+    """A decode step's inputs at position ``p`` of ``seq`` (float prefill ``rows``), built by the
+    backend's own ``PrefillSamples.sample`` from the state the capture kept."""
+    from types import SimpleNamespace
+
+    from qnnx_backend.quantization.prefill import PrefillSamples
+
+    b = ev["builder"]
+    builder = SimpleNamespace(steps=b["steps"], inputs=b["inputs"], index=range(len(b["wants"])), args=b["wants"])
+    return PrefillSamples.sample(builder, seq, p, rows)
 
 
 if __name__ == "__main__":

@@ -87,8 +87,16 @@ class Qdq:
                    if n.op_type == "QuantizeLinear" and n.input[0] not in self.init and n.input[1] in self.init]
         self.values = sorted({q.input[0] for q in self.qs})
         self.np = numpy_helper
-        # Each DequantizeLinear reads its QuantizeLinear's scale and zero point (PT2E exports them as
-        # separate constants), so that widening one encoding moves both.
+        # Each QuantizeLinear gets a scale and zero point of its own, and its DequantizeLinear reads
+        # them, so that widening one encoding moves both and nothing else: the exporter names
+        # equal constants once (a scale of 1/65535 was read by 11 nodes of the 2-layer graph), so
+        # editing a shared constant in place widened unrelated encodings too.
+        for k, q in enumerate(self.qs):
+            for j, tag in ((1, "scale"), (2, "zero_point")):
+                t = self.np.from_array(self.np.to_array(self.init[q.input[j]]), f"qnnx_cov_{tag}_{k}")
+                self.model.graph.initializer.append(t)
+                self.init[t.name] = self.model.graph.initializer[-1]
+                q.input[j] = t.name
         qout = {q.output[0]: q for q in self.qs}
         for n in self.model.graph.node:
             if n.op_type == "DequantizeLinear" and n.input[0] in qout:

@@ -127,6 +127,31 @@ def test_scheme_dtypes_ranges_and_axes(scheme):
     assert q is not None and int(o.encoding(q)[1]) == 0
 
 
+@pytest.mark.parametrize(
+    "scheme, options, factor",
+    [("16a8w", {}, 2.0), ("16a8w", {"headroom": 1.0}, 1.0), ("16a16w", {"headroom": 4}, 4.0), ("8a8w", {"headroom": 4}, 1.0)],
+)
+def test_16_bit_activation_encodings_have_headroom_and_8_bit_ones_none(scheme, options, factor):
+    """A 16-bit activation encoding covers its calibrated range times the headroom (default 2),
+    so that values the calibration did not reach are not clipped; 8 bits have none to spare."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 8, 8)
+    _, m = qdq(ConvNet(), (x,), scheme, samples=[(x,)], **options)
+    o = Onnx(m)
+    [q] = [n for n in o.ops("QuantizeLinear") if n.input[0] == m.graph.input[0].name]
+    scale, zp, _, _ = o.encoding(q)
+    top = 255 if scheme.startswith("8a") else 65535
+    step = float(scale)
+    assert step * (0 - int(zp)) == pytest.approx(float(x.min()) * factor, abs=step)
+    assert step * (top - int(zp)) == pytest.approx(float(x.max()) * factor, abs=step)
+
+
+@pytest.mark.parametrize("headroom", [0.5, 17, True, "2"])
+def test_a_headroom_below_1_or_not_a_number_is_refused(headroom):
+    with pytest.raises(ValueError, match="activation_headroom"):
+        quant_config.config("16a8w", headroom=headroom)
+
+
 def test_the_qdq_model_runs_where_pytorch_runs_it():
     # onnx's reference evaluator on the QDQ model against the PT2E model (the same arithmetic
     # in PyTorch) and fp32 eager.

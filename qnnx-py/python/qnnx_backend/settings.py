@@ -118,6 +118,11 @@ class QnnSettings:
     rounding errors are moved onto its weights not yet rounded, weighted by its calibration
     inputs, so that its output changes least; costs seconds per model on the host, e.g. 16 s
     for resnet18 at 128x128; see quantization.gptq and the README's Quantization section)."""
+    activation_headroom: float = quant_config.HEADROOM_16
+    """16-bit activation encodings cover the calibrated range times this factor: the default 2
+    spends one of the 16 bits on values the calibration data did not reach (which decoders meet
+    on any other text: docs/quantization.md, "Headroom"); 1 covers exactly the calibrated range.
+    8-bit activations are never widened."""
     weight_block_size: Optional[int] = None
     """With ``quantize="16a4w"``: Linear/MatMul weights quantized per block of this many input
     features (32, 64, 128, ...) instead of per output channel: a float scale per output channel
@@ -203,6 +208,7 @@ class QnnSettings:
             self.weight_rounding,
             self.quantize_values,
             self.weight_block_size,
+            self.activation_headroom,
         )
 
 
@@ -298,6 +304,7 @@ _QUANTIZE_OPTIONS = (
     "per_channel",
     "weight_rounding",
     "weight_block_size",
+    "activation_headroom",
     "quantize_modules",
     "quantize_ops",
     "quantize_values",

@@ -4,12 +4,13 @@ quantized by PT2E (``quantization.pt2e``, the same machinery as ``torch.compile`
 
 * **Calibration** (``Calibration``): each calibration sequence runs once through the float model
   as a causal prefill that keeps every layer's keys and values (keys after the rotary
-  embedding, as the artifact's cache holds them). A graph of ``T`` tokens is then fed, at a
-  spread of start positions ``p``, exactly what ``qnnx_engine::llm::Generator`` feeds it there:
+  embedding, as the artifact's cache holds them). A graph of ``T`` tokens is then fed, at its
+  start positions ``p`` (the decode graph: every position; a prefill bucket: each whole chunk),
+  exactly what ``qnnx_engine::llm::Generator`` feeds it there:
   ``seq[p:p+T]``, positions ``p..p+T``, the additive mask (0 for the cache slots ``< p`` and on
   and below the diagonal of the last ``T`` columns, ``MASKED`` elsewhere) and every layer's
   cache holding the prefill's rows ``< p`` (zeros after). One forward per sequence, no
-  token-by-token loop (docs/llm.md).
+  token-by-token loop (docs/llm.md); the samples are made when read (``prefill.Samples``).
 * **The mask value** is ``MASKED`` = ``quantization.prefill.MASK_FLOOR`` (-100), not the float
   artifacts' -10000: added to the scores in a 16-bit graph, a mask of -10000 would stretch the
   scores' encoding to steps of 0.15 (the manifest's ``attention_mask.masked`` tells the host).
@@ -32,13 +33,11 @@ import torch
 from ..compiling import to_onnx
 from ..quantization import config as quant_config
 from ..quantization import kv8, pt2e
-from ..quantization.prefill import MASK_FLOOR, kv_rows, sequences, spread
+from ..quantization.prefill import MASK_FLOOR, POSITIONS, Samples, kv_rows, sequences, spread
 from . import export
 
 #: The mask value of quantized artifacts (module docstring).
 MASKED = MASK_FLOOR
-#: Start positions sampled per sequence and graph.
-POSITIONS = 16
 
 
 @dataclass
@@ -64,31 +63,43 @@ class Calibration:
 
     def starts(self, n: int, tokens: int, cache_len: int) -> list[int]:
         """Where a graph of ``tokens`` tokens starts in a sequence of ``n``: the decode graph at
-        up to ``POSITIONS`` positions spread over the sequence; a prefill bucket at 0 and at each
-        later whole chunk (longer prompts are prefilled in chunks)."""
+        every position (``prefill.POSITIONS``); a prefill bucket at 0 and at each later whole
+        chunk (longer prompts are prefilled in chunks)."""
         last = min(n - tokens, cache_len - tokens)
         if tokens > 1:
             return list(range(0, last + 1, tokens)) if last >= 0 else []
         return spread(last, POSITIONS)
 
-    def samples(self, step: export.DecoderStep) -> list[tuple[torch.Tensor, ...]]:
-        """The graph inputs of ``step`` at every start of every sequence (module docstring)."""
+    def samples(self, step: export.DecoderStep) -> Samples:
+        """The graph inputs of ``step`` at every start of every sequence (module docstring), made
+        when read."""
         s, t, c = step.shape, step.tokens, step.cache_len
-        out = []
-        for seq, rows in zip(self.seqs, self.rows):
-            for p in self.starts(int(seq.numel()), t, c):
-                ids = seq[p : p + t].to(torch.int32)[None]
-                pos = torch.arange(p, p + t, dtype=torch.int32)[None]
-                mask = torch.full((1, 1, t, c + t), MASKED)
-                mask[0, 0, :, :p] = 0
-                mask[0, 0, :, c:] = torch.triu(torch.full((t, t), MASKED), diagonal=1)
-                past = []
-                for keys, values in rows:
-                    for src in (keys, values):
-                        v = torch.zeros(1, s.kv_heads, c, s.head_dim)
-                        v[:, :, :p] = src[:, :, :p]
-                        past.append(v)
-                out.append((ids, pos, mask, *past))
+
+        def make(key: tuple[int, int]) -> tuple[torch.Tensor, ...]:
+            k, p = key
+            seq, rows = self.seqs[k], self.rows[k]
+            ids = seq[p : p + t].to(torch.int32)[None]
+            pos = torch.arange(p, p + t, dtype=torch.int32)[None]
+            mask = torch.full((1, 1, t, c + t), MASKED)
+            mask[0, 0, :, :p] = 0
+            mask[0, 0, :, c:] = torch.triu(torch.full((t, t), MASKED), diagonal=1)
+            past = []
+            for keys, values in rows:
+                for src in (keys, values):
+                    v = torch.zeros(1, s.kv_heads, c, s.head_dim)
+                    v[:, :, :p] = src[:, :, :p]
+                    past.append(v)
+            return (ids, pos, mask, *past)
+
+        def fingerprint(h) -> None:
+            h.update(repr((t, c)).encode())
+            for seq, rows in zip(self.seqs, self.rows):
+                h.update(seq.numpy().tobytes())
+                for x in (x for kv in rows for x in kv):
+                    h.update(x.contiguous().numpy().tobytes())
+
+        keys = [(k, p) for k, seq in enumerate(self.seqs) for p in self.starts(int(seq.numel()), t, c)]
+        out = Samples(keys, make, fingerprint)
         if not out:
             raise ValueError(
                 f"calibration: no sequence is long enough for the {t}-token graph; give sequences of at "

@@ -87,7 +87,7 @@ class QnnxQuantizer(Quantizer):
 
     def specs(self, scheme: Scheme) -> Specs:
         if scheme.name not in self._specs:
-            self._specs[scheme.name] = Specs(scheme, self.config.observer, self.config.per_channel)
+            self._specs[scheme.name] = Specs(scheme, self.config.observer, self.config.per_channel, self.config.headroom)
         return self._specs[scheme.name]
 
     def scheme_of(self, node: Node) -> Optional[Scheme]:

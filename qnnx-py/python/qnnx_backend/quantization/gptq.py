@@ -36,6 +36,11 @@ logger = logging.getLogger("qnnx_backend")
 
 aten = torch.ops.aten
 
+#: Samples GPTQ propagates at most (evenly spread over the calibration samples): it holds every
+#: sample's activations of a layer at once, and a KV-cache decode graph calibrates on a sample per
+#: position of every sequence, each holding the whole cache (quantization.prefill).
+MAX_SAMPLES = 128
+
 #: Damping added to H's diagonal, as a fraction of its mean (GPTQ's default): keeps the
 #: Cholesky factorisation stable when inputs are nearly collinear.
 _DAMP = 0.01
@@ -125,6 +130,8 @@ def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor
     """Replaces the weights of the convolutions and linear layers of ``prepared`` (calibrated,
     observers in place) with GPTQ's choice of grid points; returns how many."""
     t = time.perf_counter()
+    n = len(samples)
+    samples = [samples[round(j * (n - 1) / max(MAX_SAMPLES - 1, 1))] for j in range(MAX_SAMPLES)] if n > MAX_SAMPLES else list(samples)
     graph = prepared.graph
     last_use: dict[Node, Node] = {}
     for node in graph.nodes:

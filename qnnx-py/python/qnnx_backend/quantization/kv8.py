@@ -24,6 +24,7 @@ every step. Here:
 from __future__ import annotations
 
 import dataclasses
+import math
 import weakref
 from typing import Any, Sequence
 
@@ -99,13 +100,17 @@ def plan(
 
 
 def encodings(samples: Sequence[Sequence[torch.Tensor]], tensors: Sequence[int]) -> dict[int, Encoding]:
-    """Per cache tensor position, the uint8 encoding covering what the samples hold there."""
-    out = {}
-    for k in tensors:
-        lo = min(float(s[k].min()) for s in samples)
-        hi = max(float(s[k].max()) for s in samples)
-        out[k] = Encoding.covering(lo, hi)
-    return out
+    """Per cache tensor position, the uint8 encoding covering what the samples hold there. One pass
+    over the samples: those of a decode graph are made when read (prefill.Samples)."""
+    if not tensors:
+        return {}
+    lo = {k: math.inf for k in tensors}
+    hi = {k: -math.inf for k in tensors}
+    for s in samples:
+        for k in tensors:
+            a, b = torch.aminmax(s[k])
+            lo[k], hi[k] = min(lo[k], float(a)), max(hi[k], float(b))
+    return {k: Encoding.covering(lo[k], hi[k]) for k in tensors}
 
 
 def rewrite(model: Any, caches: Sequence[CacheIO]) -> bytes:

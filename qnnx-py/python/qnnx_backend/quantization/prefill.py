@@ -13,8 +13,14 @@ tokens is then fed, for a spread of positions p, exactly what ``generate`` would
 the tokens ``seq[p:p+T]``, their positions, the causal mask, every layer's cache holding the
 prefill's rows ``[0, p)`` and zeros after them (a fresh ``StaticCache``), and the cache's position
 counter at p. These samples are independent of each other (no sample waits for another's
-output), so calibration costs one prefill plus ``positions`` single-step forwards per sequence,
-whatever the cache length.
+output), so calibration costs one prefill plus one single-step forward per position, none of
+them sequential.
+
+The decode graph is calibrated at **every** position of every sequence (``POSITIONS``): its
+activations' ranges are per token and heavy-tailed, and 16 positions per sequence left SmolLM2's
+decode graph clipping other text (docs/llm.md, "Where the gap was"). A sample holds every layer's
+whole cache (12 MB for SmolLM2-135M at 256 slots), so the samples are made on demand
+(``Samples``): only the prefills' rows are kept.
 
 Graph inputs are recognised by where dynamo took them from (their source in the forward's
 arguments, ``L['kwargs']['input_ids']``, ``...past_key_values.layers[3].keys``): a per-call input
@@ -24,7 +30,9 @@ of a role not listed in ``ROLES`` is refused with its name, never given a made-u
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+import hashlib
+from collections.abc import Sequence as SequenceABC
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -42,9 +50,35 @@ ROLES = ("input_ids", "position_ids", "cache_position", "attention_mask", "keys"
 #: The masks are clamped to it on the host, in the calibration samples and at every call.
 MASK_FLOOR = -100.0
 
-#: Decode positions sampled per calibration sequence by default: spread evenly over the part of
-#: the sequence that fits the cache.
-POSITIONS = 16
+#: Decode positions sampled per calibration sequence by default: None is every position that fits
+#: the cache (module docstring); a number spreads that many evenly over them.
+POSITIONS: Optional[int] = None
+
+
+class Samples(SequenceABC):
+    """Calibration samples made when read: ``make(key)`` builds the sample of each key, from state
+    the maker keeps (the prefills' rows), so a thousand decode samples never exist at once.
+    Re-readable, as calibration, the 8-bit cache's encodings and GPTQ each read them."""
+
+    def __init__(self, keys: Sequence[Any], make: Callable[[Any], tuple], fingerprint: Callable[[Any], None]):
+        self.keys = list(keys)
+        self.make = make
+        self._fingerprint = fingerprint
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self.make(k) for k in self.keys[i]]
+        return self.make(self.keys[i])
+
+    def digest(self) -> str:
+        """sha256 of what the samples are made from (``fingerprint`` feeds a hash), without making
+        them: hashing every sample would read gigabytes of zero-padded caches."""
+        h = hashlib.sha256(repr(self.keys).encode())
+        self._fingerprint(h)
+        return h.hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,11 +147,13 @@ def sequences(calibration: Any, tokenizer: Any = None) -> list[torch.Tensor]:
     return out
 
 
-def spread(last: int, positions: int) -> list[int]:
-    """Up to ``positions`` decode-step starts spread evenly over ``1..=last`` (none if ``last``
-    is below 1)."""
+def spread(last: int, positions: Optional[int]) -> list[int]:
+    """Up to ``positions`` decode-step starts spread evenly over ``1..=last`` (every one with
+    None; none if ``last`` is below 1)."""
     if last < 1:
         return []
+    if positions is None:
+        return list(range(1, last + 1))
     k = min(positions, last)
     return sorted({round(1 + j * (last - 1) / max(k - 1, 1)) for j in range(k)})
 
@@ -166,7 +202,7 @@ class PrefillSamples:
         self.decode = bool(caches)
         self.room = min(caches + masks) if (caches or masks) else None
 
-    def starts(self, n: int, positions: int) -> list[int]:
+    def starts(self, n: int, positions: Optional[int]) -> list[int]:
         """Where the steps of a sequence of ``n`` tokens start."""
         if not self.decode:
             return [0] if n >= self.steps else []
@@ -201,9 +237,10 @@ class PrefillSamples:
             out.append(v.to(want.dtype).reshape(want.shape))
         return tuple(out)
 
-    def collect(self, seqs: Sequence[torch.Tensor], positions: int = POSITIONS) -> tuple[list, int]:
-        """The samples of every sequence, and the number of prefill passes run."""
-        samples, prefills = [], 0
+    def collect(self, seqs: Sequence[torch.Tensor], positions: Optional[int] = POSITIONS) -> tuple[Samples, int]:
+        """The samples of every sequence (made when read: ``Samples``), and the number of prefill
+        passes run."""
+        keys, kept_seqs, kept_rows, prefills = [], [], [], 0
         for seq in seqs:
             starts = self.starts(int(seq.numel()), positions)
             if not starts:
@@ -216,7 +253,20 @@ class PrefillSamples:
                 prefills += 1
                 kept = min(k.shape[-2] for k, _ in rows)
                 starts = [p for p in starts if p <= kept]
-            samples.extend(self.sample(seq, p, rows) for p in starts)
+            keys.extend((len(kept_seqs), p) for p in starts)
+            kept_seqs.append(seq)
+            kept_rows.append(rows)
+
+        def fingerprint(h) -> None:
+            for i in self.index:
+                h.update(repr((self.args[i].dtype, tuple(self.args[i].shape))).encode())
+            h.update(repr([x.role for x in self.inputs]).encode())
+            for seq, rows in zip(kept_seqs, kept_rows):
+                h.update(seq.numpy().tobytes())
+                for t in (t for kv in rows for t in kv):
+                    h.update(t.detach().float().contiguous().numpy().tobytes())
+
+        samples = Samples(keys, lambda key: self.sample(kept_seqs[key[0]], key[1], kept_rows[key[0]]), fingerprint)
         if not samples:
             need = self.steps + 1 if self.decode else self.steps
             raise ValueError(

@@ -95,20 +95,45 @@ def _fixed(scale: float, zero_point: int) -> Any:
     )  # fmt: skip
 
 
+class _Widened:
+    """An activation observer whose encoding covers its calibrated range times ``headroom``
+    (``config.HEADROOM_16``): both torchao observers derive their encoding from a minimum and a
+    maximum through ``_calculate_qparams``, which this scales (zero stays where it is)."""
+
+    def __init__(self, *args, headroom: float = 1.0, **kwargs):
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        self.headroom = headroom
+
+    def _calculate_qparams(self, min_val, max_val):
+        return super()._calculate_qparams(min_val * self.headroom, max_val * self.headroom)  # type: ignore[misc]
+
+
+class WidenedMinMaxObserver(_Widened, MinMaxObserver):
+    """MinMaxObserver with headroom (``_Widened``)."""
+
+
+class WidenedHistogramObserver(_Widened, HistogramObserver):
+    """HistogramObserver with headroom (``_Widened``)."""
+
+
 class Specs:
     """The QuantizationSpecs of one scheme, made once: PT2E shares one observer between a
     producer's output and a consumer's input when their specs are equal, and observer
     constructors compare by identity."""
 
-    def __init__(self, scheme: Scheme, observer: str, per_channel: bool):
+    def __init__(self, scheme: Scheme, observer: str, per_channel: bool, headroom: float = 1.0):
         act_dtype, act_max = (torch.uint8, 255) if scheme.act_bits == 8 else (torch.uint16, 65535)
         act_observer = MinMaxObserver if observer == "minmax" else HistogramObserver
+        act_args: dict = {}
+        if scheme.act_bits == 16 and headroom != 1.0:
+            act_observer = WidenedMinMaxObserver if observer == "minmax" else WidenedHistogramObserver
+            act_args = {"headroom": headroom}
         self.act = QuantizationSpec(
             dtype=act_dtype,
             quant_min=0,
             quant_max=act_max,
             qscheme=torch.per_tensor_affine,
-            observer_or_fake_quant_ctr=act_observer.with_args(),
+            observer_or_fake_quant_ctr=act_observer.with_args(**act_args),
         )
         w_dtype, w_min, w_max = {
             8: (torch.int8, -127, 127),

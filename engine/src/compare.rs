@@ -8,6 +8,11 @@
 //! Each model value both builds observe is reported with its SQNR, cosine and largest absolute
 //! error, and the first value in graph order whose SQNR falls by more than a threshold below
 //! its inputs' is named: the layer where the error starts, not where it is largest.
+//!
+//! Several samples ([`compare_samples`]: a user's folder of inputs) run through the same
+//! observed graphs, built once; each value's numbers are then over every sample, and the
+//! model outputs' rows of all samples make one batch ([`BatchOutput`]). The observed values of
+//! every sample are held at once (in f32), which bounds how many samples one call takes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -278,11 +283,15 @@ pub fn is_qdq(model: &lowering::Model) -> bool {
 }
 
 /// A build's observed values, in the ONNX value's own dim order, by model value name.
+/// Every model value of `b` on each sample, the samples' values concatenated in order.
 fn observe(
     b: &Build,
     opts: &CompareOptions,
-    inputs: &[HostTensor],
+    samples: &[&[HostTensor]],
 ) -> Result<HashMap<String, Vec<f32>>> {
+    if samples.is_empty() {
+        return Err(Error::Input("compare: no inputs to run".into()));
+    }
     let model = lowering::Model::from_bytes(b.onnx, b.base_dir.as_deref())?;
     let fp16 = b.fp16 && !b.target.lacks_float() && !is_qdq(&model);
     let copts = CompileOptions {
@@ -296,7 +305,9 @@ fn observe(
         model,
         &copts.model_io().lower_options(b.target.backend, fp16),
     )?;
-    let mut values: HashMap<String, (bool, Vec<f32>)> = HashMap::new();
+    // Per sample: value -> (held in the model's own order, its values).
+    let mut per_sample: Vec<HashMap<String, (bool, Vec<f32>)>> =
+        vec![HashMap::new(); samples.len()];
     each_observed_graph(
         b.target,
         "compare",
@@ -315,38 +326,46 @@ fn observe(
                     "internal: the observed graph's outputs differ from its plan's".into(),
                 ));
             }
-            let outs = e.run(inputs)?;
-            for (io, t) in e.inputs.iter().zip(inputs) {
-                if let Some(v) = host_values(t, None) {
-                    values.insert(io.onnx_name.clone(), (true, v));
+            for (inputs, values) in samples.iter().zip(per_sample.iter_mut()) {
+                let outs = e.run(inputs)?;
+                for (io, t) in e.inputs.iter().zip(inputs.iter()) {
+                    if let Some(v) = host_values(t, None) {
+                        values.insert(io.onnx_name.clone(), (true, v));
+                    }
                 }
-            }
-            for (io, t) in plan.outputs.iter().zip(&outs) {
-                let pt = &plan.tensors[io.tensor];
-                let Some(v) = host_values(t, pt.quant.as_ref()) else {
-                    continue;
-                };
-                let perm = pt.origin.as_ref().and_then(|o| o.perm.clone());
-                let identity = perm.is_none();
-                let v = match perm {
-                    Some(p) => unpermute(&v, &t.shape, &p),
-                    None => v,
-                };
-                let name = model_value_name(&io.onnx_name).to_string();
-                // A value held in two orders is the same numbers; the model's own order is
-                // kept.
-                match values.get(&name) {
-                    Some((true, _)) => {}
-                    Some((false, _)) if !identity => {}
-                    _ => {
-                        values.insert(name, (identity, v));
+                for (io, t) in plan.outputs.iter().zip(&outs) {
+                    let pt = &plan.tensors[io.tensor];
+                    let Some(v) = host_values(t, pt.quant.as_ref()) else {
+                        continue;
+                    };
+                    let perm = pt.origin.as_ref().and_then(|o| o.perm.clone());
+                    let identity = perm.is_none();
+                    let v = match perm {
+                        Some(p) => unpermute(&v, &t.shape, &p),
+                        None => v,
+                    };
+                    let name = model_value_name(&io.onnx_name).to_string();
+                    // A value held in two orders is the same numbers; the model's own order is
+                    // kept.
+                    match values.get(&name) {
+                        Some((true, _)) => {}
+                        Some((false, _)) if !identity => {}
+                        _ => {
+                            values.insert(name, (identity, v));
+                        }
                     }
                 }
             }
             Ok(())
         },
     )?;
-    Ok(values.into_iter().map(|(k, (_, v))| (k, v)).collect())
+    let mut all: HashMap<String, Vec<f32>> = HashMap::new();
+    for values in per_sample {
+        for (k, (_, v)) in values {
+            all.entry(k).or_default().extend(v);
+        }
+    }
+    Ok(all)
 }
 
 /// A host tensor's values as f32: float tensors, and a quantized tensor's integers dequantized
@@ -470,9 +489,29 @@ pub fn compare(
     inputs: &[HostTensor],
     opts: &CompareOptions,
 ) -> Result<Report> {
-    let r = Observed::reference(reference, opts, inputs)?;
-    let t = observe(test, opts, inputs)?;
+    compare_samples(reference, test, &[inputs], opts)
+}
+
+/// [`compare`] over several samples (each the model's inputs in order), the observed graphs
+/// built once per side: every value's numbers are over all samples, and the model outputs'
+/// rows of all samples (each sample's first axis, 1 for an unbatched sample) are one batch.
+pub fn compare_samples(
+    reference: &Build,
+    test: &Build,
+    samples: &[&[HostTensor]],
+    opts: &CompareOptions,
+) -> Result<Report> {
+    let r = Observed::reference_samples(reference, opts, samples)?;
+    let t = observe(test, opts, samples)?;
     Ok(r.compare(&t, opts))
+}
+
+/// Rows along the first axis of a sample's first input (1 when it has rank below 2).
+fn rows(sample: &[HostTensor]) -> usize {
+    sample
+        .first()
+        .filter(|t| t.shape.len() >= 2)
+        .map_or(1, |t| t.shape[0])
 }
 
 /// A reference build's observed values, for comparing several test builds with one reference
@@ -480,13 +519,23 @@ pub fn compare(
 pub struct Observed {
     model: lowering::Model,
     values: HashMap<String, Vec<f32>>,
-    /// The first input's first dimension, when the inputs are a batch (rank >= 2).
+    /// The rows of every sample (each one's first input's first dimension, when it is a batch
+    /// of rank >= 2; else 1).
     batch: usize,
 }
 
 impl Observed {
     /// Runs the reference build (a float model) observed.
     pub fn reference(b: &Build, opts: &CompareOptions, inputs: &[HostTensor]) -> Result<Observed> {
+        Observed::reference_samples(b, opts, &[inputs])
+    }
+
+    /// [`Observed::reference`] over several samples ([`compare_samples`]).
+    pub fn reference_samples(
+        b: &Build,
+        opts: &CompareOptions,
+        samples: &[&[HostTensor]],
+    ) -> Result<Observed> {
         let model = lowering::Model::from_bytes(b.onnx, b.base_dir.as_deref())?;
         if is_qdq(&model) {
             return Err(Error::Input(
@@ -495,11 +544,8 @@ impl Observed {
                     .into(),
             ));
         }
-        let values = observe(b, opts, inputs)?;
-        let batch = inputs
-            .first()
-            .filter(|t| t.shape.len() >= 2)
-            .map_or(1, |t| t.shape[0]);
+        let values = observe(b, opts, samples)?;
+        let batch = samples.iter().map(|s| rows(s)).sum();
         Ok(Observed {
             model,
             values,
@@ -514,7 +560,7 @@ impl Observed {
         inputs: &[HostTensor],
         opts: &CompareOptions,
     ) -> Result<Report> {
-        let t = observe(test, opts, inputs)?;
+        let t = observe(test, opts, &[inputs])?;
         Ok(self.compare(&t, opts))
     }
 

@@ -9,13 +9,13 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use qnnx_engine::compare::{compare, is_qdq, Build, CompareOptions, Layer, Report};
+use qnnx_engine::compare::{compare_samples, is_qdq, Build, CompareOptions, Layer, Report};
 use qnnx_engine::{HostTensor, Target};
 use qnnx_types::BackendKind;
 use serde_json::json;
 
 use crate::build::{compile_failure, load_onnx, parse_shapes, Precision};
-use crate::inputs::{input_arrays, Io};
+use crate::inputs::{input_arrays, npz_samples, Io};
 use crate::target::TargetArgs;
 use crate::{emit, Cli, Failure};
 
@@ -38,6 +38,13 @@ pub struct CompareArgs {
     /// input name, as for `qnnx run`).
     #[arg(long = "input", value_name = "NAME=FILE")]
     pub inputs: Vec<String>,
+    /// Samples instead: a .npz with one array per model input (one sample, or several stacked
+    /// on a new first axis) or a folder of .npz files, one sample each (as `qnnx quantize
+    /// --calib` takes). Every sample runs through both builds; each value's numbers are over all
+    /// of them, and the outputs' rows make one batch (cosine, top-1 agreement, pairwise
+    /// similarity).
+    #[arg(long = "inputs", value_name = "DIR_OR_NPZ", conflicts_with = "inputs")]
+    pub samples: Option<PathBuf>,
     /// Static shape for an input with symbolic dims, as NAME=D,D,... (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS")]
     pub input_shapes: Vec<String>,
@@ -84,9 +91,15 @@ fn csv(rep: &Report) -> String {
     out
 }
 
-fn text(rep: &Report, top: usize, test: &str) -> String {
+fn text(rep: &Report, top: usize, test: &str, samples: usize) -> String {
+    let over = if samples > 1 {
+        format!(" over {samples} samples")
+    } else {
+        String::new()
+    };
     let mut t = format!(
-        "{} values compared (reference: exact fp32 on the emulator; test: {test}), worst first:\n",
+        "{} values compared{over} (reference: exact fp32 on the emulator; test: {test}), worst \
+         first:\n",
         rep.layers.len()
     );
     let width = |f: fn(&Layer) -> usize, min: usize| {
@@ -207,19 +220,25 @@ pub fn compare_cmd(cli: &Cli, args: &CompareArgs) -> Result<ExitCode, Failure> {
         None => (&args.model, &model),
     };
     let inputs = crate::quantize::static_inputs(ref_file, &input_shapes)?;
-    let ios: Vec<Io> = inputs
-        .into_iter()
-        .map(|(name, dtype, shape)| Io { name, dtype, shape })
-        .collect();
-    let arrays = input_arrays(&args.inputs, &ios, "the model")?;
-    let host: Vec<HostTensor> = arrays
-        .into_iter()
-        .map(|a| HostTensor {
-            dtype: a.dtype,
-            shape: a.shape,
-            data: a.data,
-        })
-        .collect();
+    let samples: Vec<Vec<HostTensor>> = match &args.samples {
+        Some(path) => npz_samples(path, &inputs)?,
+        None => {
+            let ios: Vec<Io> = inputs
+                .into_iter()
+                .map(|(name, dtype, shape)| Io { name, dtype, shape })
+                .collect();
+            let arrays = input_arrays(&args.inputs, &ios, "the model")?;
+            vec![arrays
+                .into_iter()
+                .map(|a| HostTensor {
+                    dtype: a.dtype,
+                    shape: a.shape,
+                    data: a.data,
+                })
+                .collect()]
+        }
+    };
+    let sample_refs: Vec<&[HostTensor]> = samples.iter().map(Vec::as_slice).collect();
     let exact = Target {
         backend: BackendKind::Htp,
         soc_model: None,
@@ -246,7 +265,7 @@ pub fn compare_cmd(cli: &Cli, args: &CompareArgs) -> Result<ExitCode, Failure> {
         jump_db: args.jump_db,
     };
     let start = std::time::Instant::now();
-    let rep = compare(&rb, &tb, &host, &opts).map_err(|e| match e {
+    let rep = compare_samples(&rb, &tb, &sample_refs, &opts).map_err(|e| match e {
         qnnx_engine::Error::Input(m) => Failure::usage(m),
         qnnx_engine::Error::NoFloatPath { .. } => Failure::unsupported(
             format!(
@@ -280,6 +299,9 @@ pub fn compare_cmd(cli: &Cli, args: &CompareArgs) -> Result<ExitCode, Failure> {
     value["target"] = json!(target.describe());
     value["test"] = json!(test);
     value["elapsed_ms"] = json!(ms);
-    emit(cli, &value, || text(&rep, args.top, &test) + "\n");
+    value["samples"] = json!(samples.len());
+    emit(cli, &value, || {
+        text(&rep, args.top, &test, samples.len()) + "\n"
+    });
     Ok(ExitCode::SUCCESS)
 }

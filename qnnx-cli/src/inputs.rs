@@ -1,9 +1,11 @@
-//! The inputs of `qnnx run` and `qnnx compare`: `.npy` files given by name, or random data
-//! seeded by the input's name.
+//! The inputs of `qnnx run`, `qnnx compare` and `qnnx quantize`: `.npy` files given by name,
+//! random data seeded by the input's name, or samples in `.npz` files.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
+use qnnx_engine::HostTensor;
 use qnnx_types::DType;
 
 use crate::npy;
@@ -111,6 +113,120 @@ pub(crate) fn arrays_for(
         arrays.push(a);
     }
     Ok((arrays, given))
+}
+
+/// The .npy members of a .npz file, by name without `.npy`.
+fn read_npz(path: &Path) -> Result<BTreeMap<String, npy::Array>, Failure> {
+    let fail = |e: String| Failure::new(format!("{}: {e}", path.display()));
+    let f = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    let mut z = zip::ZipArchive::new(f).map_err(|e| fail(format!("not a .npz (zip) file: {e}")))?;
+    let mut out = BTreeMap::new();
+    for i in 0..z.len() {
+        let mut m = z.by_index(i).map_err(|e| fail(e.to_string()))?;
+        let name = m.name().trim_end_matches(".npy").to_string();
+        let mut bytes = Vec::new();
+        m.read_to_end(&mut bytes).map_err(|e| fail(e.to_string()))?;
+        let a = npy::parse(&bytes).map_err(|e| fail(format!("array {name:?}: {e}")))?;
+        out.insert(name, a);
+    }
+    Ok(out)
+}
+
+/// The samples of a .npz file (one array per model input, holding one sample or several
+/// stacked on a new first axis) or of a folder of .npz files (one sample each, in name order):
+/// each sample the model's inputs in order. `qnnx quantize --calib` and `qnnx compare --inputs`.
+pub(crate) fn npz_samples(
+    path: &Path,
+    inputs: &[(String, DType, Vec<usize>)],
+) -> Result<Vec<Vec<HostTensor>>, Failure> {
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| Failure::new(format!("{}: {e}", path.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "npz"))
+            .collect();
+        v.sort();
+        if v.is_empty() {
+            return Err(Failure::usage(format!(
+                "{}: the folder has no .npz files (one per sample)",
+                path.display()
+            )));
+        }
+        v
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut out = Vec::new();
+    for f in &files {
+        let mut arrays = read_npz(f)?;
+        let unknown: Vec<&String> = arrays
+            .keys()
+            .filter(|k| !inputs.iter().any(|(n, ..)| n == *k))
+            .collect();
+        if !unknown.is_empty() {
+            let names: Vec<&str> = inputs.iter().map(|(n, ..)| n.as_str()).collect();
+            return Err(Failure::usage(format!(
+                "{}: array {:?} is not a model input (the inputs are {})",
+                f.display(),
+                unknown[0],
+                names.join(", ")
+            )));
+        }
+        // Every input: one sample, or several stacked on a new first axis.
+        let mut count = None;
+        let mut per_input = Vec::new();
+        for (name, dtype, shape) in inputs {
+            let a = arrays.remove(name).ok_or_else(|| {
+                Failure::usage(format!(
+                    "{}: no array {name:?}: give one per model input",
+                    f.display()
+                ))
+            })?;
+            if a.dtype != *dtype {
+                return Err(Failure::usage(format!(
+                    "{}: {name:?} is {} but the model takes {dtype} (convert it with \
+                     .astype before saving)",
+                    f.display(),
+                    a.dtype
+                )));
+            }
+            let n = if a.shape == *shape {
+                1
+            } else if a.shape.len() == shape.len() + 1 && a.shape[1..] == shape[..] {
+                a.shape[0]
+            } else {
+                return Err(Failure::usage(format!(
+                    "{}: {name:?} has shape {:?}; the model takes {shape:?} (or N of them \
+                     stacked: [N, ...])",
+                    f.display(),
+                    a.shape
+                )));
+            };
+            if *count.get_or_insert(n) != n {
+                return Err(Failure::usage(format!(
+                    "{}: the inputs hold different numbers of samples",
+                    f.display()
+                )));
+            }
+            per_input.push(a);
+        }
+        for k in 0..count.unwrap_or(0) {
+            let sample = per_input
+                .iter()
+                .zip(inputs)
+                .map(|(a, (_, dtype, shape))| {
+                    let size = shape.iter().product::<usize>() * dtype.size();
+                    HostTensor {
+                        dtype: *dtype,
+                        shape: shape.clone(),
+                        data: a.data[k * size..(k + 1) * size].to_vec(),
+                    }
+                })
+                .collect();
+            out.push(sample);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

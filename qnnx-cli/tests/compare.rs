@@ -180,3 +180,143 @@ fn mistakes_are_clear_errors() {
     let out = qnnx(&["compare", s(&onnx), "--jump-db", "-3"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// `python3 -c code`, true when it ran (a skip, or a failure with `QNNX_REQUIRE_HTP=1`, when not).
+fn python(code: &str) -> bool {
+    match Command::new("python3").arg("-c").arg(code).output() {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            assert!(!required(), "python: {}", stderr(&o));
+            false
+        }
+        Err(e) => {
+            assert!(!required(), "python3: {e}");
+            false
+        }
+    }
+}
+
+#[test]
+fn a_folder_of_samples_is_compared_over_all_of_them() {
+    if !htp_available() {
+        return;
+    }
+    let Some(dir) = models("samples") else {
+        return;
+    };
+    let (onnx, qdq) = (dir.join("cnn.onnx"), dir.join("cnn.qdq.onnx"));
+    let out = qnnx(&[
+        "quantize",
+        s(&onnx),
+        "--calib",
+        s(&dir.join("calib.npz")),
+        "-o",
+        s(&qdq),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Five different samples, and one sample twice (with its .npy for a single-input run).
+    let (five, twice) = (dir.join("five"), dir.join("twice"));
+    let code = format!(
+        "import numpy as np, os; r = np.random.default_rng(7); os.makedirs({five:?}); \
+         os.makedirs({twice:?}); x = r.standard_normal((1, 3, 8, 8)).astype(np.float32); \
+         [np.savez(os.path.join({five:?}, f's{{k}}.npz'), img=r.standard_normal((1, 3, 8, 8)).astype(np.float32)) for k in range(5)]; \
+         [np.savez(os.path.join({twice:?}, f'{{k}}.npz'), img=x) for k in range(2)]; \
+         np.save(os.path.join({twice:?}, 'x.npy'), x)",
+        five = s(&five),
+        twice = s(&twice)
+    );
+    if !python(&code) {
+        return;
+    }
+    let run = |extra: &[&str]| {
+        let mut a = vec![
+            "--json",
+            "compare",
+            s(&qdq),
+            "--reference",
+            s(&onnx),
+            "--soc",
+            "QCS6490",
+        ];
+        a.extend_from_slice(extra);
+        json(&qnnx(&a))
+    };
+    let by_value = |v: &Value| -> Vec<(String, f64)> {
+        let mut l: Vec<(String, f64)> = v["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| (l["value"].as_str().unwrap().to_string(), sqnr(l)))
+            .collect();
+        l.sort_by(|a, b| a.0.cmp(&b.0));
+        l
+    };
+    // The same sample twice: every value's numbers are those of the sample alone, and the two
+    // outputs make a batch of two.
+    let one = run(&["--input", &format!("img={}", s(&twice.join("x.npy")))]);
+    let two = run(&["--inputs", s(&twice)]);
+    assert_eq!(two["samples"], 2, "{two}");
+    for ((a, x), (b, y)) in by_value(&one).iter().zip(by_value(&two).iter()) {
+        assert_eq!(a, b);
+        assert!((x - y).abs() < 1e-6, "{a}: {x} alone, {y} twice");
+    }
+    assert_eq!(by_value(&one).len(), by_value(&two).len());
+    assert!(one["batch"].as_array().unwrap().is_empty(), "{one}");
+    let batch = &two["batch"][0];
+    assert_eq!(
+        (batch["value"].as_str(), batch["n"].as_u64()),
+        (Some("scores"), Some(2)),
+        "{two}"
+    );
+    assert_eq!(batch["top1_agreement"], 1.0, "{two}");
+    // Five samples: the outputs' batch statistics are over the five, and so is the text.
+    let v = run(&["--inputs", s(&five)]);
+    assert_eq!(
+        (v["samples"].as_u64(), v["batch"][0]["n"].as_u64()),
+        (Some(5), Some(5)),
+        "{v}"
+    );
+    assert!(v["batch"][0]["offdiag_correlation"].is_number(), "{v}");
+    let out = qnnx(&[
+        "compare",
+        s(&qdq),
+        "--reference",
+        s(&onnx),
+        "--soc",
+        "QCS6490",
+        "--inputs",
+        s(&five),
+    ]);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        t.contains("over 5 samples") && t.contains("over 5 inputs"),
+        "{t}"
+    );
+    // The stacked calibration file works as a set too; --input with --inputs, or a folder
+    // without samples, is refused.
+    let v = run(&["--inputs", s(&dir.join("calib.npz"))]);
+    assert_eq!(v["samples"], 16, "{v}");
+    let out = qnnx(&[
+        "compare",
+        s(&onnx),
+        "--soc",
+        "SM8550",
+        "--inputs",
+        s(&five),
+        "--input",
+        "img=x.npy",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = qnnx(&[
+        "compare",
+        s(&onnx),
+        "--soc",
+        "SM8550",
+        "--inputs",
+        s(&empty),
+    ]);
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no .npz files"), "{}", stderr(&out));
+}

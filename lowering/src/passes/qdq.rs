@@ -229,6 +229,10 @@ pub fn absorb(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
             _ => continue,
         };
         if g.is_output(y) {
+            // Readers in the graph read the quantized value; only the caller's copy is
+            // dequantized (a classifier reading features that are also an output stayed a float
+            // island, which v68 refuses).
+            g.replace_uses(y, target);
             if quantized_io && take_output(g, target, y) {
                 g.quantized_outputs.push(target);
             } else {
@@ -949,6 +953,37 @@ mod tests {
             "{}",
             p.dump()
         );
+    }
+
+    /// A graph output that a quantized op also reads (a feature vector, then the classifier):
+    /// the op reads the quantized value and only the output is dequantized; with quantized I/O
+    /// the op reads the value the caller receives.
+    #[test]
+    fn an_output_that_an_op_also_reads_stays_quantized_for_the_op() {
+        let b = ModelBuilder::new(17).input("x", DType::F32, &[1, 4]);
+        let b = qdq(b, "x", "xd", 0.1, u8(128));
+        let b = b.node("Relu", &["xd"], &["f"], &[]);
+        let b = qdq(b, "f", "features", 0.05, u8(0)).output("features");
+        let b = b.node("Sigmoid", &["features"], &["s"], &[]);
+        let b = qdq(b, "s", "y", 1.0 / 256.0, u8(0)).output("y");
+        let p = lower(&b);
+        let d = p.dump();
+        let mut ops = p.op_types();
+        ops.sort();
+        assert_eq!(
+            ops,
+            vec!["Dequantize", "Dequantize", "Quantize", "Relu", "Sigmoid"],
+            "{d}"
+        );
+        assert!(d.contains("Sigmoid(f:qu8[1, 4])"), "{d}");
+        let o = LowerOptions {
+            quantized_io: true,
+            ..Default::default()
+        };
+        let p = lower_with(&b, &o);
+        let d = p.dump();
+        assert_eq!(p.op_types(), vec!["Relu", "Sigmoid"], "{d}");
+        assert!(d.contains("Sigmoid(features:qu8[1, 4])"), "{d}");
     }
 
     #[test]

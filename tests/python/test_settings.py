@@ -203,3 +203,24 @@ def test_quantization_schemes_and_fixed_encodings_are_the_engines():
     assert list(config.SCHEMES) == ["8a8w", "16a8w", "16a16w", "16a4w"]
     # QNN's fixed 16-bit output encodings: Sigmoid [0, 1), Tanh [-1, 1) over the uint16 range.
     assert config.FIXED_U16 == {"Sigmoid": (1 / 65536, 0), "Tanh": (1 / 32768, 32768)}
+
+
+@pytest.mark.parametrize(
+    "options, headroom",
+    [
+        ({}, 1.0),
+        ({"kv_cache": True}, 2.0),
+        ({"kv_cache": True, "activation_headroom": 1}, 1.0),
+        ({"activation_headroom": 3}, 3.0),
+    ],
+)
+def test_16_bit_headroom_defaults_to_2_for_kv_cache_graphs_only(options, headroom):
+    """KV-cache graphs meet activations their calibration text never reached (2: one bit spent);
+    elsewhere the bit costs accuracy (docs/quantization.md, "Headroom")."""
+    s = parse_options({"quantize": "16a8w", "calibration": [0], **options})
+    assert s.quantize_config().headroom == headroom
+
+
+def test_a_bad_headroom_names_the_option():
+    with pytest.raises(ValueError, match="activation_headroom=0.5"):
+        parse_options({"quantize": "16a8w", "calibration": [0], "activation_headroom": 0.5})

@@ -78,6 +78,21 @@ fn encoded_as(
         let v = g.add_const(&name, t);
         g.values[v].quant = Some(enc.clone());
         v
+    } else if let Some(p) = float_output_producer(g, a) {
+        // A float graph output that the model also quantizes for a reader (the pooled features
+        // a classifier reads, as PT2E exports them): its producer writes the quantized value and
+        // the caller's copy is dequantized. Left float, the producer would be a float island,
+        // which a v68 HTP refuses.
+        let v = like(g, a, "_q");
+        g.values[v].quant = Some(enc.clone());
+        for o in g.nodes[p].outputs.iter_mut() {
+            if *o == Some(a) {
+                *o = Some(v);
+            }
+        }
+        let d = conversion(g, DEQUANTIZE, v, a);
+        added.push(d);
+        v
     } else {
         let boundary = (g.inputs.contains(&a) && !quantized_io) || g.is_output(a);
         if g.values[a].quant.is_none() && !boundary {
@@ -98,6 +113,14 @@ fn encoded_as(
     };
     cache.push((a, enc.clone(), v));
     v
+}
+
+/// The node that computes `a` when `a` is a float graph output (not an input, no encoding).
+fn float_output_producer(g: &Graph, a: ValueId) -> Option<usize> {
+    if !g.is_output(a) || g.inputs.contains(&a) || g.values[a].quant.is_some() {
+        return None;
+    }
+    g.nodes.iter().position(|n| n.outputs.contains(&Some(a)))
 }
 
 /// Makes `v` (a node's output, not graph I/O) the graph output `out` in its place, under
@@ -545,6 +568,42 @@ fn from_int(g: &Graph, n: &Node, outs: &[(usize, ValueId)]) -> bool {
     int_in && enc.is_some_and(|e| !e.is_per_axis() && e.offsets[0] >= 0)
 }
 
+/// Encodings flow back through data movement: a value the model leaves unencoded whose only
+/// reader is a data-moving op ([`Quant::Same`]: Reshape, Gather, Transpose...) with an encoded
+/// output takes that encoding, so that its producer runs quantized. The ONNX exporter writes
+/// `adaptive_avg_pool2d(x, 1).flatten(1)` as ReduceMean, Reshape and Gather, with PT2E's
+/// QuantizeLinear after the Gather only: the ReduceMean was a float island, which v68 refuses.
+/// The reader moves or selects the value's elements, so the encoding of what it writes holds
+/// every element that reaches a reader.
+fn encode_back(g: &mut Graph) {
+    let readers = g.consumers();
+    let produced: Vec<bool> = {
+        let p = g.producers();
+        p.iter().map(Option::is_some).collect()
+    };
+    for idx in (0..g.nodes.len()).rev() {
+        let n = &g.nodes[idx];
+        if !matches!(
+            crate::ops::def(&n.op_type).map(|d| d.quant),
+            Some(Quant::Same)
+        ) {
+            continue;
+        }
+        let (acts, outs) = (float_acts(g, n), float_outs(g, n));
+        let ([(_, x)], [(_, o)]) = (acts.as_slice(), outs.as_slice()) else {
+            continue;
+        };
+        let (x, o) = (*x, *o);
+        let Some(enc) = g.values[o].quant.clone() else {
+            continue;
+        };
+        let boundary = g.is_output(x) || g.inputs.contains(&x);
+        if g.values[x].quant.is_none() && !boundary && produced[x] && readers[x].len() == 1 {
+            g.values[x].quant = Some(enc);
+        }
+    }
+}
+
 /// Decides for every node whether it runs quantized (see the module docs). A graph without
 /// encodings is left as it is.
 pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
@@ -552,6 +611,7 @@ pub fn settle(g: &mut Graph, quantized_io: bool) -> Vec<LowerError> {
     if !g.values.iter().any(|v| v.quant.is_some()) {
         return errors;
     }
+    encode_back(g);
     let mut added: Vec<Node> = Vec::new();
     // Dequantized copies shared by the float readers of a quantized value.
     let mut dequantized: Vec<(ValueId, ValueId)> = Vec::new();
@@ -984,6 +1044,59 @@ mod tests {
         let d = p.dump();
         assert_eq!(p.op_types(), vec!["Relu", "Sigmoid"], "{d}");
         assert!(d.contains("Sigmoid(features:qu8[1, 4])"), "{d}");
+    }
+
+    /// A float graph output that the model also quantizes for a reader (PT2E's export of pooled
+    /// features that a classifier reads): its producer runs quantized and only the output is
+    /// dequantized, instead of a float island.
+    #[test]
+    fn a_float_output_quantized_for_a_reader_is_computed_quantized() {
+        let b = ModelBuilder::new(17).input("x", DType::F32, &[1, 4]);
+        let b = qdq(b, "x", "xd", 0.1, u8(128));
+        let b = b
+            .node("Relu", &["xd"], &["features"], &[])
+            .output("features");
+        let b = qdq(b, "features", "fd", 0.05, u8(0));
+        let b = b.node("Sigmoid", &["fd"], &["s"], &[]);
+        let b = qdq(b, "s", "y", 1.0 / 256.0, u8(0)).output("y");
+        let p = lower(&b);
+        let d = p.dump();
+        let mut ops = p.op_types();
+        ops.sort();
+        assert_eq!(
+            ops,
+            vec!["Dequantize", "Dequantize", "Quantize", "Relu", "Sigmoid"],
+            "{d}"
+        );
+        assert!(d.contains("Relu(x_q_1:qu8[1, 4]) -> features_q"), "{d}");
+        assert!(d.contains("output features:f32[1, 4]"), "{d}");
+    }
+
+    /// PT2E's export of `adaptive_avg_pool2d(x, 1).flatten(1)` before a classifier: ReduceMean,
+    /// Reshape, then the QuantizeLinear. The encoding flows back through the Reshape and the
+    /// ReduceMean runs quantized (it was a float island).
+    #[test]
+    fn an_encoding_flows_back_through_data_movement_to_the_op_before_it() {
+        let b = ModelBuilder::new(17)
+            .input("x", DType::F32, &[1, 4, 2, 2])
+            .init("shape", Tensor::from_i64(vec![2], &[1, 4]));
+        let b = qdq(b, "x", "xd", 0.1, u8(128));
+        let b = b
+            .node(
+                "ReduceMean",
+                &["xd"],
+                &["m"],
+                &[("axes", A::Is(vec![2, 3])), ("keepdims", A::I(1))],
+            )
+            .node("Reshape", &["m", "shape"], &["f"], &[]);
+        let b = qdq(b, "f", "y", 0.05, u8(100)).output("y");
+        let p = lower(&b);
+        let d = p.dump();
+        assert!(
+            !d.contains("_f:f32") && !d.contains("_dq:f32"),
+            "a float island:\n{d}"
+        );
+        assert_eq!(enc(&p, "m"), enc(&p, "f"), "{d}");
     }
 
     #[test]

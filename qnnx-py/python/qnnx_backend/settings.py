@@ -118,11 +118,12 @@ class QnnSettings:
     rounding errors are moved onto its weights not yet rounded, weighted by its calibration
     inputs, so that its output changes least; costs seconds per model on the host, e.g. 16 s
     for resnet18 at 128x128; see quantization.gptq and the README's Quantization section)."""
-    activation_headroom: float = quant_config.HEADROOM_16
-    """16-bit activation encodings cover the calibrated range times this factor: the default 2
-    spends one of the 16 bits on values the calibration data did not reach (which decoders meet
-    on any other text: docs/quantization.md, "Headroom"); 1 covers exactly the calibrated range.
-    8-bit activations are never widened."""
+    activation_headroom: Optional[float] = None
+    """16-bit activation encodings cover the calibrated range times this factor. None (the
+    default): 2 for ``kv_cache`` graphs, whose per-token activation ranges the calibration text
+    never covers (one of the 16 bits spent on the rest), 1 (exactly the calibrated range) for
+    others, where that bit costs accuracy (docs/quantization.md, "Headroom"). 8-bit activations
+    are never widened."""
     weight_block_size: Optional[int] = None
     """With ``quantize="16a4w"``: Linear/MatMul weights quantized per block of this many input
     features (32, 64, 128, ...) instead of per output channel: a float scale per output channel
@@ -208,8 +209,14 @@ class QnnSettings:
             self.weight_rounding,
             self.quantize_values,
             self.weight_block_size,
-            self.activation_headroom,
+            self.headroom(),
         )
+
+    def headroom(self) -> float:
+        """``activation_headroom``, or its default for this graph (``kv_cache``: 2, else 1)."""
+        if self.activation_headroom is not None:
+            return self.activation_headroom
+        return quant_config.DECODER_HEADROOM if self.kv_cache else 1.0
 
 
 def fixed_value_text(name: str, value: Any) -> str:

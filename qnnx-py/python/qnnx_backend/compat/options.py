@@ -34,7 +34,7 @@ class QNNRouterCompileOptions(QNNCompileOptions, total=False):
     per_channel: bool
     weight_rounding: Literal["nearest", "gptq"]
     weight_block_size: Optional[int]
-    activation_headroom: float
+    activation_headroom: Optional[float]
     quantize_modules: Mapping[str, Optional[str]]
     quantize_ops: Mapping[str, Optional[str]]
     quantize_values: Mapping[str, Optional[str]]

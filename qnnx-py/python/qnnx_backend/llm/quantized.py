@@ -118,11 +118,12 @@ class Calibration:
 
 def config(scheme: str, soc_model: int) -> quant_config.QuantizeConfig:
     """The QuantizeConfig of ``scheme`` (``quantization.config``'s names) for the HTP of
-    ``soc_model``; ValueError for an unknown scheme."""
+    ``soc_model``, with a decoder's headroom (``config.DECODER_HEADROOM``); ValueError for an
+    unknown scheme."""
     from .. import _native
 
     arch = _native.target_arch("npu", soc_model, None)
-    return quant_config.config(scheme, htp_arch=arch)
+    return quant_config.config(scheme, htp_arch=arch, headroom=quant_config.DECODER_HEADROOM)
 
 
 def graph_onnx(

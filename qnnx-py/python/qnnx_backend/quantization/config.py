@@ -41,13 +41,15 @@ FLOAT = "float"
 #: do not stretch the encoding). Weights always use their minimum and maximum.
 OBSERVERS = ("minmax", "histogram")
 
-#: How much wider than the calibrated range a 16-bit activation encoding is, by default: 2 spends
-#: one of the 16 bits on values the calibration did not reach. Calibration data never covers every
-#: input: the decode graph of SmolLM2-135M at 16a8w, calibrated on 16 docstrings, met values up to
-#: 2.7x outside 900 of its 2,391 encodings on other text, and the clipping cost it 16 dB of logits
-#: SQNR against fp32 (bench/llm_decode_coverage.py); a 16-bit step twice as coarse is still 2**-15
-#: of the range. 8-bit encodings are never widened: they have no bit to spare.
-HEADROOM_16 = 2.0
+#: How much wider than the calibrated range the 16-bit activation encodings of KV-cache graphs
+#: (``kv_cache=True``, the LLM artifact) are by default: 2 spends one of the 16 bits on values the
+#: calibration did not reach. A decoder's per-token activation ranges are heavy-tailed: the decode
+#: graph of SmolLM2-135M at 16a8w, calibrated on 16 docstrings, met other text beyond 900 of its
+#: 2,391 encodings, and on its QDQ model headroom 2 took the logits from 13.7 to 24.3 dB against
+#: fp32 (4: 19.3 dB; bench/llm_decode_coverage.py). Other graphs get none by default: the bit is
+#: not free there, trained MobileNetV2 at 16a8w with GPTQ fell from 30.8 to 22.1 dB with it
+#: (docs/quantization.md, "Headroom"). 8-bit encodings are never widened.
+DECODER_HEADROOM = 2.0
 
 #: The weight roundings ``weight_rounding`` takes (``gptq``: see quantization/gptq.py).
 ROUNDINGS = ("gptq", "nearest")
@@ -111,9 +113,9 @@ class QuantizeConfig:
     and ``ops`` for that value only: the producer's other inputs and the readers' outputs
     keep theirs."""
 
-    headroom: float = HEADROOM_16
-    """16-bit activation encodings cover the calibrated range times this factor (``HEADROOM_16``);
-    1 covers exactly the calibrated range. 8-bit encodings are not widened."""
+    headroom: float = 1.0
+    """16-bit activation encodings cover the calibrated range times this factor (1: exactly the
+    calibrated range; ``DECODER_HEADROOM`` for KV-cache graphs). 8-bit encodings are not widened."""
 
     weight_block_size: Optional[int] = None
     """With 4-bit weights: the Linear and MatMul weights quantized per block of this many input
@@ -194,7 +196,7 @@ def config(
     weight_rounding: str = "nearest",
     values: Optional[Mapping[str, Any]] = None,
     weight_block_size: Optional[int] = None,
-    headroom: float = HEADROOM_16,
+    headroom: float = 1.0,
 ) -> QuantizeConfig:
     """A validated QuantizeConfig from option values (ValueError naming the option to change)."""
     if scheme not in SCHEMES:
@@ -206,7 +208,8 @@ def config(
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 1.0 <= headroom <= 16.0:
         raise ValueError(
             f"activation_headroom={headroom!r}: a factor from 1 (16-bit encodings cover exactly the "
-            f"calibrated range) to 16; the default {HEADROOM_16:g} spends one bit on values the calibration missed"
+            "calibrated range, the default) to 16 (KV-cache graphs default to "
+            f"{DECODER_HEADROOM:g}, one bit spent on values the calibration missed)"
         )
     if not isinstance(per_channel, bool):
         raise ValueError(f"per_channel={per_channel!r}: must be True or False")

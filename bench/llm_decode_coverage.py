@@ -16,7 +16,12 @@ as calibration samples are), against fp32 eager PyTorch:
     bench/.venv-ort/bin/python bench/llm_decode_coverage.py --layers 2 --calib 2
 
 The capture (a prefill graph compiled, the decode graph calibrated) is kept in --capture and
-reused. ONNX Runtime is only the reference here: run with the bench's venv.
+reused. It is what the backend makes at the commit that captures it: bench/results/
+llm_decode_coverage.json was captured at 0d71c99 (144 decode positions, no headroom); since
+1ae2daf the backend calibrates every position with 16-bit headroom 2, so a new capture's "qdq"
+row is docs/llm.md's "both" row. Each QuantizeLinear's scale and zero point are made its own
+before any widening (the exporter shares equal constants between encodings). ONNX Runtime is
+only the reference here: run with the bench's venv.
 """
 
 from __future__ import annotations

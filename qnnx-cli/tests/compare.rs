@@ -25,25 +25,38 @@ fn models(name: &str) -> Option<PathBuf> {
          np.savez({:?}, img=r.standard_normal((16, 1, 3, 8, 8)).astype(np.float32))",
         s(&calib)
     );
-    for cmd in [
-        Command::new("python3").arg(&script).arg(&dir).output(),
-        Command::new("python3").arg("-c").arg(&code).output(),
-    ] {
-        match cmd {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => {
-                assert!(!required(), "python: {}", stderr(&o));
-                eprintln!("skipped: python failed: {}", stderr(&o));
-                return None;
-            }
-            Err(e) => {
-                assert!(!required(), "python3: {e}");
-                eprintln!("skipped: python3 unavailable ({e})");
-                return None;
-            }
+    let made = python(Command::new("python3").arg(&script).arg(&dir))
+        && python(Command::new("python3").arg("-c").arg(&code));
+    made.then_some(dir)
+}
+
+/// Runs a python3 command: true when it succeeded; else a skip (a failure with
+/// `QNNX_REQUIRE_HTP=1`).
+fn python(cmd: &mut Command) -> bool {
+    match cmd.output() {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            assert!(!required(), "python: {}", stderr(&o));
+            eprintln!("skipped: python failed: {}", stderr(&o));
+            false
+        }
+        Err(e) => {
+            assert!(!required(), "python3: {e}");
+            eprintln!("skipped: python3 unavailable ({e})");
+            false
         }
     }
-    Some(dir)
+}
+
+/// [`models`] and the CNN quantized by `qnnx quantize` on the calibration set: (folder, float
+/// model, QDQ model).
+fn quantized(name: &str) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let dir = models(name)?;
+    let (onnx, qdq) = (dir.join("cnn.onnx"), dir.join("cnn.qdq.onnx"));
+    let calib = dir.join("calib.npz");
+    let out = qnnx(&["quantize", s(&onnx), "--calib", s(&calib), "-o", s(&qdq)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    Some((dir, onnx, qdq))
 }
 
 fn json(out: &Output) -> Value {
@@ -60,21 +73,10 @@ fn a_quantized_cnn_and_an_fp16_one_are_compared_layer_by_layer() {
     if !htp_available() {
         return;
     }
-    let Some(dir) = models("cnn") else { return };
-    let (onnx, qdq, csv) = (
-        dir.join("cnn.onnx"),
-        dir.join("cnn.qdq.onnx"),
-        dir.join("cnn.csv"),
-    );
-    let out = qnnx(&[
-        "quantize",
-        s(&onnx),
-        "--calib",
-        s(&dir.join("calib.npz")),
-        "-o",
-        s(&qdq),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let Some((dir, onnx, qdq)) = quantized("cnn") else {
+        return;
+    };
+    let csv = dir.join("cnn.csv");
     let input = format!("img={}", s(&dir.join("cnn.in.img.npy")));
     let v = json(&qnnx(&[
         "--json",
@@ -143,19 +145,9 @@ fn mistakes_are_clear_errors() {
     if !htp_available() {
         return;
     }
-    let Some(dir) = models("mistakes") else {
+    let Some((dir, onnx, qdq)) = quantized("mistakes") else {
         return;
     };
-    let (onnx, qdq) = (dir.join("cnn.onnx"), dir.join("cnn.qdq.onnx"));
-    let out = qnnx(&[
-        "quantize",
-        s(&onnx),
-        "--calib",
-        s(&dir.join("calib.npz")),
-        "-o",
-        s(&qdq),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
     // A QDQ model with nothing to compare it to.
     let out = qnnx(&["compare", s(&qdq), "--soc", "QCS6490"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -181,39 +173,14 @@ fn mistakes_are_clear_errors() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
-/// `python3 -c code`, true when it ran (a skip, or a failure with `QNNX_REQUIRE_HTP=1`, when not).
-fn python(code: &str) -> bool {
-    match Command::new("python3").arg("-c").arg(code).output() {
-        Ok(o) if o.status.success() => true,
-        Ok(o) => {
-            assert!(!required(), "python: {}", stderr(&o));
-            false
-        }
-        Err(e) => {
-            assert!(!required(), "python3: {e}");
-            false
-        }
-    }
-}
-
 #[test]
 fn a_folder_of_samples_is_compared_over_all_of_them() {
     if !htp_available() {
         return;
     }
-    let Some(dir) = models("samples") else {
+    let Some((dir, onnx, qdq)) = quantized("samples") else {
         return;
     };
-    let (onnx, qdq) = (dir.join("cnn.onnx"), dir.join("cnn.qdq.onnx"));
-    let out = qnnx(&[
-        "quantize",
-        s(&onnx),
-        "--calib",
-        s(&dir.join("calib.npz")),
-        "-o",
-        s(&qdq),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
     // Five different samples, and one sample twice (with its .npy for a single-input run).
     let (five, twice) = (dir.join("five"), dir.join("twice"));
     let code = format!(
@@ -225,7 +192,7 @@ fn a_folder_of_samples_is_compared_over_all_of_them() {
         five = s(&five),
         twice = s(&twice)
     );
-    if !python(&code) {
+    if !python(Command::new("python3").arg("-c").arg(&code)) {
         return;
     }
     let run = |extra: &[&str]| {

@@ -1015,24 +1015,39 @@ mod tests {
         );
     }
 
+    /// `x -> Relu -> features (a graph output) -> Sigmoid -> y`, the features quantized for the
+    /// Sigmoid either by the DequantizeLinear that writes the output (`dq_output`) or, as PT2E
+    /// exports it, by a QDQ pair after the float output; and the sorted op types of its plan.
+    fn features_then_reader(dq_output: bool) -> (ModelBuilder, Vec<&'static str>) {
+        let b = ModelBuilder::new(17).input("x", DType::F32, &[1, 4]);
+        let b = qdq(b, "x", "xd", 0.1, u8(128));
+        let b = if dq_output {
+            let b = b.node("Relu", &["xd"], &["f"], &[]);
+            qdq(b, "f", "features", 0.05, u8(0)).output("features")
+        } else {
+            let b = b
+                .node("Relu", &["xd"], &["features"], &[])
+                .output("features");
+            qdq(b, "features", "fd", 0.05, u8(0))
+        };
+        let read = if dq_output { "features" } else { "fd" };
+        let b = b.node("Sigmoid", &[read], &["s"], &[]);
+        let b = qdq(b, "s", "y", 1.0 / 256.0, u8(0)).output("y");
+        let mut ops = lower(&b).op_types();
+        ops.sort();
+        (b, ops)
+    }
+
     /// A graph output that a quantized op also reads (a feature vector, then the classifier):
     /// the op reads the quantized value and only the output is dequantized; with quantized I/O
     /// the op reads the value the caller receives.
     #[test]
     fn an_output_that_an_op_also_reads_stays_quantized_for_the_op() {
-        let b = ModelBuilder::new(17).input("x", DType::F32, &[1, 4]);
-        let b = qdq(b, "x", "xd", 0.1, u8(128));
-        let b = b.node("Relu", &["xd"], &["f"], &[]);
-        let b = qdq(b, "f", "features", 0.05, u8(0)).output("features");
-        let b = b.node("Sigmoid", &["features"], &["s"], &[]);
-        let b = qdq(b, "s", "y", 1.0 / 256.0, u8(0)).output("y");
-        let p = lower(&b);
-        let d = p.dump();
-        let mut ops = p.op_types();
-        ops.sort();
+        let (b, ops) = features_then_reader(true);
+        let d = lower(&b).dump();
         assert_eq!(
             ops,
-            vec!["Dequantize", "Dequantize", "Quantize", "Relu", "Sigmoid"],
+            ["Dequantize", "Dequantize", "Quantize", "Relu", "Sigmoid"],
             "{d}"
         );
         assert!(d.contains("Sigmoid(f:qu8[1, 4])"), "{d}");
@@ -1051,21 +1066,11 @@ mod tests {
     /// dequantized, instead of a float island.
     #[test]
     fn a_float_output_quantized_for_a_reader_is_computed_quantized() {
-        let b = ModelBuilder::new(17).input("x", DType::F32, &[1, 4]);
-        let b = qdq(b, "x", "xd", 0.1, u8(128));
-        let b = b
-            .node("Relu", &["xd"], &["features"], &[])
-            .output("features");
-        let b = qdq(b, "features", "fd", 0.05, u8(0));
-        let b = b.node("Sigmoid", &["fd"], &["s"], &[]);
-        let b = qdq(b, "s", "y", 1.0 / 256.0, u8(0)).output("y");
-        let p = lower(&b);
-        let d = p.dump();
-        let mut ops = p.op_types();
-        ops.sort();
+        let (b, ops) = features_then_reader(false);
+        let d = lower(&b).dump();
         assert_eq!(
             ops,
-            vec!["Dequantize", "Dequantize", "Quantize", "Relu", "Sigmoid"],
+            ["Dequantize", "Dequantize", "Quantize", "Relu", "Sigmoid"],
             "{d}"
         );
         assert!(d.contains("Relu(x_q_1:qu8[1, 4]) -> features_q"), "{d}");

@@ -65,7 +65,7 @@ def capture(layers, calib: int, soc: int, path: str):
             ev["targets"] = ids
             # What PrefillSamples.sample needs to build more steps later (rebuild).
             ev["builder"] = {"steps": self.steps, "inputs": list(self.inputs),
-                             "wants": [self.args[i] for i in self.index]}
+                             "wants": [(tuple(self.args[i].shape), self.args[i].dtype) for i in self.index]}
         return out
 
     prefill.PrefillSamples.collect = collect
@@ -268,7 +268,9 @@ def rebuild(ev, rows, seq, p):
     from qnnx_backend.quantization.prefill import PrefillSamples
 
     b = ev["builder"]
-    builder = SimpleNamespace(steps=b["steps"], inputs=b["inputs"], index=range(len(b["wants"])), args=b["wants"])
+    # (shape, dtype) per input; captures of 2026-12-05 before this form kept the tensors.
+    wants = [w if isinstance(w, torch.Tensor) else torch.empty(w[0], dtype=w[1], device="meta") for w in b["wants"]]
+    builder = SimpleNamespace(steps=b["steps"], inputs=b["inputs"], index=range(len(wants)), args=wants)
     return PrefillSamples.sample(builder, seq, p, rows)
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import weakref
 from collections.abc import Sequence as SequenceABC
 from typing import Any, Callable, Optional, Sequence
 
@@ -181,10 +182,13 @@ class PrefillSamples:
                 "calibration for kv_cache graphs runs the float model once per sequence, but the "
                 "compiled function is not a module's forward: compile model.forward"
             )
-        self.model = model
+        # Weakly: the samples (which the compiled graph keeps for its partitions) must not keep
+        # the model alive, nor the call's own tensors (a KV cache): only their shapes and dtypes
+        # are kept, as meta tensors.
+        self.model = weakref.ref(model)
         self.index = [i for i in per_call if isinstance(args[i], torch.Tensor)]
         self.inputs = [_classify(frame.sources[i] if i < len(frame.sources) else None, i) for i in self.index]
-        self.args = args
+        self.args = {i: torch.empty(args[i].shape, dtype=args[i].dtype, device="meta") for i in self.index}
         by_role = {x.role: args[i] for x, i in zip(self.inputs, self.index)}
         if "input_ids" not in by_role:
             raise ValueError("calibration for kv_cache graphs: the graph takes no input_ids (inputs_embeds?)")
@@ -212,7 +216,10 @@ class PrefillSamples:
         return spread(last, positions)
 
     def prefill(self, seq: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return kv_rows(self.model, seq)
+        model = self.model()
+        if model is None:
+            raise ValueError("calibration for kv_cache graphs: the model was freed while compiling")
+        return kv_rows(model, seq)
 
     def sample(self, seq: torch.Tensor, p: int, rows: list) -> tuple[torch.Tensor, ...]:
         """The graph's per-call tensors for the step of ``seq[p:p+T]`` after the prefix ``seq[:p]``."""
@@ -232,7 +239,7 @@ class PrefillSamples:
             else:
                 keys, values = rows[x.layer]
                 src = keys if x.role == "keys" else values
-                v = torch.zeros_like(want)
+                v = torch.zeros(want.shape, dtype=want.dtype)
                 v[..., :p, :] = src[..., :p, :].to(want.dtype)
             out.append(v.to(want.dtype).reshape(want.shape))
         return tuple(out)

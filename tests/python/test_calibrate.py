@@ -147,3 +147,16 @@ def test_digest_follows_the_values():
     assert _calibrate.digest(a) != _calibrate.digest([(torch.ones(2, 2), torch.zeros(3) + 1e-6)])
     assert _calibrate.digest(a) != _calibrate.digest(a + a)
     assert _calibrate.digest([(torch.tensor(1.0),)]) != _calibrate.digest([(torch.tensor(1),)])
+
+
+def test_samples_made_on_demand_are_bounded_and_spread(monkeypatch):
+    """A KV-cache graph's samples (one per position of every calibration sequence) are capped at
+    prefill.MAX_SAMPLES, spread from the first to the last; the digest hashes their sources."""
+    from qnnx_backend.quantization import prefill
+
+    monkeypatch.setattr(prefill, "MAX_SAMPLES", 4)
+    seen = []
+    s = prefill.Samples(list(range(10)), lambda k: (torch.tensor(k),), lambda h: seen.append(h))
+    assert (s.offered, len(s)) == (10, 4)
+    assert [int(x[0]) for x in s] == [0, 3, 6, 9] and [int(x[0]) for x in s[1:3]] == [3, 6]
+    assert _calibrate.digest(s) == s.digest() and len(seen) == 2

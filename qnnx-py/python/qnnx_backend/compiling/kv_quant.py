@@ -49,8 +49,9 @@ class QuantizedCache:
         samples, prefills = builder.collect(prefill.sequences(s.calibration, s.tokenizer))
         STATS["calibrations"] += 1
         logger.info(
-            "qnn kv_cache calibration: %d samples of %d token(s) from %d prefill pass(es) in %.1f s",
+            "qnn kv_cache calibration: %d samples of %d token(s) from %d prefill pass(es) in %.1f s%s",
             len(samples), builder.steps, prefills, time.perf_counter() - t,
+            f" (spread over {samples.offered} positions: prefill.MAX_SAMPLES)" if samples.offered > len(samples) else "",
         )
         return samples
 

@@ -325,3 +325,12 @@ def digest(samples: Sequence[Sequence[torch.Tensor]]) -> str:
             if t.numel():
                 h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def evenly(items: Sequence[Any], k: int) -> list:
+    """At most ``k`` of ``items``, spread evenly from the first to the last (all of them when
+    there are ``k`` or fewer)."""
+    n = len(items)
+    if n <= k:
+        return list(items)
+    return [items[round(j * (n - 1) / max(k - 1, 1))] for j in range(k)]

@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
+from .calibrate import evenly
 from .kinds import constant
 from .specs import WEIGHT_OBSERVERS
 
@@ -130,8 +131,7 @@ def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor
     """Replaces the weights of the convolutions and linear layers of ``prepared`` (calibrated,
     observers in place) with GPTQ's choice of grid points; returns how many."""
     t = time.perf_counter()
-    n = len(samples)
-    samples = [samples[round(j * (n - 1) / max(MAX_SAMPLES - 1, 1))] for j in range(MAX_SAMPLES)] if n > MAX_SAMPLES else list(samples)
+    samples = evenly(samples, MAX_SAMPLES)
     graph = prepared.graph
     last_use: dict[Node, Node] = {}
     for node in graph.nodes:

@@ -16,7 +16,8 @@ counter at p. These samples are independent of each other (no sample waits for a
 output), so calibration costs one prefill plus one single-step forward per position, none of
 them sequential.
 
-The decode graph is calibrated at **every** position of every sequence (``POSITIONS``): its
+The decode graph is calibrated at **every** position of every sequence (``POSITIONS``; at most
+``MAX_SAMPLES`` positions per graph, spread evenly, which bounds the time): its
 activations' ranges are per token and heavy-tailed, and 16 positions per sequence left SmolLM2's
 decode graph clipping other text (docs/llm.md, "Where the gap was"). A sample holds every layer's
 whole cache (12 MB for SmolLM2-135M at 256 slots), so the samples are made on demand
@@ -37,7 +38,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from .calibrate import Frame, InputSource
+from .calibrate import Frame, InputSource, evenly
 
 #: The forward arguments (and cache fields) this module can produce for a step, by the name of
 #: the last step of their source.
@@ -55,6 +56,11 @@ MASK_FLOOR = -100.0
 #: the cache (module docstring); a number spreads that many evenly over them.
 POSITIONS: Optional[int] = None
 
+#: Samples one graph calibrates on at most, spread evenly over every sequence's positions: each
+#: costs a forward of the observed graph (0.31 s for SmolLM2-135M's decode graph), so 64 texts of
+#: 1,024 tokens would otherwise take hours. 2,048 bound it to about ten minutes there.
+MAX_SAMPLES = 2048
+
 
 class Samples(SequenceABC):
     """Calibration samples made when read: ``make(key)`` builds the sample of each key, from state
@@ -62,7 +68,9 @@ class Samples(SequenceABC):
     Re-readable, as calibration, the 8-bit cache's encodings and GPTQ each read them."""
 
     def __init__(self, keys: Sequence[Any], make: Callable[[Any], tuple], fingerprint: Callable[[Any], None]):
-        self.keys = list(keys)
+        #: The samples' keys, at most ``MAX_SAMPLES`` of those given; ``offered`` how many were.
+        self.offered = len(keys)
+        self.keys = evenly(keys, MAX_SAMPLES)
         self.make = make
         self._fingerprint = fingerprint
 

@@ -82,14 +82,15 @@ def torch_path(model, tok, prompts, args) -> list[dict]:
                 starts = [c[0] for c in timed.calls]
                 calls = [c[1] for c in timed.calls]
                 out.append({
-                    "run": run, "prompt": p, "prompt_tokens": int(ids.shape[1]),
+                    "run": run, "prompt": p, "prompt_ids": ids[0].tolist(),
                     "tokens": gen[0, ids.shape[1]:].tolist(), "wall_s": round(wall, 2),
                     "prefill_ms": round(calls[0] * 1e3, 1),
                     "decode_call_ms_median": round(statistics.median(calls[1:]) * 1e3, 1) if len(calls) > 1 else None,
                     "decode_step_ms_median": round(statistics.median(b - a for a, b in zip(starts[1:], starts[2:])) * 1e3, 1)
                     if len(starts) > 2 else None,
                 })
-                print("torch.compile", run, json.dumps({k: v for k, v in out[-1].items() if k != "tokens"}), flush=True)
+                print("torch.compile", run, json.dumps({k: v for k, v in out[-1].items() if k not in ("tokens", "prompt_ids")}),
+                      flush=True)
     finally:
         model.forward = fwd
     return out
@@ -105,12 +106,28 @@ def artifact_path(artifact: Path, prompts, args) -> list[dict]:
         j = json.loads(r.stdout)
         steps = j["decode_steps"] or 0
         out.append({
-            "prompt": p, "prompt_tokens": j["prompt_tokens"], "tokens": j["tokens"], "open_ms": j["open_ms"],
+            "prompt": p, "prompt_ids": j["prompt_tokens"], "tokens": j["tokens"], "open_ms": j["open_ms"],
             "first_token_ms": j["first_token_ms"], "prefill_ms": j["prefill_ms"], "prefill_chunks": j["prefill_chunks"],
             "decode_step_ms_mean": round(j["decode_ms"] / steps, 1) if steps else None, "host_share": j["host_share"],
         })
-        print("qnnx generate", json.dumps({k: v for k, v in out[-1].items() if k != "tokens"}), flush=True)
+        print("qnnx generate", json.dumps({k: v for k, v in out[-1].items() if k not in ("tokens", "prompt_ids")}), flush=True)
     return out
+
+
+def save_cut(model, tok, folder: str) -> None:
+    """The cut model as a from_pretrained folder: transformers does not save a model loaded from
+    GGUF, so its float weights go into a fresh model of the same config."""
+    import copy
+
+    import transformers
+
+    cfg = copy.deepcopy(model.config)
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config
+    fresh = transformers.AutoModelForCausalLM.from_config(cfg)
+    fresh.load_state_dict(model.state_dict())
+    fresh.save_pretrained(folder)
+    tok.save_pretrained(folder)
 
 
 def main():
@@ -140,8 +157,7 @@ def main():
         source = str(smollm2.folder() / smollm2.GGUF)
         if args.layers:  # the cut model as a from_pretrained folder, which the builder reads
             source = str(HERE / "work" / f"llm_paths-hf-{args.layers}")
-            model.save_pretrained(source)
-            tok.save_pretrained(source)
+            save_cut(model, tok, source)
         cmd = [sys.executable, "-m", "qnnx_backend.llm", "build", source, "-o", str(artifact), "--soc", str(args.soc),
                "--cache-len", str(args.cache_len), "--prefill", str(args.prefill)]
         t = time.perf_counter()
@@ -157,7 +173,8 @@ def main():
     result = {"commit": commit, "layers": args.layers or 30, "soc": args.soc, "cache_len": args.cache_len,
               "prefill_bucket": args.prefill, "new_tokens": args.new_tokens, "artifact_build_s": build_s,
               "qnnx_generate": ours, "torch_compile": theirs, "eager_tokens": ref,
-              "equal": [{"prompt": p, "generate_vs_torch": equal(a["tokens"], t["tokens"]),
+              "equal": [{"prompt": p, "same_prompt_ids": a["prompt_ids"] == t["prompt_ids"],
+                         "generate_vs_torch": equal(a["tokens"], t["tokens"]),
                          "generate_vs_eager": equal(a["tokens"], r), "torch_vs_eager": equal(t["tokens"], r)}
                         for p, a, t, r in zip(PROMPTS, ours, theirs[len(PROMPTS):], ref)]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -168,15 +185,17 @@ def main():
         f"commit {commit}; `python3 bench/llm_paths.py {' '.join(sys.argv[1:])}` (emulator: host overheads "
         "of the two paths on the same graphs, not a device's speed)",
         "",
-        "| prompt (tokens) | path | prefill ms | decode step ms | host share | tokens equal to eager's |",
+        "| prompt (tokens; the same ids on both sides) | path | prefill ms | decode step ms | host share | tokens equal "
+        "to eager's |",
         "|---|---|---|---|---|---|",
     ]
     for p, a, t, e in zip(PROMPTS, ours, second, result["equal"]):
         n = args.new_tokens
-        lines.append(f"| {p} ({a['prompt_tokens']}) | qnnx generate | {a['prefill_ms']:.0f} ({a['prefill_chunks']} chunk(s)) "
+        lines.append(f"| {p} ({len(a['prompt_ids'])}; {'yes' if e['same_prompt_ids'] else 'NO'}) | qnnx generate "
+                     f"| {a['prefill_ms']:.0f} ({a['prefill_chunks']} chunk(s)) "
                      f"| {a['decode_step_ms_mean']} | {a['host_share']:.2%} | {e['generate_vs_eager']} of {n} |")
         lines.append(f"| | torch.compile (second generation) | {t['prefill_ms']:.0f} | {t['decode_step_ms_median']} "
-                     f"(forward call {t['decode_call_ms_median']}) | | {e['torch_vs_eager']} of {n} |")
+                     f"(forward call {t['decode_call_ms_median']}) | not measured | {e['torch_vs_eager']} of {n} |")
     (args.out.with_suffix(".md")).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

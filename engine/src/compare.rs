@@ -282,8 +282,8 @@ pub fn is_qdq(model: &lowering::Model) -> bool {
         .any(|n| n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear")
 }
 
-/// A build's observed values, in the ONNX value's own dim order, by model value name.
-/// Every model value of `b` on each sample, the samples' values concatenated in order.
+/// A build's observed values, in the ONNX value's own dim order, by model value name: every
+/// sample's values of a value concatenated, in sample order.
 fn observe(
     b: &Build,
     opts: &CompareOptions,

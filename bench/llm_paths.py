@@ -130,6 +130,30 @@ def save_cut(model, tok, folder: str) -> None:
     tok.save_pretrained(folder)
 
 
+def table(result: dict) -> str:
+    """The Markdown table of a result (``--out``'s JSON)."""
+    lines = [
+        f"SmolLM2-135M-Instruct ({result['layers']} layers), fp16, SoC {result['soc']}, cache {result['cache_len']}, "
+        f"commit {result['commit']}; `{result.get('command', 'python3 bench/llm_paths.py')}` (emulator: host "
+        "overheads of the two paths on the same graphs, not a device's speed). Tokens: up to "
+        f"{result['new_tokens']} new ones, compared with fp32 eager's up to and including its stop token "
+        "(`qnnx generate` does not return the stop token it stops at).",
+        "",
+        "| prompt (tokens; the same ids on both sides) | path | prefill ms | decode step ms | host share | tokens equal to eager's |",
+        "|---|---|---|---|---|---|",
+    ]
+    second = [t for t in result["torch_compile"] if t["run"] == "second"]
+    for a, t, e, r in zip(result["qnnx_generate"], second, result["equal"], result["eager_tokens"]):
+        same = "yes" if e["same_prompt_ids"] else "NO"
+        lines.append(f"| {a['prompt']} ({len(a['prompt_ids'])}; {same}) | qnnx generate | {a['prefill_ms']:.0f} "
+                     f"({a['prefill_chunks']} chunk(s)) | {a['decode_step_ms_mean']} | {a['host_share']:.2%} "
+                     f"| {e['generate_vs_eager']} of {len(r)} |")
+        lines.append(f"| | torch.compile (second generation in the process) | {t['prefill_ms']:.0f} "
+                     f"| {t['decode_step_ms_median']} (forward call {t['decode_call_ms_median']}) | not measured "
+                     f"| {e['torch_vs_eager']} of {len(r)} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=None)
@@ -140,6 +164,8 @@ def main():
     ap.add_argument("--artifact", type=Path, default=None, help="an artifact already built for these options")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "llm_paths.json")
     args = ap.parse_args()
+    # The commit the run starts at (not the one HEAD is at when it ends).
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     warnings.simplefilter("ignore")
     qnnx_binary()  # fails early, naming the build command, when the qnnx binary is missing
     model, tok = smollm2.load(args.layers)
@@ -169,7 +195,6 @@ def main():
     def equal(a, b):
         return sum(x == y for x, y in zip(a, b))
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     result = {"commit": commit, "layers": args.layers or 30, "soc": args.soc, "cache_len": args.cache_len,
               "prefill_bucket": args.prefill, "new_tokens": args.new_tokens, "artifact_build_s": build_s,
               "qnnx_generate": ours, "torch_compile": theirs, "eager_tokens": ref,
@@ -178,26 +203,11 @@ def main():
                          "generate_vs_eager": equal(a["tokens"], r), "torch_vs_eager": equal(t["tokens"], r)}
                         for p, a, t, r in zip(PROMPTS, ours, theirs[len(PROMPTS):], ref)]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    result["command"] = f"python3 bench/llm_paths.py {' '.join(sys.argv[1:])}"
     args.out.write_text(json.dumps(result, indent=1))
-    second = theirs[len(PROMPTS):]
-    lines = [
-        f"SmolLM2-135M-Instruct ({result['layers']} layers), fp16, SoC {args.soc}, cache {args.cache_len}, "
-        f"commit {commit}; `python3 bench/llm_paths.py {' '.join(sys.argv[1:])}` (emulator: host overheads "
-        "of the two paths on the same graphs, not a device's speed)",
-        "",
-        "| prompt (tokens; the same ids on both sides) | path | prefill ms | decode step ms | host share | tokens equal "
-        "to eager's |",
-        "|---|---|---|---|---|---|",
-    ]
-    for p, a, t, e in zip(PROMPTS, ours, second, result["equal"]):
-        n = args.new_tokens
-        lines.append(f"| {p} ({len(a['prompt_ids'])}; {'yes' if e['same_prompt_ids'] else 'NO'}) | qnnx generate "
-                     f"| {a['prefill_ms']:.0f} ({a['prefill_chunks']} chunk(s)) "
-                     f"| {a['decode_step_ms_mean']} | {a['host_share']:.2%} | {e['generate_vs_eager']} of {n} |")
-        lines.append(f"| | torch.compile (second generation) | {t['prefill_ms']:.0f} | {t['decode_step_ms_median']} "
-                     f"(forward call {t['decode_call_ms_median']}) | not measured | {e['torch_vs_eager']} of {n} |")
-    (args.out.with_suffix(".md")).write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = table(result)
+    args.out.with_suffix(".md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -199,6 +199,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "llm_quant.json"))
     args = ap.parse_args()
     args.soc = int(args.soc) if args.soc.isdigit() else args.soc
+    # The commit the run starts at (read later, it named commits made while the model loaded).
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     warnings.simplefilter("ignore")
     model, tok = smollm2.load(args.layers)
     texts = calibration_texts(args.calib)
@@ -207,7 +209,6 @@ def main():
         ref_logits = model(ids).logits[0]
     ref_greedy = greedy(model, tok, CHATS[: args.prompts], args.new_tokens, args.cache_len) if args.prompts else []
     del model
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     results = {"commit": commit, "options": json.loads(args.options), "machine": platform.processor() or platform.machine(), "layers": args.layers or 30,
                "calibration_texts": len(texts), "eval_tokens": int(ids.shape[1]), "runs": []}
     for scheme in args.schemes.split(","):

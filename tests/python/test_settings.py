@@ -219,6 +219,8 @@ def test_16_bit_headroom_defaults_to_2_for_kv_cache_graphs_only(options, headroo
     elsewhere the bit costs accuracy (docs/quantization.md, "Headroom")."""
     s = parse_options({"quantize": "16a8w", "calibration": [0], **options})
     assert s.quantize_config().headroom == headroom
+    # The warm-start fingerprint tells them apart; without headroom it is what it was before.
+    assert ("headroom" in s.quantize_config().describe()) == (headroom != 1.0)
 
 
 def test_a_bad_headroom_names_the_option():

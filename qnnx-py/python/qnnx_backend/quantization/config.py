@@ -146,10 +146,11 @@ class QuantizeConfig:
                 [(k, name(s)) for k, s in self.ops],
                 self.matmul_at_8_bits(),
                 self.weight_rounding,
-                ("headroom", self.headroom),
             )
             + ((tuple((v, name(s)) for v, s in self.values),) if self.values else ())
             + ((("weight_block_size", self.weight_block_size),) if self.weight_block_size else ())
+            # Only when it widens: graphs without headroom keep the fingerprints they had.
+            + ((("headroom", self.headroom),) if self.headroom != 1.0 else ())
         )
 
 

@@ -97,7 +97,7 @@ def _fixed(scale: float, zero_point: int) -> Any:
 
 class _Widened:
     """An activation observer whose encoding covers its calibrated range times ``headroom``
-    (``config.HEADROOM_16``): both torchao observers derive their encoding from a minimum and a
+    (``QuantizeConfig.headroom``): both torchao observers derive their encoding from a minimum and a
     maximum through ``_calculate_qparams``, which this scales (zero stays where it is)."""
 
     def __init__(self, *args, headroom: float = 1.0, **kwargs):

@@ -33,7 +33,7 @@ import torch
 from ..compiling import to_onnx
 from ..quantization import config as quant_config
 from ..quantization import kv8, pt2e
-from ..quantization.prefill import MASK_FLOOR, POSITIONS, Samples, kv_rows, sequences, spread
+from ..quantization.prefill import MASK_FLOOR, POSITIONS, Samples, hash_prefills, kv_rows, sequences, spread
 from . import export
 
 #: The mask value of quantized artifacts (module docstring).
@@ -93,10 +93,7 @@ class Calibration:
 
         def fingerprint(h) -> None:
             h.update(repr((t, c)).encode())
-            for seq, rows in zip(self.seqs, self.rows):
-                h.update(seq.numpy().tobytes())
-                for x in (x for kv in rows for x in kv):
-                    h.update(x.contiguous().numpy().tobytes())
+            hash_prefills(h, self.seqs, self.rows)
 
         keys = [(k, p) for k, seq in enumerate(self.seqs) for p in self.starts(int(seq.numel()), t, c)]
         out = Samples(keys, make, fingerprint)

@@ -90,6 +90,15 @@ class Samples(SequenceABC):
         return h.hexdigest()
 
 
+def hash_prefills(h: Any, seqs: Sequence[torch.Tensor], prefills: Sequence[list]) -> None:
+    """Feeds ``h`` the calibration sequences and their prefills' K/V rows: what samples made from
+    them (``Samples``) are a function of, besides the graph's input shapes."""
+    for seq, layers in zip(seqs, prefills):
+        h.update(seq.numpy().tobytes())
+        for t in (t for kv in layers for t in kv):
+            h.update(t.detach().float().contiguous().numpy().tobytes())
+
+
 @dataclasses.dataclass(frozen=True)
 class Input:
     """One per-call graph input: its role and, for cache fields, its layer."""
@@ -276,10 +285,7 @@ class PrefillSamples:
             for i in self.index:
                 h.update(repr((self.args[i].dtype, tuple(self.args[i].shape))).encode())
             h.update(repr([x.role for x in self.inputs]).encode())
-            for seq, rows in zip(kept_seqs, kept_rows):
-                h.update(seq.numpy().tobytes())
-                for t in (t for kv in rows for t in kv):
-                    h.update(t.detach().float().contiguous().numpy().tobytes())
+            hash_prefills(h, kept_seqs, kept_rows)
 
         samples = Samples(keys, lambda key: self.sample(kept_seqs[key[0]], key[1], kept_rows[key[0]]), fingerprint)
         if not samples:

@@ -27,7 +27,7 @@ import logging
 
 import torch
 
-from .kinds import aten
+from .kinds import aten, constant
 
 logger = logging.getLogger("qnnx_backend")
 
@@ -92,7 +92,7 @@ def float_weights(prepared: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
             continue
         src = obs.args[0]
         if isinstance(src, torch.fx.Node) and src.op == "get_attr":
-            out[n.name] = getattr(prepared, src.target).detach().clone()
+            out[n.name] = constant(prepared, src.target).detach().clone()
     return out
 
 
@@ -135,7 +135,8 @@ def fake_quantize(converted: torch.fx.GraphModule, blocked: dict[str, Blocked]) 
         src = n.args[0]
         if not (isinstance(src, torch.fx.Node) and src.op == "get_attr" and src.target in blocked):
             continue
-        name = f"{src.target}_lpbq"
+        # A module's attribute name: a torch.export'ed module keeps dotted targets.
+        name = f"{src.target.replace('.', '_')}_lpbq"
         converted.register_buffer(name, blocked[src.target].dequantized())
         with converted.graph.inserting_before(n):
             const = converted.graph.get_attr(name)

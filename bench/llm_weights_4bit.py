@@ -13,7 +13,9 @@ model: logits SQNR, next-token top-1 agreement, perplexity ratio. The grids:
 * ``lpbq-<B>``: QNN's block expansion with blocks of B (quantization/blockwise.py), as 16a4w
   with ``weight_block_size``;
 * ``lpbq-64 + 8bit <layers>``: the same with some projections at 8 bits per channel (the
-  promotion ExecuTorch's mixed-precision analysis ends with: ``v_proj`` and ``down_proj``).
+  promotion ExecuTorch's mixed-precision analysis ends with: ``v_proj`` and ``down_proj``);
+* then one decoder layer at a time at ``lpbq-64``, every other weight unrounded: how much of the
+  loss one layer carries.
 
 Host only, about a minute:
 
@@ -92,9 +94,18 @@ def main():
         row = {"weights": name, "largest_weight_change": round(change, 4), **metrics(ref[:-1], got[:-1], ids[0, 1:])}
         print(json.dumps(row), flush=True)
         rows.append(row)
+    single = []
+    blocked = {n: lpbq(64)(w) for n, w in floats.items()}
+    for layer in range(len(model.model.layers)):
+        for n, m in linears.items():
+            m.weight.data = blocked[n] if n.startswith(f"model.layers.{layer}.") else floats[n]
+        with torch.no_grad():
+            got = model(ids).logits[0]
+        single.append({"layer": layer, **metrics(ref[:-1], got[:-1], ids[0, 1:])})
+        print(json.dumps(single[-1]), flush=True)
     out = os.path.join(HERE, "results", "llm_weights_4bit")
     with open(out + ".json", "w") as f:
-        json.dump({"commit": commit, "tokens": TOKENS, "rows": rows}, f, indent=1)
+        json.dump({"commit": commit, "tokens": TOKENS, "rows": rows, "one_layer_lpbq_64": single}, f, indent=1)
     with open(out + ".md", "w") as f:
         f.write(f"SmolLM2-135M-Instruct, fp32 activations, weights rounded on the host (no QNN), teacher-forced "
                 f"over {TOKENS} tokens of the Zen of Python against the unrounded model; commit {commit}; "
@@ -103,6 +114,10 @@ def main():
         for r in rows:
             f.write(f"| {r['weights']} | {r['largest_weight_change']:.4f} | {r['logits_sqnr_db']} | "
                     f"{100 * r['top1_agreement']:.1f}% | {r['ppl_ratio']} |\n")
+        f.write("\nOne decoder layer's seven projections at lpbq-64, every other weight unrounded:\n\n"
+                "| layer | logits SQNR dB | top-1 agreement | ppl ratio |\n|---|---|---|---|\n")
+        for r in single:
+            f.write(f"| {r['layer']} | {r['logits_sqnr_db']} | {100 * r['top1_agreement']:.1f}% | {r['ppl_ratio']} |\n")
 
 
 if __name__ == "__main__":

@@ -168,12 +168,8 @@ def sequences(calibration: Any, tokenizer: Any = None) -> list[torch.Tensor]:
 def spread(last: int, positions: Optional[int]) -> list[int]:
     """Up to ``positions`` decode-step starts spread evenly over ``1..=last`` (every one with
     None; none if ``last`` is below 1)."""
-    if last < 1:
-        return []
-    if positions is None:
-        return list(range(1, last + 1))
-    k = min(positions, last)
-    return sorted({round(1 + j * (last - 1) / max(k - 1, 1)) for j in range(k)})
+    starts = range(1, last + 1)
+    return evenly(starts, len(starts) if positions is None else positions)
 
 
 @torch.no_grad()

@@ -7,6 +7,7 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,16 @@ T_START = time.perf_counter()
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
+
+
+def commit() -> str:
+    """The tree's commit, short, with "+dirty" when tracked files differ from it: what a result
+    file records, so that a figure can be traced to the code that made it."""
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", HERE, *a], capture_output=True, text=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def qnnx_binary(prefer: str = "release") -> Path:

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+import common  # noqa: E402  (bench/common.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMON = ROOT / "tests" / "models" / "common"
 WORK = ROOT / "bench" / "work" / "llm_build"
@@ -135,7 +137,7 @@ def main() -> None:
         print(f"{run}: wall {wall:.1f} s (load {r['load_s']:.1f} s, build {r['build_s']:.1f} s), peak tree RSS {peak / 1e9:.2f} GB, "
               f"load average {load:.1f}", flush=True)  # fmt: skip
         shutil.rmtree(out, ignore_errors=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = common.commit()
     dest = ROOT / "bench" / "results" / f"llm_build-{name}.json"
     dest.write_text(json.dumps({"commit": commit, "model": a.model, "cpus": os.cpu_count(), "runs": results}, indent=1) + "\n")
     print(f"wrote {dest}")

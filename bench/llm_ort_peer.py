@@ -122,13 +122,6 @@ def build_artifact(which: str, out: Path, quantize: Optional[str], cache_len: in
     return json.loads(r.stdout.splitlines()[-1])["build_s"]
 
 
-def commit() -> str:
-    def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()
-
-    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 # --- the artifact ---------------------------------------------------------------------------------
 
 
@@ -630,7 +623,7 @@ def main() -> int:
     import ort_session
 
     rep: dict = {
-        "commit": commit(),
+        "commit": common.commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": shlex.join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable,
                                *sys.argv]),

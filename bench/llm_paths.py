@@ -40,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "models" / "common"))
 sys.path.insert(0, str(HERE))
 import smollm2  # noqa: E402
+import common  # noqa: E402
 from common import qnnx_binary  # noqa: E402
 
 PROMPTS = ["What is the capital of France?", "Write a short poem about the sea."]
@@ -169,7 +170,7 @@ def main():
     ap.add_argument("--out", type=Path, default=HERE / "results" / "llm_paths.json")
     args = ap.parse_args()
     # The commit the run starts at (not the one HEAD is at when it ends).
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+    commit = common.commit()
     warnings.simplefilter("ignore")
     qnnx_binary()  # fails early, naming the build command, when the qnnx binary is missing
     model, tok = smollm2.load(args.layers)

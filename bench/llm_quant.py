@@ -36,7 +36,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -50,6 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
 import smollm2  # noqa: E402
 from llm_eval import teacher_forced  # noqa: E402
+import common  # noqa: E402
 
 CALIBRATION_MODULES = ("textwrap", "json", "argparse", "collections", "unittest", "logging", "email",
                        "http", "pathlib", "subprocess", "threading", "asyncio", "csv", "sqlite3",
@@ -200,7 +200,7 @@ def main():
     args = ap.parse_args()
     args.soc = int(args.soc) if args.soc.isdigit() else args.soc
     # The commit the run starts at (read later, it named commits made while the model loaded).
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+    commit = common.commit()
     warnings.simplefilter("ignore")
     model, tok = smollm2.load(args.layers)
     texts = calibration_texts(args.calib)

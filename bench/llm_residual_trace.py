@@ -27,12 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import warnings
 
 import numpy as np
 import torch
+
+import common  # noqa: E402  (bench/common.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
@@ -261,7 +262,7 @@ def main():
                      "qdq_token0_db": sqnr(f[:, 0], q[:, 0]), "htp_token0_db": sqnr(f[:, 0], h[:, 0]),
                      "qdq_others_db": sqnr(f[:, 1:], q[:, 1:]), "htp_others_db": sqnr(f[:, 1:], h[:, 1:])})
         print(json.dumps(rows[-1]), flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+    commit = common.commit()
     result = {"commit": commit, "layers": args.layers or 30, "scheme": args.scheme, "soc": args.soc, "sample": args.sample, "rows": rows}
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:

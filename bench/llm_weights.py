@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import torch
+
+import common  # noqa: E402  (bench/common.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
@@ -63,7 +64,7 @@ def main():
 
     from qnnx_backend.quantization import blockwise
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    commit = common.commit()
     model, tok = smollm2.load()
     ids = tok(evaluation_text(), return_tensors="pt")["input_ids"]
     a, b = WINDOW

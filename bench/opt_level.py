@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import common  # noqa: E402  (bench/common.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "bench" / "work" / "opt_level"
 QNNX = Path(os.environ.get("QNNX_BIN", ROOT / "target" / "release" / "qnnx"))
@@ -85,7 +87,7 @@ def main() -> None:
         n: {lv: {k: (round(statistics.median(v), 2) if isinstance(v, list) else v) for k, v in row.items()} for lv, row in levels.items()}
         for n, levels in results.items()
     }
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = common.commit()
     dest = ROOT / "bench" / "results" / "opt_level.json"
     dest.write_text(json.dumps({"commit": commit, "load": os.getloadavg(), "reps": a.reps, "runs": a.runs, "medians": table, "all": results}, indent=1) + "\n")
     for n, levels in table.items():

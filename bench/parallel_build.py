@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import common  # noqa: E402  (bench/common.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "bench" / "work" / "parallel_build"
 QNNX = ROOT / "target" / "release" / "qnnx"
@@ -91,8 +93,7 @@ def main() -> None:
         "binaries_identical": same,
         "cpus": os.cpu_count(),
         "loadavg_after": os.getloadavg(),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                 text=True).stdout.strip(),
+        "commit": common.commit(),
     }
     out = ROOT / "bench" / "results" / "parallel_build.json"
     out.write_text(json.dumps(res, indent=1) + "\n")

@@ -43,6 +43,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+import common  # noqa: E402  (bench/common.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 ORT_PY = ROOT / "bench" / ".venv-ort" / "bin" / "python"
 
@@ -250,7 +252,7 @@ def main() -> None:
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = common.commit()
     out.with_suffix(".json").write_text(json.dumps(
         {"commit": commit, "size": args.size, "calls": args.calls, "warmup": args.warmup, "threads": args.threads, "rows": rows}, indent=1))
     lines = [

@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import common  # noqa: E402  (bench/common.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 QNNX = ROOT / "target" / "release" / "qnnx"
 ORT_PY = ROOT / "bench" / ".venv-ort" / "bin" / "python"
@@ -236,7 +238,7 @@ def main() -> None:
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = common.commit()
     load = (load_start, os.getloadavg()[0])
     out.with_suffix(".json").write_text(json.dumps({
         "commit": commit, "size": args.size, "runs": args.runs, "reps": args.reps, "calls": args.calls,

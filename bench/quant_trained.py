@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+import common  # noqa: E402  (bench/common.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "models" / "common"))
 ORT_PY = Path(os.environ.get("QNNX_ORT_PYTHON") or ROOT / "bench" / ".venv-ort" / "bin" / "python")
@@ -212,7 +214,7 @@ def main() -> None:
 
     qnnx = a.qnnx or next((str(p) for p in (ROOT / "target" / "release" / "qnnx", ROOT / "target" / "debug" / "qnnx")
                            if p.exists()), "qnnx")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = common.commit()
     work = Path(tempfile.mkdtemp(prefix="quant_trained_"))
     data(work, a.size, a.batch, a.eval_per_photo)
     ref = np.load(work / "fp32.npz")

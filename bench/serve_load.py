@@ -29,6 +29,7 @@ from pathlib import Path
 
 import openai
 
+import common
 from common import qnnx_binary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -446,7 +447,7 @@ def main():
     a = ap.parse_args()
     qnnx = qnnx_binary("release")
     artifact = a.artifact or build_tiny_artifact(ROOT / "bench" / "work" / "serve-tiny")
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = common.commit()
     result = {
         "commit": commit,
         "binary": str(qnnx.relative_to(ROOT)) if qnnx.is_relative_to(ROOT) else str(qnnx),

@@ -46,6 +46,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import zoo_models  # noqa: E402
+import common  # noqa: E402
 
 WORK = HERE / "work" / "zoo"
 RESULTS = HERE / "results"
@@ -500,8 +501,7 @@ def save(res: dict, a, names: list, started: float, final: bool) -> None:
     res["models"] = dict(sorted(res["models"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 1e9))
     run = {
         "command": " ".join(sys.argv), "models": names, "seconds": time.monotonic() - started, "finished": final,
-        "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                 text=True).stdout.strip(),
+        "commit": common.commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs ({_cpu_model()}), {platform.platform()}",
         "load_avg": os.getloadavg()[0],

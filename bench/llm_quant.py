@@ -197,7 +197,16 @@ def main():
     ap.add_argument("--options", default="{}", help="JSON: more options for every quantized scheme "
                     "(quantize_modules, quantize_ops, quantize_values, weight_rounding, ...)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "llm_quant.json"))
+    ap.add_argument("--write-calibration", metavar="FILE",
+                    help="only write the --calib calibration texts to FILE in the LLM builder's format "
+                         "(samples separated by blank lines) and exit")
     args = ap.parse_args()
+    if args.write_calibration:
+        # One sample per text: its own blank lines would split it.
+        samples = ["\n".join(line for line in t.splitlines() if line.strip()) for t in calibration_texts(args.calib)]
+        with open(args.write_calibration, "w", encoding="utf-8") as f:
+            f.write("\n\n".join(samples) + "\n")
+        return
     args.soc = int(args.soc) if args.soc.isdigit() else args.soc
     # The commit the run starts at (read later, it named commits made while the model loaded).
     commit = common.commit()

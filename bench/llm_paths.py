@@ -89,7 +89,7 @@ def torch_path(model, tok, prompts, args) -> list[dict]:
                 with torch.no_grad():
                     gen = model.generate(ids, max_new_tokens=args.new_tokens, do_sample=False,
                                          cache_implementation="static", disable_compile=True,
-                                         cache_config={"max_cache_len": args.cache_len})
+                                         max_cache_len=args.cache_len)
                 wall = time.perf_counter() - t0
                 starts = [c[0] for c in timed.calls]
                 calls = [c[1] for c in timed.calls]

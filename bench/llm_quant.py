@@ -116,7 +116,7 @@ def greedy(model, tok, prompts, new_tokens: int, cache_len: int) -> list[list[in
         with torch.no_grad():
             g = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                                cache_implementation="static", disable_compile=True,
-                               cache_config={"max_cache_len": cache_len})
+                               max_cache_len=cache_len)
         out.append(g[0, ids.shape[1]:].tolist())
     return out
 

@@ -73,7 +73,7 @@ def capture(layers, scheme: str, calib: int, soc: int, graph: str = "prefill", c
         try:
             # The static cache is as long as the generation (the decode graph is taken at its first step).
             model.generate(ids[:, :16], max_new_tokens=cache_len - 16, do_sample=False, cache_implementation="static",
-                           disable_compile=True, cache_config={"max_cache_len": cache_len})
+                           disable_compile=True, max_cache_len=cache_len)
         except _Captured:
             pass
     finally:

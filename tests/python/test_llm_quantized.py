@@ -70,7 +70,7 @@ def test_prefill_samples_are_what_generate_feeds_the_decode_graph():
     capture = _Capture()
     fwd = model.forward
     model.forward = torch.compile(fwd, backend=capture)
-    _generate(model, _ids(7, 1)[None], new_tokens=3, cache_config={"max_cache_len": 40})
+    _generate(model, _ids(7, 1)[None], new_tokens=3, max_cache_len=40)
     model.forward = fwd
     prefill_graph, decode_graph = capture.graphs[:2]
     seq = _ids(30, 2)

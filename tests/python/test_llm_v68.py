@@ -34,7 +34,7 @@ DECODER_ON_V68 = textwrap.dedent(
     prompt = ids_of(7, 1)[None]
     seq = ids_of(24, 5)[None]
     gen = dict(max_new_tokens=12, do_sample=False, cache_implementation="static", disable_compile=True,
-               cache_config={"max_cache_len": 32})
+               max_cache_len=32)
     with torch.no_grad():
         eager = model.generate(prompt, **gen)[0, 7:].tolist()
         ref = model(seq).logits[0, 6:-1]

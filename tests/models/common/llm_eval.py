@@ -36,7 +36,7 @@ def teacher_forced(model, ids: torch.Tensor, prefill: int, cache_len: int, out: 
     with torch.no_grad():
         result = model.generate(ids[:, :prefill], return_dict_in_generate=True, max_new_tokens=ids.shape[1] - prefill,
                        do_sample=False, logits_processor=[forced], cache_implementation="static",
-                       disable_compile=True, cache_config={"max_cache_len": cache_len})
+                       disable_compile=True, max_cache_len=cache_len)
     if out is not None:
         out["cache"] = result.past_key_values  # what the compiled graphs left in the caller's cache
     steps = [b - a for a, b in zip(forced.times, forced.times[1:])]

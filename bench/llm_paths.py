@@ -75,7 +75,10 @@ def torch_path(model, tok, prompts, args) -> list[dict]:
     fwd = model.forward
     options = {"kv_cache": True, "device": "npu", "soc_model": args.soc}
     if args.quantize:
-        options.update(quantize=args.quantize, calibration=calibration_texts(args.calibration), tokenizer=tok)
+        from qnnx_backend.llm import split_calibration  # as the builder reads --calibration
+
+        texts = split_calibration(args.calibration.read_text(encoding="utf-8"))
+        options.update(quantize=args.quantize, calibration=texts, tokenizer=tok)
     compiled = torch.compile(fwd, backend="qnn", options=options)
     timed = Timed(compiled)
     model.forward = timed
@@ -106,11 +109,6 @@ def torch_path(model, tok, prompts, args) -> list[dict]:
     finally:
         model.forward = fwd
     return out
-
-
-def calibration_texts(path: Path) -> list[str]:
-    """The samples of a calibration file, as ``python -m qnnx_backend.llm build --calibration`` splits it."""
-    return [s.strip() for s in path.read_text(encoding="utf-8").split("\n\n") if s.strip()]
 
 
 def artifact_path(artifact: Path, prompts, args) -> list[dict]:

@@ -4,3 +4,9 @@ the KV cache as explicit graph inputs (``export``), compiled for the HTP and wri
 tokenizer, chat template and manifest (``build``); ``python -m qnnx_backend.llm build`` is the
 command (``__main__``). ``session`` runs an artifact without torch (the Rust loop of
 ``qnnx generate``)."""
+
+
+def split_calibration(text: str) -> list[str]:
+    """The samples of a calibration file (``build --calibration``): its paragraphs, separated by
+    blank lines."""
+    return [s.strip() for s in text.split("\n\n") if s.strip()]

@@ -8,6 +8,8 @@ import json
 import sys
 import time
 
+from . import split_calibration
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m qnnx_backend.llm", description=__doc__)
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibration:
         try:
             with open(args.calibration, encoding="utf-8") as f:
-                calibration = [s.strip() for s in f.read().split("\n\n") if s.strip()]
+                calibration = split_calibration(f.read())
         except (OSError, UnicodeDecodeError) as e:
             p.error(f"--calibration {args.calibration}: {e}")
     elif args.quantize:

@@ -50,12 +50,6 @@ from common import qnnx_binary  # noqa: E402
 PROMPTS = ["What is the capital of France?", "Write a short poem about the sea."]
 
 
-def chat_ids(tok, prompt: str) -> torch.Tensor:
-    """``prompt`` as one user message through the chat template, as ``qnnx generate --chat`` renders it."""
-    return tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                   return_tensors="pt", return_dict=True)["input_ids"]
-
-
 class Timed:
     """Wraps the compiled forward: the duration and start of each call."""
 
@@ -86,7 +80,7 @@ def torch_path(model, tok, prompts, args) -> list[dict]:
     try:
         for run in ("first", "second"):
             for p in prompts:
-                ids = chat_ids(tok, p)
+                ids = smollm2.chat_ids(tok, p)
                 timed.calls.clear()
                 t0 = time.perf_counter()
                 with torch.no_grad():
@@ -191,7 +185,7 @@ def main():
     model, tok = smollm2.load(args.layers)
     ref = []
     for p in PROMPTS:
-        ids = chat_ids(tok, p)
+        ids = smollm2.chat_ids(tok, p)
         with torch.no_grad():
             g = model.generate(ids, max_new_tokens=args.new_tokens, do_sample=False)
         ref.append(g[0, ids.shape[1]:].tolist())

@@ -111,8 +111,7 @@ def metrics(ref: torch.Tensor, got: torch.Tensor, target: torch.Tensor) -> dict:
 def greedy(model, tok, prompts, new_tokens: int, cache_len: int) -> list[list[int]]:
     out = []
     for p in prompts:
-        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                      return_tensors="pt")["input_ids"]
+        ids = smollm2.chat_ids(tok, p)
         with torch.no_grad():
             g = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                                cache_implementation="static", disable_compile=True,

@@ -42,3 +42,10 @@ def load(layers: Optional[int] = None):
         if getattr(model.config, "layer_types", None):
             model.config.layer_types = model.config.layer_types[:layers]
     return model.eval(), tok
+
+
+def chat_ids(tok, prompt: str):
+    """``prompt`` as one user message through the chat template, with the assistant's turn
+    opened, as ``qnnx generate --chat`` renders it: token ids [1, n]."""
+    return tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                   return_tensors="pt", return_dict=True)["input_ids"]

@@ -69,7 +69,7 @@ def torch_path(model, tok, prompts, args) -> list[dict]:
     fwd = model.forward
     options = {"kv_cache": True, "device": "npu", "soc_model": args.soc}
     if args.quantize:
-        from qnnx_backend.llm import split_calibration  # as the builder reads --calibration
+        from qnnx_backend.llm.build import split_calibration  # as the builder reads --calibration
 
         texts = split_calibration(args.calibration.read_text(encoding="utf-8"))
         options.update(quantize=args.quantize, calibration=texts, tokenizer=tok)

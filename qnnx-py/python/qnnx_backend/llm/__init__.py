@@ -5,8 +5,3 @@ tokenizer, chat template and manifest (``build``); ``python -m qnnx_backend.llm 
 command (``__main__``). ``session`` runs an artifact without torch (the Rust loop of
 ``qnnx generate``)."""
 
-
-def split_calibration(text: str) -> list[str]:
-    """The samples of a calibration file (``build --calibration``): its paragraphs, separated by
-    blank lines."""
-    return [s.strip() for s in text.split("\n\n") if s.strip()]

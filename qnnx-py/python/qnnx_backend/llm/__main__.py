@@ -8,8 +8,6 @@ import json
 import sys
 import time
 
-from . import split_calibration
-
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m qnnx_backend.llm", description=__doc__)
@@ -59,16 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--timings", action="store_true", help="print each stage's time and peak memory on stderr")
     b.add_argument("--json", action="store_true", help="print the build's figures as JSON on stdout, no progress")
     args = p.parse_args(argv)
+    if args.quantize and not args.calibration:
+        p.error("--quantize needs --calibration FILE (text samples separated by blank lines)")
+    from . import build  # torch and transformers: after the arguments parse
+
     calibration = None
     if args.calibration:
         try:
             with open(args.calibration, encoding="utf-8") as f:
-                calibration = split_calibration(f.read())
+                calibration = build.split_calibration(f.read())
         except (OSError, UnicodeDecodeError) as e:
             p.error(f"--calibration {args.calibration}: {e}")
-    elif args.quantize:
-        p.error("--quantize needs --calibration FILE (text samples separated by blank lines)")
-    from . import build  # torch and transformers: after the arguments parse
     from .shards import default_cache_dir, parse_size
     from .timings import Progress, timings, timings_text
 

@@ -35,6 +35,12 @@ FORMAT = "qnnx-llm/1"
 CONTEXTS = ("per-graph", "one", "shared")
 
 
+def split_calibration(text: str) -> list[str]:
+    """The samples of a calibration file (``build --calibration``): its paragraphs, separated by
+    blank lines."""
+    return [s.strip() for s in text.split("\n\n") if s.strip()]
+
+
 def load_source(source: str) -> tuple[torch.nn.Module, Any]:
     """The float32 model (eager attention) and tokenizer of a ``from_pretrained`` folder or a
     GGUF file (its weights dequantized to float32). Offline: nothing is downloaded."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Optional
 
 import torch
 
@@ -53,6 +54,12 @@ class Blocked:
 
     def dequantized(self) -> torch.Tensor:
         return self.q.to(torch.float32) * self.scales().repeat_interleave(self.block, dim=1)
+
+
+def fits(w: torch.Tensor, block: int) -> bool:
+    """Whether a Linear weight ``w`` can be block-wise: ``[out, in]`` with ``in`` a multiple of
+    ``block`` (otherwise it stays per channel)."""
+    return w.dim() == 2 and w.shape[1] % block == 0
 
 
 def quantize(w: torch.Tensor, block: int) -> Blocked:
@@ -96,10 +103,17 @@ def float_weights(prepared: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
     return out
 
 
-def plan(converted: torch.fx.GraphModule, floats: dict[str, torch.Tensor], block: int) -> dict[str, Blocked]:
+def plan(
+    converted: torch.fx.GraphModule,
+    floats: dict[str, torch.Tensor],
+    block: int,
+    rounded: Optional[dict[str, Blocked]] = None,
+) -> dict[str, Blocked]:
     """The block-wise weight of each linear of ``converted`` found in ``floats`` whose 4-bit
     per-channel weight has an input size ``block`` divides, by the name of its integer weight
-    constant (the QDQ model's initializer name, which ``qdq.tidy_onnx`` replaces)."""
+    constant (the QDQ model's initializer name, which ``qdq.tidy_onnx`` replaces): the one GPTQ
+    chose when ``rounded`` (by the linear's node name) has it, else its float weight rounded to
+    nearest."""
     done: dict[str, Blocked] = {}
     skipped = 0
     for n in converted.graph.nodes:
@@ -112,10 +126,10 @@ def plan(converted: torch.fx.GraphModule, floats: dict[str, torch.Tensor], block
         w = floats[n.name]
         if not (isinstance(src, torch.fx.Node) and src.op == "get_attr") or w.dim() != 2:
             continue
-        if w.shape[1] % block:
+        if not fits(w, block):
             skipped += 1
             continue
-        done[src.target] = quantize(w, block)
+        done[src.target] = rounded[n.name] if rounded and n.name in rounded else quantize(w, block)
     logger.info(
         "qnn quantize: %d weight(s) block-wise (blocks of %d)%s",
         len(done),

@@ -226,11 +226,6 @@ def config(
                 f"weight_block_size={b}: block-wise weights are 4-bit; use quantize=\"16a4w\" with it "
                 f"(quantize={scheme!r} has {SCHEMES[scheme].weight_bits}-bit weights)"
             )
-        if weight_rounding != "nearest":
-            raise ValueError(
-                f"weight_block_size={b} with weight_rounding={weight_rounding!r}: block-wise weights are "
-                "rounded to nearest; drop one of the two options"
-            )
         if not per_channel:
             raise ValueError(f"weight_block_size={b} with per_channel=False: block-wise weights have per-channel scales")
     return QuantizeConfig(

@@ -22,6 +22,7 @@ module implements the algorithm on PT2E's graph: about a hundred lines.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any, Optional, Sequence
@@ -29,6 +30,7 @@ from typing import Any, Optional, Sequence
 import torch
 from torch.fx import GraphModule, Node
 
+from . import blockwise
 from .calibrate import evenly
 from .kinds import constant
 from .specs import WEIGHT_OBSERVERS
@@ -95,7 +97,8 @@ def _columns(node: Node, x: torch.Tensor, weight: torch.Tensor) -> Optional[torc
 
 def _gptq(w: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
     """GPTQ over groups at once: ``w`` [groups, rows, cols], ``hessian`` [groups, cols, cols],
-    ``scale`` [groups, rows, 1]; returns the rounded weights (grid values) in ``w``'s shape."""
+    ``scale`` [groups, rows, 1] (a scale per row) or [groups, rows, cols] (a scale per weight: a
+    block-wise grid); returns the rounded weights (grid values) in ``w``'s shape."""
     w = w.clone().to(torch.float32)
     h = hessian.clone()
     dead = torch.diagonal(h, dim1=1, dim2=2) == 0
@@ -107,7 +110,7 @@ def _gptq(w: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, qmin: int
     # The upper Cholesky factor of H^-1: row i holds how the error of column i spreads onto
     # the columns after it.
     hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
-    scale = scale.to(torch.float32)[:, :, 0]
+    scale = scale.to(torch.float32).expand_as(w)
     q = torch.empty_like(w)
     cols = w.shape[-1]
     # In blocks of columns (GPTQ's lazy batch update): errors spread inside a block column by
@@ -118,7 +121,8 @@ def _gptq(w: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, qmin: int
         errs = torch.empty_like(block)
         for j in range(end - start):
             col = block[:, :, j]
-            qc = torch.clamp(torch.round(col / scale), qmin, qmax) * scale
+            s = scale[:, :, start + j]
+            qc = torch.clamp(torch.round(col / s), qmin, qmax) * s
             q[:, :, start + j] = qc
             err = (col - qc) / hinv[:, start + j, start + j].unsqueeze(-1)
             block[:, :, j + 1 :] -= err.unsqueeze(-1) * hinv[:, start + j, start + j + 1 : end].unsqueeze(1)
@@ -127,9 +131,15 @@ def _gptq(w: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, qmin: int
     return q
 
 
-def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor]]) -> int:
+def round_weights(
+    prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor]], block: Optional[int] = None
+) -> dict[str, blockwise.Blocked]:
     """Replaces the weights of the convolutions and linear layers of ``prepared`` (calibrated,
-    observers in place) with GPTQ's choice of grid points; returns how many."""
+    observers in place) with GPTQ's choice of grid points. With ``block`` (``weight_block_size``),
+    each 4-bit Linear weight that ``blockwise.plan`` takes is rounded on its block-wise grid
+    instead (the grid ``blockwise.quantize`` derives from the float weight: GPTQ with static
+    groups, so only the integers differ from nearest rounding); those are returned, by the
+    linear's node name, for ``blockwise.plan``."""
     t = time.perf_counter()
     samples = evenly(samples, MAX_SAMPLES)
     graph = prepared.graph
@@ -140,6 +150,7 @@ def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor
     placeholders = {n: i for i, n in enumerate(n for n in graph.nodes if n.op == "placeholder")}
     envs: list[dict[Node, Any]] = [{} for _ in samples]
     rounded = 0
+    blocks: dict[str, blockwise.Blocked] = {}
 
     def fetch(env: dict, a: Any) -> Any:
         return torch.fx.node.map_arg(a, lambda n: env[n])
@@ -170,9 +181,18 @@ def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor
                 hessian *= 2.0 / sum(c.shape[-1] for c in cols)
                 rows = param.shape[0]
                 w = param.detach().reshape(groups, rows // groups, -1)
-                scale, _ = obs.calculate_qparams()
-                scale = scale.reshape(-1, 1).expand(rows, 1).reshape(groups, rows // groups, 1)
-                q = _gptq(w, hessian, scale, int(obs.quant_min), int(obs.quant_max))
+                qmin, qmax = int(obs.quant_min), int(obs.quant_max)
+                grid = None
+                if block and node.target is _LINEAR and qmin >= -8 and qmax <= 7 and blockwise.fits(param, block):
+                    grid = blockwise.quantize(param, block)
+                    scale = grid.scales().repeat_interleave(block, dim=1).unsqueeze(0)
+                else:
+                    scale, _ = obs.calculate_qparams()
+                    scale = scale.reshape(-1, 1).expand(rows, 1).reshape(groups, rows // groups, 1)
+                q = _gptq(w, hessian, scale, qmin, qmax)
+                if grid is not None:
+                    ints = torch.round(q[0] / scale[0]).clamp(qmin, qmax).to(torch.int8)
+                    blocks[node.name] = dataclasses.replace(grid, q=ints)
                 new = _replace_attr(prepared, str(src.target), q.reshape(param.shape).to(param.dtype))
                 for env in envs:
                     env[node.args[1]] = new
@@ -203,5 +223,10 @@ def round_weights(prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor
             for a in node.all_input_nodes:
                 if last_use.get(a) is node:
                     env.pop(a, None)
-    logger.info("qnn quantize: GPTQ rounded %d weights in %.1f s", rounded, time.perf_counter() - t)
-    return rounded
+    logger.info(
+        "qnn quantize: GPTQ rounded %d weights%s in %.1f s",
+        rounded,
+        f" ({len(blocks)} block-wise)" if block else "",
+        time.perf_counter() - t,
+    )
+    return blocks

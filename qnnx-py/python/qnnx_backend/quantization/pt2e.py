@@ -154,14 +154,16 @@ def quantize(
 
         t = time.perf_counter()
         with torch.no_grad():
-            round_weights(prepared, samples)
+            rounded = round_weights(prepared, samples, cfg.weight_block_size)
         seconds["rounding"] = time.perf_counter() - t
+    else:
+        rounded = {}
     floats = blockwise.float_weights(prepared) if cfg.weight_block_size else {}
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         converted = convert_pt2e(prepared)
-    blocked = blockwise.plan(converted, floats, cfg.weight_block_size) if cfg.weight_block_size else {}
+    blocked = blockwise.plan(converted, floats, cfg.weight_block_size, rounded) if cfg.weight_block_size else {}
     absorbed = rewrites.absorb_clamps(converted)
     rewrites.splits_to_slices(converted)
     rewrites.linear_rows(converted)

@@ -486,17 +486,22 @@ class Attention(nn.Module):
 
 
 @pytest.mark.parametrize(
-    "arch, ops, matmul_type",
-    [(68, None, "UINT8"), (73, None, "UINT16"), (None, None, "UINT16"), (68, {"matmul": "16a8w"}, "UINT16")],
+    "arch, ops, matmul_types",
+    [
+        (68, None, ("UINT16", "UINT8")),
+        (73, None, ("UINT16", "UINT16")),
+        (None, None, ("UINT16", "UINT16")),
+        (68, {"matmul": "16a8w"}, ("UINT16", "UINT16")),
+    ],
 )
-def test_a_16_bit_scheme_keeps_activation_matmuls_at_8_bits_below_v73(arch, ops, matmul_type):
-    # v68 has no 16-bit MatMul of two activations (QNN's validator: "expected >= 73"); an
-    # explicit override is left to the validator.
+def test_a_16_bit_scheme_reads_the_second_matmul_input_at_8_bits_below_v73(arch, ops, matmul_types):
+    # v68 has no 16-bit MatMul of two activations (QNN's validator: "expected >= 73") but takes
+    # (16-bit, 8-bit) -> 16-bit; an explicit override is left to the validator.
     _, m = qdq(Attention().eval(), (torch.randn(1, 8, 16),), "16a8w", htp_arch=arch, ops=ops)
     o = Onnx(m)
     for n in o.ops("MatMul"):
-        for i in range(2):
-            assert o.encoding(o.dq_input(n, i))[2] == matmul_type
+        assert tuple(o.encoding(o.dq_input(n, i))[2] for i in range(2)) == matmul_types
+        assert o.encoding(o.quantized_output(n))[2] == "UINT16"
     [mul] = o.ops("Mul")
     assert o.encoding(o.dq_input(mul, 0))[2] == "UINT16"
     [softmax] = o.ops("Softmax")

@@ -154,7 +154,7 @@ def test_bad_quantize_options_say_what_to_change(bad, message):
 
 
 @pytest.mark.parametrize(
-    "target, scheme, eight_bit_matmul",
+    "target, scheme, matmul_16x8",
     [
         ({"soc_model": "QCS6490"}, "16a8w", True),
         ({"htp_arch": 68}, "16a16w", True),
@@ -163,9 +163,10 @@ def test_bad_quantize_options_say_what_to_change(bad, message):
         ({}, "16a8w", False),
     ],
 )
-def test_the_target_arch_reaches_the_quantizer(target, scheme, eight_bit_matmul):
+def test_the_target_arch_reaches_the_quantizer(target, scheme, matmul_16x8):
     s = parse_options({"quantize": scheme, "calibration": [0], **target})
-    assert s.quantize_config().matmul_at_8_bits() is eight_bit_matmul
+    cfg = s.quantize_config()
+    assert cfg.matmul_16x8(cfg.scheme) is matmul_16x8
 
 
 def test_the_0_4_option_types_name_every_option():

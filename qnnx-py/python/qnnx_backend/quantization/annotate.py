@@ -84,6 +84,8 @@ class QnnxQuantizer(Quantizer):
         self.matched_values: set[str] = set()
         self.counts: dict[str, int] = {}
         """Annotated nodes by op kind."""
+        self.defaulted: set[str] = set()
+        """Names of the nodes no module or op override names (``scheme_of``)."""
 
     def specs(self, scheme: Scheme) -> Specs:
         if scheme.name not in self._specs:
@@ -108,8 +110,7 @@ class QnnxQuantizer(Quantizer):
         for k, scheme in self.config.ops:
             if k == kind:
                 return scheme
-        if kind == "matmul" and self.config.matmul_at_8_bits():
-            return SCHEMES["8a8w"]
+        self.defaulted.add(node.name)
         return self.config.scheme
 
     def unmatched_modules(self) -> list[str]:
@@ -294,9 +295,19 @@ class QnnxQuantizer(Quantizer):
                 put(inputs, x, specs)
                 output = SharedQuantizationSpec((x, node))
             else:
-                for a in node.args:
+                # Below v73 a 16-bit MatMul of two activations reads the second at 8 bits (a QNN
+                # Convert before it): the one mixed width that MatMul takes there. An override
+                # that names the MatMul gets what it names (16 bits there: QNN refuses it).
+                narrow = (
+                    kind == "matmul"
+                    and node.name in self.defaulted
+                    and node not in read
+                    and self.config.matmul_16x8(scheme)
+                )
+                second = self.specs(SCHEMES["8a8w"]) if narrow else specs
+                for i, a in enumerate(node.args):
                     if _is_float(a):
-                        put(inputs, a, specs)
+                        put(inputs, a, second if i == 1 else specs)
                 if not inputs:
                     continue
                 if kind == "sigmoid":

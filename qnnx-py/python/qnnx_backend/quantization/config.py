@@ -99,8 +99,8 @@ class QuantizeConfig:
     """(op kind, scheme or None = float)."""
     htp_arch: Optional[int] = None
     """The target's HTP architecture when known: below v73 the HTP has no 16-bit MatMul of two
-    activations (QNN's validator: "expected >= 73"), so there a 16-bit scheme runs matmul at
-    8a8w unless an override names it."""
+    activations (QNN's validator: "expected >= 73"), so there a 16-bit MatMul reads its second
+    input at 8 bits (``matmul_16x8``)."""
 
     weight_rounding: str = "nearest"
     """How weights take their grid points: "nearest", or "gptq" (each rounding error moved
@@ -128,8 +128,14 @@ class QuantizeConfig:
         schemes = [self.scheme] + [s for _, s in self.modules + self.ops if s is not None]
         return any(s.weight_bits == 4 for s in schemes)
 
-    def matmul_at_8_bits(self) -> bool:
-        return self.htp_arch is not None and self.htp_arch < 73 and self.scheme.act_bits == 16
+    def matmul_16x8(self, scheme: Scheme) -> bool:
+        """Whether a MatMul of two activations at ``scheme`` reads its second input at 8 bits:
+        below v73 with 16-bit activations. Of the widths a v68 MatMul of two activations takes,
+        (16-bit, 8-bit) -> 16-bit is the widest: (16, 16) -> 16 is refused ("expected >= 73"),
+        as are (8, 16) -> 16 and (16, 8) -> 8 (measured on the QNN 2.51 emulator as a QCS6490;
+        docs/quantization.md). In an attention the second inputs are K and V, which an 8-bit
+        KV cache holds at 8 bits anyway; the first, Q and the softmax's probabilities, keep 16."""
+        return self.htp_arch is not None and self.htp_arch < 73 and scheme.act_bits == 16
 
     def describe(self) -> str:
         """Every field as stable text, for fingerprints."""
@@ -144,7 +150,9 @@ class QuantizeConfig:
                 self.per_channel,
                 [(p, name(s)) for p, s in self.modules],
                 [(k, name(s)) for k, s in self.ops],
-                self.matmul_at_8_bits(),
+                # Which MatMul rule the graph was annotated with: False for v73+ and 8-bit schemes,
+                # "16x8" below v73 (True was the old rule, the whole MatMul at 8a8w).
+                self.matmul_16x8(self.scheme) and "16x8",
                 self.weight_rounding,
             )
             + ((tuple((v, name(s)) for v, s in self.values),) if self.values else ())

@@ -206,12 +206,19 @@ def test_trained_smollm2_at_16a8w_calibrated_on_text_follows_fp32(smollm2_4):
 
 
 @pytest.mark.htp
-def test_trained_smollm2_with_block_wise_4bit_weights_follows_fp32(smollm2_4):
+@pytest.mark.parametrize("rounding", ["nearest", "gptq"])
+def test_trained_smollm2_with_block_wise_4bit_weights_follows_fp32(smollm2_4, rounding):
     """16a4w with block-wise weights (``weight_block_size=64``: QNN's block expansion) and the
-    8-bit KV cache on the real SmolLM2 weights (4 of 30 layers), teacher-forced against fp32."""
-    agree, sqnr = _smollm2_teacher_forced(*smollm2_4, {"quantize": "16a4w", "weight_block_size": 64})
-    print(f"\nSmolLM2 (4 layers) 16a4w blocks of 64: top-1 {agree:.3f}, SQNR {sqnr:.1f} dB")
-    # Measured 0.704 and 20.2 dB (16a8w: 0.89 and 22.4 dB on the same cut, whose near-flat
-    # next-token distributions make top-1 fragile); the whole model: bench/llm_quant.py.
-    assert agree >= 0.62 and sqnr >= 17, (agree, sqnr)
+    8-bit KV cache on the real SmolLM2 weights (4 of 30 layers), teacher-forced against fp32;
+    rounded to nearest and by GPTQ (each graph's weights rounded on its own calibration samples,
+    through torch.export's guard module that a KV-cache graph has)."""
+    options = {"quantize": "16a4w", "weight_block_size": 64, "weight_rounding": rounding}
+    agree, sqnr = _smollm2_teacher_forced(*smollm2_4, options)
+    print(f"\nSmolLM2 (4 layers) 16a4w blocks of 64, {rounding}: top-1 {agree:.3f}, SQNR {sqnr:.1f} dB")
+    # Measured: nearest 0.704 and 20.2 dB at a39c05e, 0.630 and 21.8 dB at 3e3e00a (with the
+    # 64-slot cache asked for; 16a8w: 0.89 and 22.4 dB on the same cut, whose near-flat
+    # next-token distributions make top-1 fragile); GPTQ 0.778 and 22.1 dB. The whole model,
+    # and the benchmark's 4-layer figures (where GPTQ does not gain): bench/llm_quant.py.
+    floor = {"nearest": (0.62, 17), "gptq": (0.70, 19)}[rounding]
+    assert agree >= floor[0] and sqnr >= floor[1], (agree, sqnr)
     assert qnnx_backend.STATS["quantizations"] == 2 and qnnx_backend.STATS["fallbacks"] == 0

@@ -209,14 +209,17 @@ def round_weights(
             elif node.op == "get_attr":
                 env[node] = constant(prepared, str(node.target))
             elif node.op == "call_module":
-                (x,) = fetch(env, node.args)
+                args, kwargs = fetch(env, node.args), fetch(env, node.kwargs)
+                x = args[0] if len(args) == 1 and not kwargs else None
                 if isinstance(mod, WEIGHT_OBSERVERS):
                     env[node] = x
                 elif encoding is not None and isinstance(x, torch.Tensor) and x.is_floating_point():
                     # Rounded to the encoding it calibrated, as the HTP will.
                     env[node] = torch.fake_quantize_per_tensor_affine(x, *encoding)
                 else:
-                    env[node] = mod(x)
+                    # Observers take one value; other modules (torch.export's _guards_fn, which a
+                    # KV-cache graph has, takes every input) take what the graph gives them.
+                    env[node] = mod(*args, **kwargs)
             elif node.op == "call_function":
                 args, kwargs = fetch(env, node.args), fetch(env, node.kwargs)
                 env[node] = node.target(*args, **kwargs)

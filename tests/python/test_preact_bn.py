@@ -2,8 +2,8 @@
 the next zero-padded Conv, which no Conv before it absorbs) quantized at 8a8w on the QCS6490 (v68,
 no float path): it runs as QNN Batchnorm on quantized tensors (a per-channel scale and offset,
 lowering/src/ops/norm/batch_norm.rs), never a float island, which v68 refuses; against fp32
-eager as close as PyTorch's own quantized model of the block (PT2E on the host): this
-random-weight block on random inputs is below the 0.99 floor at 8a8w in PyTorch itself.
+eager within the 0.99 floor of 8a8w and as close as PyTorch's own quantized model of the block
+(PT2E on the host).
 BatchNorm statistics are far from identity (means, variances, gammas and betas drawn per
 channel), so a BatchNorm dropped or folded wrongly at the Conv's zero-padded border shows.
 
@@ -93,9 +93,11 @@ def test_preactivation_batchnorm_runs_quantized(soc):
     # Nothing ran eagerly (strict); dynamo compiles this module twice (2 quantizations and
     # compiles, both calls' graphs alike; not investigated).
     assert stats.get("fallbacks", 0) == 0 and stats.get("quantizations", 0) >= 1, stats
-    # As close to fp32 as PyTorch's own quantized model (measured: 0.8356 / 0.8410 on both
-    # targets against PT2E's 0.8358 / 0.8413: this random block at 8a8w is below the 0.99 floor
-    # in PyTorch too), and far from the model without the BatchNorm (0.689 / 0.691).
+    # Within the 8a8w floor (0.99) and as close to fp32 as PyTorch's own quantized model
+    # (measured: 0.99975 / 0.99974 on QCS6490, 0.99976 / 0.99976 on SoC 60, PT2E 0.99975 /
+    # 0.99975), and far from the model without the BatchNorm (0.689 / 0.691). Until
+    # rewrites.keep_shared_conv_outputs, PT2E folded the stem's BatchNorm into the stem conv,
+    # whose output the shortcut also adds: 0.836 / 0.841 on every path alike.
     for got, own in zip(r["cos"], r["cos_pt2e"]):
-        assert got >= own - 0.005, r
+        assert got >= 0.99 and got >= own - 0.005, r
     assert min(r["cos"]) > max(r["cos_without_bn"]) + 0.1, r

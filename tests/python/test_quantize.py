@@ -485,19 +485,30 @@ class Attention(nn.Module):
         return torch.softmax((x * 2.0) @ x.transpose(-1, -2), -1) @ x
 
 
+class InBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Attention()
+
+    def forward(self, x):
+        return self.block(x)
+
+
 @pytest.mark.parametrize(
-    "arch, ops, matmul_types",
+    "arch, scheme, options, matmul_types",
     [
-        (68, None, ("UINT16", "UINT8")),
-        (73, None, ("UINT16", "UINT16")),
-        (None, None, ("UINT16", "UINT16")),
-        (68, {"matmul": "16a8w"}, ("UINT16", "UINT16")),
+        (68, "16a8w", {}, ("UINT16", "UINT8")),
+        (73, "16a8w", {}, ("UINT16", "UINT16")),
+        (None, "16a8w", {}, ("UINT16", "UINT16")),
+        (68, "16a8w", {"ops": {"matmul": "16a8w"}}, ("UINT16", "UINT16")),
+        # A module promoted to 16 bits on an 8-bit scheme (what mixed_precision does).
+        (68, "8a8w", {"modules": {"block": "16a8w"}}, ("UINT16", "UINT8")),
     ],
 )
-def test_a_16_bit_scheme_reads_the_second_matmul_input_at_8_bits_below_v73(arch, ops, matmul_types):
+def test_a_16_bit_scheme_reads_the_second_matmul_input_at_8_bits_below_v73(arch, scheme, options, matmul_types):
     # v68 has no 16-bit MatMul of two activations (QNN's validator: "expected >= 73") but takes
-    # (16-bit, 8-bit) -> 16-bit; an explicit override is left to the validator.
-    _, m = qdq(Attention().eval(), (torch.randn(1, 8, 16),), "16a8w", htp_arch=arch, ops=ops)
+    # (16-bit, 8-bit) -> 16-bit; an explicit override of the MatMul is left to the validator.
+    _, m = qdq(InBlock().eval(), (torch.randn(1, 8, 16),), scheme, htp_arch=arch, **options)
     o = Onnx(m)
     for n in o.ops("MatMul"):
         assert tuple(o.encoding(o.dq_input(n, i))[2] for i in range(2)) == matmul_types

@@ -84,8 +84,8 @@ class QnnxQuantizer(Quantizer):
         self.matched_values: set[str] = set()
         self.counts: dict[str, int] = {}
         """Annotated nodes by op kind."""
-        self.defaulted: set[str] = set()
-        """Names of the nodes no module or op override names (``scheme_of``)."""
+        self.by_kind: set[str] = set()
+        """Names of the nodes whose scheme an ``ops`` override chose (``scheme_of``)."""
 
     def specs(self, scheme: Scheme) -> Specs:
         if scheme.name not in self._specs:
@@ -109,8 +109,8 @@ class QnnxQuantizer(Quantizer):
         kind = KIND_OF.get(node.target)
         for k, scheme in self.config.ops:
             if k == kind:
+                self.by_kind.add(node.name)
                 return scheme
-        self.defaulted.add(node.name)
         return self.config.scheme
 
     def unmatched_modules(self) -> list[str]:
@@ -296,11 +296,12 @@ class QnnxQuantizer(Quantizer):
                 output = SharedQuantizationSpec((x, node))
             else:
                 # Below v73 a 16-bit MatMul of two activations reads the second at 8 bits (a QNN
-                # Convert before it): the one mixed width that MatMul takes there. An override
-                # that names the MatMul gets what it names (16 bits there: QNN refuses it).
+                # Convert before it): the one mixed width that MatMul takes there; a module
+                # promoted to 16 bits included. An override that names the MatMul itself (an
+                # ``ops`` or a value override) gets what it names: 16 bits, which QNN refuses.
                 narrow = (
                     kind == "matmul"
-                    and node.name in self.defaulted
+                    and node.name not in self.by_kind
                     and node not in read
                     and self.config.matmul_16x8(scheme)
                 )

@@ -134,7 +134,8 @@ class QuantizeConfig:
         (16-bit, 8-bit) -> 16-bit is the widest: (16, 16) -> 16 is refused ("expected >= 73"),
         as are (8, 16) -> 16 and (16, 8) -> 8 (measured on the QNN 2.51 emulator as a QCS6490;
         docs/quantization.md). In an attention the second inputs are K and V, which an 8-bit
-        KV cache holds at 8 bits anyway; the first, Q and the softmax's probabilities, keep 16."""
+        KV cache holds at 8 bits anyway; the first, Q and the softmax's probabilities, keep 16.
+        The annotator applies it unless an ``ops`` or value override names the MatMul."""
         return self.htp_arch is not None and self.htp_arch < 73 and scheme.act_bits == 16
 
     def describe(self) -> str:

@@ -4,4 +4,3 @@ the KV cache as explicit graph inputs (``export``), compiled for the HTP and wri
 tokenizer, chat template and manifest (``build``); ``python -m qnnx_backend.llm build`` is the
 command (``__main__``). ``session`` runs an artifact without torch (the Rust loop of
 ``qnnx generate``)."""
-

@@ -150,6 +150,7 @@ def quantize(
             prepared(*sample)
     quantizer.fit_bias(prepared)
     seconds["calibrate"] = time.perf_counter() - t
+    rounded: dict[str, blockwise.Blocked] = {}  # the block-wise weights GPTQ chose
     if cfg.weight_rounding == "gptq":
         from .gptq import round_weights  # imported for its cost, as annotate above
 
@@ -157,8 +158,6 @@ def quantize(
         with torch.no_grad():
             rounded = round_weights(prepared, samples, cfg.weight_block_size)
         seconds["rounding"] = time.perf_counter() - t
-    else:
-        rounded = {}
     floats = blockwise.float_weights(prepared) if cfg.weight_block_size else {}
     t = time.perf_counter()
     with warnings.catch_warnings():

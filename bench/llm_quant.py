@@ -108,28 +108,36 @@ def metrics(ref: torch.Tensor, got: torch.Tensor, target: torch.Tensor) -> dict:
             "ppl_fp32": round(ppl(ref), 3), "ppl": round(ppl(got), 3), "ppl_ratio": round(ppl(got) / ppl(ref), 4)}
 
 
-def greedy(model, tok, prompts, new_tokens: int, cache_len: int) -> list[list[int]]:
-    out = []
+def greedy(model, tok, prompts, new_tokens: int, cache_len: int) -> tuple[list[list[int]], list[list[float]]]:
+    """Each prompt's first ``new_tokens`` greedy tokens, and at each of them the margin between the
+    model's two largest logits (how near a tie the choice was)."""
+    out, margins = [], []
     for p in prompts:
         ids = smollm2.chat_ids(tok, p)
         with torch.no_grad():
             g = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                                cache_implementation="static", disable_compile=True,
-                               max_cache_len=cache_len)
-        out.append(g[0, ids.shape[1]:].tolist())
-    return out
+                               max_cache_len=cache_len, return_dict_in_generate=True, output_scores=True)
+        out.append(g.sequences[0, ids.shape[1]:].tolist())
+        margins.append([round(float(d), 3) for d in (s[0].topk(2).values[0] - s[0].topk(2).values[1] for s in g.scores)])
+    return out, margins
 
 
-def agreement(ref: list[list[int]], got: list[list[int]]) -> dict:
+def agreement(ref: list[list[int]], got: list[list[int]], ref_margins: list[list[float]]) -> dict:
+    """Greedy agreement, and where each prompt's tokens first differ from fp32's with fp32's
+    top-2 logit margin there: a path that parts where fp32 itself nearly tied says little about
+    the quantization (SmolLM2's first chat tokens tie within 0.1 logit)."""
     same = [sum(a == b for a, b in zip(r, g)) / len(r) for r, g in zip(ref, got)]
-    prefix = []
-    for r, g in zip(ref, got):
+    prefix, parts = [], []
+    for r, g, m in zip(ref, got, ref_margins):
         k = next((i for i, (a, b) in enumerate(zip(r, g)) if a != b), len(r))
         prefix.append(k / len(r))
-    return {"greedy_positionwise": round(statistics.mean(same), 4), "greedy_prefix": round(statistics.mean(prefix), 4)}
+        parts.append({"first_difference": k, "fp32_margin_there": m[k] if k < len(m) else None})
+    return {"greedy_positionwise": round(statistics.mean(same), 4), "greedy_prefix": round(statistics.mean(prefix), 4),
+            "greedy_parts": parts}
 
 
-def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy) -> dict:
+def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy, ref_margins) -> dict:
     model, _ = smollm2.load(args.layers)
     options = {"kv_cache": True, "device": "npu", "soc_model": args.soc, "strict": True}
     fp16_prefill = False
@@ -175,8 +183,8 @@ def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy) -> di
     result["decode_step_ms_median"] = round(1e3 * statistics.median(steps), 1)
     result["log"] = timing.lines
     if args.prompts:
-        got_greedy = greedy(model, tok, CHATS[: args.prompts], args.new_tokens, args.cache_len)
-        result.update(agreement(ref_greedy, got_greedy))
+        got_greedy, _ = greedy(model, tok, CHATS[: args.prompts], args.new_tokens, args.cache_len)
+        result.update(agreement(ref_greedy, got_greedy, ref_margins))
     result["stats"] = dict(qnnx_backend.STATS)
     logging.getLogger("qnnx_backend").removeHandler(timing)
     return result
@@ -215,12 +223,13 @@ def main():
     ids = tok(evaluation_text(), return_tensors="pt")["input_ids"][:, : args.eval_tokens]
     with torch.no_grad():
         ref_logits = model(ids).logits[0]
-    ref_greedy = greedy(model, tok, CHATS[: args.prompts], args.new_tokens, args.cache_len) if args.prompts else []
+    ref_greedy, ref_margins = greedy(model, tok, CHATS[: args.prompts], args.new_tokens, args.cache_len) if args.prompts else ([], [])
     del model
     results = {"commit": commit, "options": json.loads(args.options), "machine": platform.processor() or platform.machine(), "layers": args.layers or 30,
-               "calibration_texts": len(texts), "eval_tokens": int(ids.shape[1]), "runs": []}
+               "calibration_texts": len(texts), "eval_tokens": int(ids.shape[1]),
+               "fp32_greedy_margins": ref_margins, "runs": []}
     for scheme in args.schemes.split(","):
-        r = run_scheme(scheme, args, tok, texts, ids, ref_logits, ref_greedy)
+        r = run_scheme(scheme, args, tok, texts, ids, ref_logits, ref_greedy, ref_margins)
         print(json.dumps({k: v for k, v in r.items() if k not in ("log", "stats")}), flush=True)
         results["runs"].append(r)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -231,8 +240,12 @@ def main():
                 f"`python3 bench/llm_quant.py {' '.join(sys.argv[1:])}`\n\n")
         f.write("| scheme | logits SQNR dB | top-1 agreement | ppl ratio | greedy (prefix) | greedy (positions) | decode step ms (emulator) |\n|---|---|---|---|---|---|---|\n")
         for r in results["runs"]:
-            greedy_cells = (f"{r['greedy_prefix']:.1%} | {r['greedy_positionwise']:.1%}" if "greedy_prefix" in r
-                            else "not run | not run")
+            greedy_cells = "not run | not run"
+            if "greedy_prefix" in r:
+                parts = ", ".join("none" if p["fp32_margin_there"] is None else
+                                  f"token {p['first_difference']} (fp32 margin {p['fp32_margin_there']})"
+                                  for p in r["greedy_parts"])
+                greedy_cells = f"{r['greedy_prefix']:.1%}, parts at {parts} | {r['greedy_positionwise']:.1%}"
             f.write(f"| {r['scheme']} | {r['logits_sqnr_db']} | {r['top1_agreement']:.1%} | {r['ppl_ratio']} | "
                     f"{greedy_cells} | {r['decode_step_ms_median']} |\n")
 

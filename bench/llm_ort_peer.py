@@ -107,15 +107,17 @@ else:
     sys.path.insert(0, {tests!r})
     from test_llm_artifact_quantized import CALIBRATION as calibration
 m = build.build_from(model, tok, out, soc_model=60, cache_len={cache_len}, prefill=[{prefill}], keep_onnx=True,
-                     quantize=quantize, calibration=calibration if quantize else None,
+                     opt_level={opt_level}, quantize=quantize, calibration=calibration if quantize else None,
                      progress=lambda s: print(s, file=sys.stderr, flush=True))
 print(json.dumps({{"build_s": m["build_s"]}}))
 """
 
 
-def build_artifact(which: str, out: Path, quantize: Optional[str], cache_len: int, prefill: int) -> float:
+def build_artifact(which: str, out: Path, quantize: Optional[str], cache_len: int, prefill: int,
+                   opt_level: Optional[int]) -> float:
     code = BUILD.format(common=str(ROOT / "tests" / "models" / "common"), tests=str(ROOT / "tests" / "python"),
-                        which=which, out=str(out), quantize=quantize, cache_len=cache_len, prefill=prefill)
+                        which=which, out=str(out), quantize=quantize, cache_len=cache_len, prefill=prefill,
+                        opt_level=opt_level)
     r = subprocess.run(["python3", "-c", code], capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"building {which} failed:\n{r.stderr[-4000:]}")
@@ -596,6 +598,7 @@ def main() -> int:
     ap.add_argument("--quantize", help="with --build: the scheme (16a8w), calibrated on the tests' sentences")
     ap.add_argument("--cache-len", type=int, default=64, help="with --build (default 64)")
     ap.add_argument("--prefill", type=int, default=16, help="with --build: the bucket (default 16)")
+    ap.add_argument("--opt-level", type=int, choices=(1, 2, 3), help="with --build: QNN's graph optimization level")
     args = ap.parse_args()
 
     folder = Path(args.artifact)
@@ -603,7 +606,7 @@ def main() -> int:
     built_s = None
     if args.build and not (folder / "manifest.json").exists():
         print(f"building {args.build} -> {folder}", file=sys.stderr)
-        built_s = build_artifact(args.build, folder, args.quantize, args.cache_len, args.prefill)
+        built_s = build_artifact(args.build, folder, args.quantize, args.cache_len, args.prefill, args.opt_level)
     m = json.loads((folder / "manifest.json").read_text())
     decode, prefill = stages(folder, m)
     try:

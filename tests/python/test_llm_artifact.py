@@ -190,11 +190,13 @@ def test_the_command_builds_from_a_pretrained_folder(tmp_path):
     model.save_pretrained(src)
     tok.save_pretrained(src)
     out = tmp_path / "art"
-    cmd = [sys.executable, "-m", "qnnx_backend.llm", "build", str(src), "-o", str(out), "--cache-len", "48", "--prefill", "8,16"]
+    cmd = [sys.executable, "-m", "qnnx_backend.llm", "build", str(src), "-o", str(out), "--cache-len", "48", "--prefill", "8,16",
+           "--opt-level", "1"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     m = json.loads((out / "manifest.json").read_text())
     assert m["prefill_buckets"] == [8, 16] and m["cache"]["length"] == 48
+    assert "shards" not in m  # --opt-level alone builds in this process, not in children
     assert m["source"] == str(src) and m["chat_template"] == "chat_template.jinja"
     with pytest.raises(ValueError, match="must exceed the longest prefill bucket"):
         build.build_from(model, tok, tmp_path / "x", cache_len=16, prefill=[16])

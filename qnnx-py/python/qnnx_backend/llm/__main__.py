@@ -76,13 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         p.error(f"--prefill {args.prefill!r}: give token counts such as 32 or 32,128")
     children: dict = {}
-    if args.shards != 1 or args.jobs != 1 or args.cache or args.opt_level or args.max_memory:
+    if args.shards != 1 or args.jobs != 1 or args.cache or args.max_memory:
         try:
             children["max_memory"] = parse_size(args.max_memory) if args.max_memory else None
         except ValueError as e:
             p.error(str(e))
         cache = None if args.no_cache else (args.cache or default_cache_dir())
-        children.update(shards=args.shards, jobs=args.jobs, cache_dir=cache, opt_level=args.opt_level)
+        children.update(shards=args.shards, jobs=args.jobs, cache_dir=cache)
+    children["opt_level"] = args.opt_level
     start = time.perf_counter()
     say = Progress(sys.stderr, quiet=args.json)
     try:

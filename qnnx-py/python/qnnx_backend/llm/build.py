@@ -166,12 +166,13 @@ def build_from(
     sequences), with the KV cache held at ``kv_cache_bits`` (8: uint8 codes; 16: float on the
     host) (``llm/quantized.py``).
 
-    ``shards``, ``jobs``, ``max_memory``, ``cache_dir``, ``opt_level``: each graph split into
-    ``shards`` graphs of consecutive layers, compiled in child processes, up to ``jobs`` at once
-    within ``max_memory`` bytes (default 80% of the available memory), keeping finished graphs
-    in the cache folder ``cache_dir`` (a build killed midway resumes from them), at QNN's graph
-    optimization level ``opt_level`` (``shards.build_graphs``, docs/building.md). Any of them
-    given, the build takes that path (``per-graph`` contexts only)."""
+    ``opt_level``: QNN's graph optimization level (1 to 3; None is QNN's default, 2), for every
+    graph. ``shards``, ``jobs``, ``max_memory``, ``cache_dir``: each graph split into ``shards``
+    graphs of consecutive layers, compiled in child processes, up to ``jobs`` at once within
+    ``max_memory`` bytes (default 80% of the available memory), keeping finished graphs in the
+    cache folder ``cache_dir`` (a build killed midway resumes from them)
+    (``shards.build_graphs``, docs/building.md). Any of them given, the build takes that path
+    (``per-graph`` contexts only)."""
     if contexts not in CONTEXTS:
         raise ValueError(f"contexts {contexts!r}: one of {', '.join(CONTEXTS)}")
     shape = export.Shape.of(model)
@@ -188,14 +189,16 @@ def build_from(
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    spec = _native.Spec("npu", soc_model, None, True)
+    spec = _native.Spec("npu", soc_model, None, True, opt_level)
     started = time.perf_counter()
     precision = quantize or "fp16"
     options = {"precision": precision, "soc_model": str(soc_model), "contexts": contexts}
-    in_children = shards > 1 or jobs > 1 or any(x is not None for x in (max_memory, cache_dir, opt_level))
+    if opt_level is not None:
+        options["opt_level"] = str(opt_level)
+    in_children = shards > 1 or jobs > 1 or any(x is not None for x in (max_memory, cache_dir))
     if in_children and quantize is not None:
         raise ValueError(
-            "quantize with shards, jobs, max_memory, a cache or opt_level is not built yet: the child "
+            "quantize with shards, jobs, max_memory or a cache is not built yet: the child "
             "processes compile fp16 graphs; build a quantized artifact in one process"
         )
     make_onnx, quant_info = _graph_maker(model, tokenizer, cache_len, soc_model, quantize, calibration, kv_cache_bits, progress)
@@ -204,9 +207,7 @@ def build_from(
     figures = None
     if in_children:
         if contexts != "per-graph":
-            raise ValueError(f"shards, jobs, a cache or opt_level build per-graph contexts, not {contexts!r}")
-        if opt_level is not None:
-            options["opt_level"] = str(opt_level)
+            raise ValueError(f"shards, jobs or a cache build per-graph contexts, not {contexts!r}")
         graphs, saved, figures = shards_.build_graphs(
             model, tmp, kinds, cache_len, soc_model=soc_model, options=options, shards=shards, jobs=jobs,
             max_memory=max_memory, cache_dir=cache_dir, opt_level=opt_level, keep_onnx=keep_onnx, progress=progress,

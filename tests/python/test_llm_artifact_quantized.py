@@ -117,3 +117,34 @@ def test_quantize_needs_calibration_and_a_known_scheme(tmp_path):
         build.build_from(model, tok, tmp_path / "d", cache_len=32, prefill=[8], quantize="16a8w", calibration=["x"], kv_cache_bits=4)
     with pytest.raises(ValueError, match="at least 8 tokens"):
         build.build_from(model, tok, tmp_path / "e", cache_len=32, prefill=[8], quantize="16a8w", calibration=[[2, 3, 4]])
+
+
+def test_gptq_gives_every_graph_the_same_integers():
+    """``weight_rounding="gptq"`` on KV-cache graphs: each Linear's Hessian comes from the float
+    model over the whole calibration sequences (``quantization.gptq.SequenceHessians``), so the
+    prefill and decode graphs get each weight's same integers; rounded per graph on their own
+    samples, as before, they differed. Host only (PT2E and the QDQ export, no QNN)."""
+    import onnx
+    from onnx import numpy_helper
+
+    import tiny_llm
+    from qnnx_backend.llm import export, quantized
+    from qnnx_backend.quantization import config as quant_config
+
+    torch.manual_seed(0)
+    model, tok = tiny_llm.model(), tiny_llm.tokenizer()
+    texts = [" ".join(tiny_llm.TEXT[i % 2] for i in range(j, j + 3)) for j in range(6)]
+    calib = quantized.Calibration.run(model, texts, tok, 32)
+
+    def integer_weights(rounding: str, tokens: int) -> set:
+        cfg = quant_config.config("16a8w", htp_arch=73, weight_rounding=rounding, headroom=quant_config.DECODER_HEADROOM)
+        data, _ = quantized.graph_onnx(export.DecoderStep(model, 32, tokens), calib, cfg, None)
+        m = onnx.load_from_string(data)
+        ints = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+        return {numpy_helper.to_array(i).tobytes() for i in m.graph.initializer if i.data_type in ints and len(i.dims) == 2}
+
+    gptq = [integer_weights("gptq", t) for t in (1, 8)]
+    nearest = integer_weights("nearest", 1)
+    assert len(gptq[0]) >= 14  # 2 layers x 7 linear weights (and the head)
+    assert gptq[0] == gptq[1]
+    assert gptq[0] != nearest

@@ -25,6 +25,7 @@ quantized by PT2E (``quantization.pt2e``, the same machinery as ``torch.compile`
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -50,6 +51,8 @@ class Calibration:
     prefills: int = 0
     counts: dict[int, int] = field(default_factory=dict)
     """Samples per graph length (tokens)."""
+    model: Any = None
+    """A weak reference to the float model (GPTQ's Hessians: ``Samples.sequences``)."""
 
     @staticmethod
     @torch.no_grad()
@@ -59,7 +62,7 @@ class Calibration:
         t0 = time.perf_counter()
         seqs = [s[:cache_len] for s in sequences(calibration, tokenizer)]
         rows = [[(k.float(), v.float()) for k, v in kv_rows(model, s)] for s in seqs]
-        return Calibration(seqs, rows, time.perf_counter() - t0, len(seqs))
+        return Calibration(seqs, rows, time.perf_counter() - t0, len(seqs), model=weakref.ref(model))
 
     def starts(self, n: int, tokens: int, cache_len: int) -> list[int]:
         """Where a graph of ``tokens`` tokens starts in a sequence of ``n``: the decode graph at
@@ -97,6 +100,8 @@ class Calibration:
 
         keys = [(k, p) for k, seq in enumerate(self.seqs) for p in self.starts(int(seq.numel()), t, c)]
         out = Samples(keys, make, fingerprint)
+        if self.model is not None:
+            out.sequences = (self.model, self.seqs)
         if not out:
             raise ValueError(
                 f"calibration: no sequence is long enough for the {t}-token graph; give sequences of at "

@@ -18,13 +18,24 @@ encoding, so that each layer compensates what the quantized layers before it cha
 and OBQ do). torchao's GPTQ (``Int4WeightOnlyGPTQQuantizer``) targets the group-wise int4
 Linear weights of its own tensor subclasses, not convolutions nor PT2E's observers, so this
 module implements the algorithm on PT2E's graph: about a hundred lines.
+
+KV-cache graphs (``kv_cache=True``) are the exception to "inputs computed by this pass": a decode
+graph's calibration sample is one token (128 of them here: too few for a Hessian over 576 or
+1,536 input features), and the prefill and decode graphs share every weight, which rounded per
+graph would get other integers in each. Their samples carry ``SequenceHessians``: each Linear's
+``H`` from the float model's forward over the whole calibration sequences (every token of every
+sequence, as GPTQ's authors calibrate LLMs), made once per model and calibration and read by
+every graph, so each weight gets the same rounding in both graphs. These Hessians see float
+inputs, not the quantized layers' outputs: at 16-bit activations the two differ little.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import time
+import weakref
 from typing import Any, Optional, Sequence
 
 import torch
@@ -131,18 +142,115 @@ def _gptq(w: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, qmin: int
     return q
 
 
+def _key(weight: torch.Tensor) -> tuple:
+    """A weight's identity across graphs: its shape and bytes (an exported graph's constant may be
+    the module's parameter or a copy of it)."""
+    w = weight.detach().to(torch.float32).contiguous()
+    return tuple(w.shape), hashlib.sha256(w.numpy().tobytes()).hexdigest()
+
+
+class SequenceHessians:
+    """Each ``torch.nn.Linear``'s ``H = 2 X X^T`` over every token of the calibration sequences,
+    from forwards of the float model (module docstring); computed at the first ``of`` call, by
+    the weight's content."""
+
+    def __init__(self, model: torch.nn.Module, seqs: Sequence[torch.Tensor]):
+        self._model = weakref.ref(model)
+        self._seqs = list(seqs)
+        self._by_weight: Optional[dict[tuple, torch.Tensor]] = None
+
+    def of(self, weight: torch.Tensor) -> Optional[torch.Tensor]:
+        """``H`` [in, in] of the Linear whose weight equals ``weight``; None if no Linear has it."""
+        if self._by_weight is None:
+            self._by_weight = self._compute()
+        return self._by_weight.get(_key(weight))
+
+    @torch.no_grad()
+    def _compute(self) -> dict[tuple, torch.Tensor]:
+        model = self._model()
+        if model is None:
+            raise ValueError("GPTQ for kv_cache graphs: the model was freed while compiling")
+        t = time.perf_counter()
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        sums = {id(m): torch.zeros(m.in_features, m.in_features) for m in linears}
+        counts = {id(m): 0 for m in linears}
+
+        def hook(module, args):
+            x = args[0].detach().reshape(-1, module.in_features).to(torch.float32)
+            sums[id(module)].addmm_(x.T, x)
+            counts[id(module)] += x.shape[0]
+
+        handles = [m.register_forward_pre_hook(hook) for m in linears]
+        try:
+            with torch.compiler.set_stance("force_eager"):
+                for seq in self._seqs:
+                    model(input_ids=seq[None], use_cache=False)
+        finally:
+            for h in handles:
+                h.remove()
+        out = {}
+        for m in linears:
+            if counts[id(m)]:
+                out[_key(m.weight)] = sums[id(m)] * (2.0 / counts[id(m)])
+        logger.info("qnn quantize: GPTQ Hessians of %d linear layers from %d sequence(s) in %.1f s",
+                    len(out), len(self._seqs), time.perf_counter() - t)
+        return out
+
+
+_SHARED: "weakref.WeakKeyDictionary[torch.nn.Module, dict[str, SequenceHessians]]" = weakref.WeakKeyDictionary()
+
+
+def shared_hessians(model: torch.nn.Module, seqs: Sequence[torch.Tensor]) -> SequenceHessians:
+    """The ``SequenceHessians`` of ``model`` on ``seqs``, one per model and sequences: every graph
+    of a model calibrated on the same text reads (and computes) the same."""
+    h = hashlib.sha256()
+    for s in seqs:
+        h.update(repr(tuple(s.shape)).encode())
+        h.update(s.to(torch.int64).numpy().tobytes())
+    per_model = _SHARED.setdefault(model, {})
+    return per_model.setdefault(h.hexdigest(), SequenceHessians(model, seqs))
+
+
+def _weight_of(prepared: GraphModule, node: Node) -> Optional[tuple[torch.nn.Module, Node]]:
+    """(weight observer, weight constant node) of a convolution or linear ``node`` whose weight
+    PT2E observes; None for any other node."""
+    if node.op != "call_function" or not (node.target in _CONV or node.target is _LINEAR) or len(node.args) < 2:
+        return None
+    wnode = node.args[1]
+    if not (isinstance(wnode, Node) and wnode.op == "call_module" and wnode.args):
+        return None
+    obs = prepared.get_submodule(str(wnode.target))
+    src = wnode.args[0]
+    if isinstance(obs, WEIGHT_OBSERVERS) and isinstance(src, Node) and src.op == "get_attr":
+        return obs, src
+    return None
+
+
 def round_weights(
-    prepared: GraphModule, samples: Sequence[Sequence[torch.Tensor]], block: Optional[int] = None
+    prepared: GraphModule,
+    samples: Sequence[Sequence[torch.Tensor]],
+    block: Optional[int] = None,
+    hessians: Optional[SequenceHessians] = None,
 ) -> dict[str, blockwise.Blocked]:
     """Replaces the weights of the convolutions and linear layers of ``prepared`` (calibrated,
     observers in place) with GPTQ's choice of grid points. With ``block`` (``weight_block_size``),
     each 4-bit Linear weight that ``blockwise.plan`` takes is rounded on its block-wise grid
     instead (the grid ``blockwise.quantize`` derives from the float weight: GPTQ with static
     groups, so only the integers differ from nearest rounding); those are returned, by the
-    linear's node name, for ``blockwise.plan``."""
+    linear's node name, for ``blockwise.plan``. With ``hessians``, each Linear takes its Hessian
+    from them (module docstring); when every weight does, the samples are not run at all."""
     t = time.perf_counter()
-    samples = evenly(samples, MAX_SAMPLES)
     graph = prepared.graph
+    given: dict[Node, torch.Tensor] = {}
+    if hessians is not None:
+        for node in graph.nodes:
+            found = _weight_of(prepared, node)
+            if found is not None and node.target is _LINEAR:
+                h = hessians.of(constant(prepared, str(found[1].target)))
+                if h is not None:
+                    given[node] = h
+    weighted = sum(_weight_of(prepared, n) is not None for n in graph.nodes)
+    samples = [] if weighted and len(given) == weighted else evenly(samples, MAX_SAMPLES)
     last_use: dict[Node, Node] = {}
     for node in graph.nodes:
         for a in node.all_input_nodes:
@@ -158,27 +266,22 @@ def round_weights(
     for node in graph.nodes:
         if node.op == "output":
             break
-        weight_obs = None
-        if node.op == "call_function" and (node.target in _CONV or node.target is _LINEAR) and len(node.args) > 1:
-            wnode = node.args[1]
-            if isinstance(wnode, Node) and wnode.op == "call_module" and wnode.args:
-                obs = prepared.get_submodule(str(wnode.target))
-                src = wnode.args[0]
-                if isinstance(obs, WEIGHT_OBSERVERS) and (
-                    isinstance(src, Node) and src.op == "get_attr"
-                ):
-                    weight_obs = (obs, src)
+        weight_obs = _weight_of(prepared, node)
         if weight_obs is not None:
             obs, src = weight_obs
             param = constant(prepared, str(src.target))
-            xs = [env[node.args[0]] for env in envs]
-            cols = [_columns(node, x, param) for x in xs]
-            if all(c is not None for c in cols) and (obs.qscheme != torch.per_channel_symmetric or obs.ch_axis == 0):
-                groups = cols[0].shape[0]
-                hessian = torch.zeros(groups, cols[0].shape[1], cols[0].shape[1])
-                for c in cols:
-                    hessian.baddbmm_(c, c.transpose(1, 2))
-                hessian *= 2.0 / sum(c.shape[-1] for c in cols)
+            cols = [] if node in given else [_columns(node, env[node.args[0]], param) for env in envs]
+            if (node in given or (cols and all(c is not None for c in cols))) and (
+                obs.qscheme != torch.per_channel_symmetric or obs.ch_axis == 0
+            ):
+                if node in given:
+                    hessian = given[node].unsqueeze(0)
+                else:
+                    hessian = torch.zeros(cols[0].shape[0], cols[0].shape[1], cols[0].shape[1])
+                    for c in cols:
+                        hessian.baddbmm_(c, c.transpose(1, 2))
+                    hessian *= 2.0 / sum(c.shape[-1] for c in cols)
+                groups = hessian.shape[0]
                 rows = param.shape[0]
                 w = param.detach().reshape(groups, rows // groups, -1)
                 qmin, qmax = int(obs.quant_min), int(obs.quant_max)
@@ -227,9 +330,10 @@ def round_weights(
                 if last_use.get(a) is node:
                     env.pop(a, None)
     logger.info(
-        "qnn quantize: GPTQ rounded %d weights%s in %.1f s",
+        "qnn quantize: GPTQ rounded %d weights%s%s in %.1f s",
         rounded,
         f" ({len(blocks)} block-wise)" if block else "",
+        f", {len(given)} on Hessians of whole calibration sequences" if given else "",
         time.perf_counter() - t,
     )
     return blocks

@@ -73,6 +73,9 @@ class Samples(SequenceABC):
         self.keys = evenly(keys, MAX_SAMPLES)
         self.make = make
         self._fingerprint = fingerprint
+        #: (a weak reference to the float model, every calibration sequence): what GPTQ computes
+        #: its Hessians from for KV-cache graphs (quantization.gptq.SequenceHessians).
+        self.sequences: Optional[tuple[Callable[[], Any], list[torch.Tensor]]] = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -282,8 +285,11 @@ class PrefillSamples:
                 h.update(repr((self.args[i].dtype, tuple(self.args[i].shape))).encode())
             h.update(repr([x.role for x in self.inputs]).encode())
             hash_prefills(h, kept_seqs, kept_rows)
+            for seq in seqs:  # every sequence: GPTQ's Hessians read those this graph skips too
+                h.update(seq.numpy().tobytes())
 
         samples = Samples(keys, lambda key: self.sample(kept_seqs[key[0]], key[1], kept_rows[key[0]]), fingerprint)
+        samples.sequences = (self.model, list(seqs))
         if not samples:
             need = self.steps + 1 if self.decode else self.steps
             raise ValueError(

@@ -23,10 +23,11 @@ KV-cache graphs (``kv_cache=True``) are the exception to "inputs computed by thi
 graph's calibration sample is one token (128 of them here: too few for a Hessian over 576 or
 1,536 input features), and the prefill and decode graphs share every weight, which rounded per
 graph would get other integers in each. Their samples carry ``SequenceHessians``: each Linear's
-``H`` from the float model's forward over the whole calibration sequences (every token of every
-sequence, as GPTQ's authors calibrate LLMs), made once per model and calibration and read by
-every graph, so each weight gets the same rounding in both graphs. These Hessians see float
-inputs, not the quantized layers' outputs: at 16-bit activations the two differ little.
+``H`` from the float model's forward over the whole calibration sequences (every token, up to
+``SEQUENCE_TOKENS`` per sequence, as GPTQ's authors calibrate LLMs), made once per model and
+calibration and read by every graph, so each weight gets the same rounding in both. These
+Hessians see the float model's inputs, not those of the layers already rounded (what lets the
+graphs share them); other graphs keep the propagation above.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ aten = torch.ops.aten
 #: sample's activations of a layer at once, and a KV-cache decode graph calibrates on a sample per
 #: position of every sequence, each holding the whole cache (quantization.prefill).
 MAX_SAMPLES = 128
+
+#: Tokens of a calibration sequence ``SequenceHessians`` reads at most (GPTQ's authors calibrate
+#: on segments of 2,048 tokens): the float forward holds every layer's [heads, n, n] attention.
+SEQUENCE_TOKENS = 2048
 
 #: Damping added to H's diagonal, as a fraction of its mean (GPTQ's default): keeps the
 #: Cholesky factorisation stable when inputs are nearly collinear.
@@ -180,11 +185,12 @@ class SequenceHessians:
             sums[id(module)].addmm_(x.T, x)
             counts[id(module)] += x.shape[0]
 
+        limit = min(SEQUENCE_TOKENS, getattr(getattr(model, "config", None), "max_position_embeddings", None) or SEQUENCE_TOKENS)
         handles = [m.register_forward_pre_hook(hook) for m in linears]
         try:
             with torch.compiler.set_stance("force_eager"):
                 for seq in self._seqs:
-                    model(input_ids=seq[None], use_cache=False)
+                    model(input_ids=seq[None, :limit], use_cache=False)
         finally:
             for h in handles:
                 h.remove()

@@ -24,10 +24,11 @@ graph's calibration sample is one token (128 of them here: too few for a Hessian
 1,536 input features), and the prefill and decode graphs share every weight, which rounded per
 graph would get other integers in each. Their samples carry ``SequenceHessians``: each Linear's
 ``H`` from the float model's forward over the whole calibration sequences (every token, up to
-``SEQUENCE_TOKENS`` per sequence, as GPTQ's authors calibrate LLMs), made once per model and
-calibration and read by every graph, so each weight gets the same rounding in both. These
-Hessians see the float model's inputs, not those of the layers already rounded (what lets the
-graphs share them); other graphs keep the propagation above.
+``SEQUENCE_TOKENS`` per sequence, as GPTQ's authors calibrate LLMs). Every graph computes them
+from the same forwards, so each weight gets the same Hessian and the same rounding in every
+graph; they are dropped after each graph (the whole SmolLM2's are 0.5 GB) rather than kept with
+the model. These Hessians see the float model's inputs, not those of the layers already rounded
+(what makes them the same for every graph); other graphs keep the propagation above.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def _key(weight: torch.Tensor) -> tuple:
 class SequenceHessians:
     """Each ``torch.nn.Linear``'s ``H = 2 X X^T`` over every token of the calibration sequences,
     from forwards of the float model (module docstring); computed at the first ``of`` call, by
-    the weight's content."""
+    the weight's content. Deterministic: the same model and sequences give the same Hessians."""
 
     def __init__(self, model: torch.nn.Module, seqs: Sequence[torch.Tensor]):
         self._model = weakref.ref(model)
@@ -201,20 +202,6 @@ class SequenceHessians:
         logger.info("qnn quantize: GPTQ Hessians of %d linear layers from %d sequence(s) in %.1f s",
                     len(out), len(self._seqs), time.perf_counter() - t)
         return out
-
-
-_SHARED: "weakref.WeakKeyDictionary[torch.nn.Module, dict[str, SequenceHessians]]" = weakref.WeakKeyDictionary()
-
-
-def shared_hessians(model: torch.nn.Module, seqs: Sequence[torch.Tensor]) -> SequenceHessians:
-    """The ``SequenceHessians`` of ``model`` on ``seqs``, one per model and sequences: every graph
-    of a model calibrated on the same text reads (and computes) the same."""
-    h = hashlib.sha256()
-    for s in seqs:
-        h.update(repr(tuple(s.shape)).encode())
-        h.update(s.to(torch.int64).numpy().tobytes())
-    per_model = _SHARED.setdefault(model, {})
-    return per_model.setdefault(h.hexdigest(), SequenceHessians(model, seqs))
 
 
 def _weight_of(prepared: GraphModule, node: Node) -> Optional[tuple[torch.nn.Module, Node]]:

@@ -152,14 +152,14 @@ def quantize(
     seconds["calibrate"] = time.perf_counter() - t
     rounded: dict[str, blockwise.Blocked] = {}  # the block-wise weights GPTQ chose
     if cfg.weight_rounding == "gptq":
-        from .gptq import round_weights, shared_hessians  # imported for their cost, as annotate above
+        from .gptq import SequenceHessians, round_weights  # imported for their cost, as annotate above
 
         t = time.perf_counter()
         # KV-cache graphs' samples name the model and its calibration sequences: every graph of
         # the model then rounds each weight on the same Hessians (quantization.gptq).
         source = getattr(samples, "sequences", None)
         model = source[0]() if source is not None else None
-        hessians = shared_hessians(model, source[1]) if model is not None else None
+        hessians = SequenceHessians(model, source[1]) if model is not None else None
         with torch.no_grad():
             rounded = round_weights(prepared, samples, cfg.weight_block_size, hessians)
         seconds["rounding"] = time.perf_counter() - t

@@ -728,6 +728,39 @@ def _lpbq(m):
     return out
 
 
+class TiedHead(nn.Module):
+    """An LM head tied to the embedding (SmolLM2's, Gemma's): one weight, read by a Gather and a
+    Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(64, 32)
+        self.mix = nn.Linear(32, 32)
+        self.head = nn.Linear(32, 64, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids):
+        e = self.emb(ids)
+        return e, self.head(self.mix(e))
+
+
+def test_gptq_leaves_an_embedding_tied_to_the_head_its_own_weights():
+    # GPTQ replaced the head's weight constant in place, which the tied embedding also reads: the
+    # embedding's table became the head's error-compensated values. The head now gets a copy of
+    # its own; the embedding's output is nearest rounding's exactly, the head's is GPTQ's.
+    torch.manual_seed(0)
+    model = TiedHead().eval()
+    g = torch.Generator().manual_seed(2)
+    samples = [(torch.randint(0, 64, (1, 16), generator=g),) for _ in range(8)]
+    outs = {}
+    for rounding in ("nearest", "gptq"):
+        _, m = qdq(model, samples[0], "8a8w", samples=samples, weight_rounding=rounding)
+        outs[rounding] = ReferenceEvaluator(m).run(None, {"input_0": samples[0][0].numpy()})
+    np.testing.assert_array_equal(outs["nearest"][0], outs["gptq"][0])
+    assert np.abs(outs["nearest"][1] - outs["gptq"][1]).max() > 1e-3
+    assert torch.equal(model.head.weight, model.emb.weight)  # the caller's model is untouched
+
+
 def test_gptq_rounds_block_wise_weights_on_their_grid_and_lowers_the_error():
     # weight_rounding="gptq" with weight_block_size: GPTQ picks the integers on the block-wise
     # grid nearest rounding derives from the float weights (the same per-channel and per-block

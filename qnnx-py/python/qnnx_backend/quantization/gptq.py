@@ -91,6 +91,22 @@ def _replace_attr(model: GraphModule, target: str, value: torch.Tensor) -> torch
     return value
 
 
+def _own_constant(prepared: GraphModule, observer: Node, src: Node) -> Node:
+    """A constant of its own for the weight ``observer`` reads from ``src``, when another op reads
+    ``src`` too: an LM head tied to the embedding (SmolLM2's, Gemma's) shares its weight with the
+    embedding's Gather, which must keep the float table, not the head's GPTQ-compensated values."""
+    if len(src.users) == 1:
+        return src
+    name = f"{str(src.target).replace('.', '_')}_gptq"
+    while hasattr(prepared, name):
+        name += "_"
+    prepared.register_buffer(name, constant(prepared, str(src.target)).detach().clone())
+    with prepared.graph.inserting_before(observer):
+        copy = prepared.graph.get_attr(name)
+    observer.replace_input_with(src, copy)
+    return copy
+
+
 def _columns(node: Node, x: torch.Tensor, weight: torch.Tensor) -> Optional[torch.Tensor]:
     """The layer's input as the columns its weight rows multiply: [groups, fan_in, samples];
     None for a form this pass does not take (string padding, unusual arguments)."""
@@ -289,6 +305,7 @@ def round_weights(
                 if grid is not None:
                     ints = torch.round(q[0] / scale[0]).clamp(qmin, qmax).to(torch.int8)
                     blocks[node.name] = dataclasses.replace(grid, q=ints)
+                src = _own_constant(prepared, node.args[1], src)
                 new = _replace_attr(prepared, str(src.target), q.reshape(param.shape).to(param.dtype))
                 for env in envs:
                     env[node.args[1]] = new
@@ -322,6 +339,7 @@ def round_weights(
             for a in node.all_input_nodes:
                 if last_use.get(a) is node:
                     env.pop(a, None)
+    prepared.recompile()
     logger.info(
         "qnn quantize: GPTQ rounded %d weights%s%s in %.1f s",
         rounded,

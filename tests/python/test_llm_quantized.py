@@ -219,8 +219,9 @@ def test_trained_smollm2_with_block_wise_4bit_weights_follows_fp32(smollm2_4, ro
     # 64-slot cache asked for; 16a8w: 0.89 and 22.4 dB on the same cut, whose near-flat
     # next-token distributions make top-1 fragile); GPTQ 0.778 and 22.1 dB with each graph
     # rounded on its own samples (bea7cf2), 0.667 and 21.5 dB with both graphs on the Hessians
-    # of the whole texts (four sentences here). The whole model, and the benchmark's 4-layer
-    # figures: bench/llm_quant.py, docs/llm.md.
+    # of the whole texts (four sentences here), 0.630 and 21.7 dB since GPTQ leaves the tied
+    # embedding its own table (0eb1e19; the earlier figures had it rewritten). The whole model,
+    # and the benchmark's 4-layer figures: bench/llm_quant.py, docs/llm.md.
     floor = {"nearest": (0.62, 17), "gptq": (0.62, 19)}[rounding]
     assert agree >= floor[0] and sqnr >= floor[1], (agree, sqnr)
     assert qnnx_backend.STATS["quantizations"] == 2 and qnnx_backend.STATS["fallbacks"] == 0

@@ -119,7 +119,8 @@ def greedy(model, tok, prompts, new_tokens: int, cache_len: int) -> tuple[list[l
                                cache_implementation="static", disable_compile=True,
                                max_cache_len=cache_len, return_dict_in_generate=True, output_scores=True)
         out.append(g.sequences[0, ids.shape[1]:].tolist())
-        margins.append([round(float(d), 3) for d in (s[0].topk(2).values[0] - s[0].topk(2).values[1] for s in g.scores)])
+        top2 = [s[0].topk(2).values for s in g.scores]
+        margins.append([round(float(v[0] - v[1]), 3) for v in top2])
     return out, margins
 
 

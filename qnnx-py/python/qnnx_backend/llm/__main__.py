@@ -83,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
             p.error(str(e))
         cache = None if args.no_cache else (args.cache or default_cache_dir())
         children.update(shards=args.shards, jobs=args.jobs, cache_dir=cache)
-    children["opt_level"] = args.opt_level
     start = time.perf_counter()
     say = Progress(sys.stderr, quiet=args.json)
     try:
@@ -103,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             quantize=args.quantize,
             calibration=calibration,
             kv_cache_bits=args.kv_cache_bits,
+            opt_level=args.opt_level,
             progress=say,
             **children,
         )

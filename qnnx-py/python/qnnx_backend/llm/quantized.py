@@ -99,9 +99,7 @@ class Calibration:
             hash_prefills(h, self.seqs, self.rows)
 
         keys = [(k, p) for k, seq in enumerate(self.seqs) for p in self.starts(int(seq.numel()), t, c)]
-        out = Samples(keys, make, fingerprint)
-        if self.model is not None:
-            out.sequences = (self.model, self.seqs)
+        out = Samples(keys, make, fingerprint, (self.model, self.seqs) if self.model is not None else None)
         if not out:
             raise ValueError(
                 f"calibration: no sequence is long enough for the {t}-token graph; give sequences of at "

@@ -250,16 +250,15 @@ def round_weights(
     from them (module docstring); when every weight does, the samples are not run at all."""
     t = time.perf_counter()
     graph = prepared.graph
+    weights = {n: w for n in graph.nodes if (w := _weight_of(prepared, n)) is not None}
     given: dict[Node, torch.Tensor] = {}
     if hessians is not None:
-        for node in graph.nodes:
-            found = _weight_of(prepared, node)
-            if found is not None and node.target is _LINEAR:
-                h = hessians.of(constant(prepared, str(found[1].target)))
-                if h is not None:
-                    given[node] = h
-    weighted = sum(_weight_of(prepared, n) is not None for n in graph.nodes)
-    samples = [] if weighted and len(given) == weighted else evenly(samples, MAX_SAMPLES)
+        for node, (_, src) in weights.items():
+            h = hessians.of(constant(prepared, str(src.target))) if node.target is _LINEAR else None
+            if h is not None:
+                given[node] = h
+    samples = [] if weights and len(given) == len(weights) else evenly(samples, MAX_SAMPLES)
+    copied = False  # whether a weight got a constant of its own (_own_constant)
     last_use: dict[Node, Node] = {}
     for node in graph.nodes:
         for a in node.all_input_nodes:
@@ -275,7 +274,7 @@ def round_weights(
     for node in graph.nodes:
         if node.op == "output":
             break
-        weight_obs = _weight_of(prepared, node)
+        weight_obs = weights.get(node)
         if weight_obs is not None:
             obs, src = weight_obs
             param = constant(prepared, str(src.target))
@@ -305,7 +304,9 @@ def round_weights(
                 if grid is not None:
                     ints = torch.round(q[0] / scale[0]).clamp(qmin, qmax).to(torch.int8)
                     blocks[node.name] = dataclasses.replace(grid, q=ints)
-                src = _own_constant(prepared, node.args[1], src)
+                own = _own_constant(prepared, node.args[1], src)
+                copied |= own is not src
+                src = own
                 new = _replace_attr(prepared, str(src.target), q.reshape(param.shape).to(param.dtype))
                 for env in envs:
                     env[node.args[1]] = new
@@ -339,7 +340,8 @@ def round_weights(
             for a in node.all_input_nodes:
                 if last_use.get(a) is node:
                     env.pop(a, None)
-    prepared.recompile()
+    if copied:
+        prepared.recompile()
     logger.info(
         "qnn quantize: GPTQ rounded %d weights%s%s in %.1f s",
         rounded,

@@ -67,7 +67,13 @@ class Samples(SequenceABC):
     the maker keeps (the prefills' rows), so a thousand decode samples never exist at once.
     Re-readable, as calibration, the 8-bit cache's encodings and GPTQ each read them."""
 
-    def __init__(self, keys: Sequence[Any], make: Callable[[Any], tuple], fingerprint: Callable[[Any], None]):
+    def __init__(
+        self,
+        keys: Sequence[Any],
+        make: Callable[[Any], tuple],
+        fingerprint: Callable[[Any], None],
+        sequences: Optional[tuple[Callable[[], Any], list[torch.Tensor]]] = None,
+    ):
         #: The samples' keys, at most ``MAX_SAMPLES`` of those given; ``offered`` how many were.
         self.offered = len(keys)
         self.keys = evenly(keys, MAX_SAMPLES)
@@ -75,7 +81,7 @@ class Samples(SequenceABC):
         self._fingerprint = fingerprint
         #: (a weak reference to the float model, every calibration sequence): what GPTQ computes
         #: its Hessians from for KV-cache graphs (quantization.gptq.SequenceHessians).
-        self.sequences: Optional[tuple[Callable[[], Any], list[torch.Tensor]]] = None
+        self.sequences = sequences
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -288,8 +294,9 @@ class PrefillSamples:
             for seq in seqs:  # every sequence: GPTQ's Hessians read those this graph skips too
                 h.update(seq.numpy().tobytes())
 
-        samples = Samples(keys, lambda key: self.sample(kept_seqs[key[0]], key[1], kept_rows[key[0]]), fingerprint)
-        samples.sequences = (self.model, list(seqs))
+        samples = Samples(
+            keys, lambda key: self.sample(kept_seqs[key[0]], key[1], kept_rows[key[0]]), fingerprint, (self.model, list(seqs))
+        )
         if not samples:
             need = self.steps + 1 if self.decode else self.steps
             raise ValueError(

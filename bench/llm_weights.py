@@ -85,6 +85,20 @@ def sqnr(ref: torch.Tensor, got: torch.Tensor) -> float:
     return round(10 * math.log10(ref.pow(2).sum().item() / max((ref - got).pow(2).sum().item(), 1e-30)), 2)
 
 
+def row_metrics(ref: torch.Tensor, got: torch.Tensor, ids: torch.Tensor) -> dict:
+    """bench/llm_quant.py's metrics of teacher-forced logits ``got`` against ``ref`` (both ``[n,
+    vocab]`` for token ids ``ids`` ``[1, n]``), the logits SQNR with each position's mean removed,
+    the log-probabilities' SQNR and the top-1 agreement over ``WINDOW``."""
+    from llm_quant import metrics
+
+    a, b = WINDOW
+    centered = lambda x: x - x.mean(-1, keepdim=True)  # noqa: E731
+    return {**metrics(ref[:-1], got[:-1], ids[0, 1:]),
+            "logits_sqnr_centered_db": sqnr(centered(ref[:-1]), centered(got[:-1])),
+            "logprob_sqnr_db": sqnr(ref[:-1].log_softmax(-1), got[:-1].log_softmax(-1)),
+            "top1_window": metrics(ref[a - 1 : b - 1], got[a - 1 : b - 1], ids[0, a:b])["top1_agreement"]}
+
+
 def main():
     import smollm2
     from llm_quant import evaluation_text, metrics
@@ -114,11 +128,7 @@ def main():
             return model(ids).logits[0]
 
     def row(got: torch.Tensor) -> dict:
-        centered = lambda x: x - x.mean(-1, keepdim=True)  # noqa: E731
-        return {**metrics(ref[:-1], got[:-1], ids[0, 1:]),
-                "logits_sqnr_centered_db": sqnr(centered(ref[:-1]), centered(got[:-1])),
-                "logprob_sqnr_db": sqnr(ref[:-1].log_softmax(-1), got[:-1].log_softmax(-1)),
-                "top1_window": metrics(ref[a - 1 : b - 1], got[a - 1 : b - 1], ids[0, a:b])["top1_agreement"]}
+        return row_metrics(ref, got, ids)
 
     def lpbq(block):
         return lambda w: blockwise.quantize(w, block).dequantized()

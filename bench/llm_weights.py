@@ -31,7 +31,7 @@ the 64 positions bench/llm_quant.py evaluates (``--prefill 16 --eval-tokens 80``
 Besides the logits SQNR each row gives it with each position's mean logit removed (a shift of a
 whole row changes no probability) and the SQNR of the log-probabilities.
 
-Host only, about eight minutes:
+Host only, about twenty minutes on two shared cores:
 
     python3 bench/llm_weights.py
 

@@ -41,7 +41,6 @@ Results: bench/results/llm_weights.json and .md.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 
@@ -80,16 +79,12 @@ def blocks_float(w: torch.Tensor, block: int, bits: int) -> torch.Tensor:
     return ((x / s).round().clamp(-q - 1, q) * s).reshape(out, inp)
 
 
-def sqnr(ref: torch.Tensor, got: torch.Tensor) -> float:
-    ref, got = ref.double(), got.double()
-    return round(10 * math.log10(ref.pow(2).sum().item() / max((ref - got).pow(2).sum().item(), 1e-30)), 2)
-
-
 def row_metrics(ref: torch.Tensor, got: torch.Tensor, ids: torch.Tensor) -> dict:
     """bench/llm_quant.py's metrics of teacher-forced logits ``got`` against ``ref`` (both ``[n,
     vocab]`` for token ids ``ids`` ``[1, n]``), the logits SQNR with each position's mean removed,
     the log-probabilities' SQNR and the top-1 agreement over ``WINDOW``."""
     from llm_quant import metrics
+    from llm_residual_trace import sqnr
 
     a, b = WINDOW
     centered = lambda x: x - x.mean(-1, keepdim=True)  # noqa: E731

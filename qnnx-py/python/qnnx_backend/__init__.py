@@ -103,6 +103,8 @@ _LAZY = {
     "LayerError": "._accuracy",
     "mixed_precision": ".quantization.mixed",
     "MixedPrecision": ".quantization.mixed",
+    "decoder_recipe": ".quantization.recipe",
+    "DecoderRecipe": ".quantization.recipe",
 }
 
 
@@ -124,6 +126,8 @@ __all__ = [
     "LayerError",
     "mixed_precision",
     "MixedPrecision",
+    "decoder_recipe",
+    "DecoderRecipe",
     "compile",
     "explain",
     "export",

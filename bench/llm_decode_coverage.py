@@ -12,6 +12,11 @@ as calibration samples are), against fp32 eager PyTorch:
 * the QDQ model with its encodings widened to the ranges of the calibration texts at every
   ``--stride``-th position (denser calibration on the same texts, no evaluation data).
 
+With ``--ablate``, instead of the last four: the QDQ model with groups of its activation Q/DQ
+pairs removed (every 8-bit pair, every 16-bit pair, those of each producing op and width, those
+read by each op at each width): which encodings cost what (``--soc 35``: the QCS6490's graph,
+which the emulator cannot run as a bare QDQ model, so there is no HTP row).
+
     bench/.venv-ort/bin/python bench/llm_decode_coverage.py            # 30 layers, ~20 min
     bench/.venv-ort/bin/python bench/llm_decode_coverage.py --layers 2 --calib 2
 
@@ -170,6 +175,9 @@ def main():
                     help="also: every 16-bit activation encoding's range times this factor")
     ap.add_argument("--bisect", action="store_true",
                     help="also: find the one encoding whose --widen-all widening costs the most")
+    ap.add_argument("--ablate", action="store_true",
+                    help="instead of the HTP and widening rows: the QDQ model with groups of its activation "
+                         "Q/DQ pairs removed (by producer op and width, by consumer op and width)")
     ap.add_argument("--capture", default="/tmp/qnnx-decode-capture.pkl")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
@@ -208,6 +216,10 @@ def main():
 
     score("float_activations", logits(trace.float_activations(qdq.model)))
     score("qdq", logits(qdq.model))
+    if args.ablate:
+        for name, which in ablations(qdq.model):
+            score(name, logits(trace.float_activations(qdq.model, which)))
+        return write(args.out, result)
     htp = InferenceSession(data, soc_model=args.soc, cache=False)
     got = [htp.run(None, {i.name: feed(smp)[i.name] for i in htp.get_inputs()})[0].reshape(-1)
            for smp in ev["samples"][: args.htp_steps]]
@@ -255,9 +267,42 @@ def main():
     result["dense_positions"] = n
     result["dense_widened"] = dense.widen(lo, hi)
     score(f"qdq_dense_stride{args.stride}", logits(dense.model))
-    if args.out:
-        with open(args.out, "w") as f:
+    write(args.out, result)
+
+
+def write(path, result):
+    if path:
+        with open(path, "w") as f:
             json.dump(result, f, indent=1)
+
+
+def ablations(model):
+    """(name, which(q, dq)) per group of activation Q/DQ pairs: every 8-bit and every 16-bit pair,
+    then by the op that makes the quantized value and width, then by an op that reads the
+    dequantized one and width (a group per pair of them)."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    prod = {o: n.op_type for n in model.graph.node for o in n.output}
+    readers: dict = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers.setdefault(i, set()).add(n.op_type)
+    bits = lambda q: numpy_helper.to_array(inits[q.input[2]]).dtype.itemsize * 8  # noqa: E731
+    dqs: dict = {}
+    for n in model.graph.node:
+        if n.op_type == "DequantizeLinear":
+            dqs.setdefault(n.input[0], []).append(n)
+    pairs = [(q, dq) for q in model.graph.node if q.op_type == "QuantizeLinear" and q.input[0] not in inits
+             for dq in dqs.get(q.output[0], ())]
+    made = sorted({(prod.get(q.input[0], "graph input"), bits(q)) for q, _ in pairs})
+    read = sorted({(r, bits(q)) for q, dq in pairs for r in readers.get(dq.output[0], ())})
+    out = [(f"without every {b}-bit activation Q/DQ", lambda q, dq, b=b: bits(q) == b) for b in (8, 16)]
+    out += [(f"without the {b}-bit Q/DQ of {op} outputs", lambda q, dq, op=op, b=b: prod.get(q.input[0], "graph input") == op
+             and bits(q) == b) for op, b in made]
+    out += [(f"without the {b}-bit Q/DQ read by {op}", lambda q, dq, op=op, b=b: op in readers.get(dq.output[0], ())
+             and bits(q) == b) for op, b in read]
+    return out
 
 
 def rebuild(ev, rows, seq, p):

@@ -113,9 +113,9 @@ def residual_sums(model) -> list[str]:
             if n.op_type == "Add" and dq_of(n.output[0]) and any(r.op_type == "Pow" for r in readers(n.output[0]))]
 
 
-def float_activations(model):
+def float_activations(model, which=None):
     """The model with every activation QuantizeLinear -> DequantizeLinear pair removed (the DQ
-    output names kept, as Identity)."""
+    output names kept, as Identity), or those for which ``which(q, dq)`` is true."""
     import onnx
     from onnx import helper
 
@@ -126,7 +126,7 @@ def float_activations(model):
     ren, keep = {}, []
     for n in m.graph.node:
         q = prod.get(n.input[0]) if n.op_type == "DequantizeLinear" and n.input[0] not in inits else None
-        if q is not None and q.op_type == "QuantizeLinear":
+        if q is not None and q.op_type == "QuantizeLinear" and (which is None or which(q, n)):
             ren[n.output[0]] = q.input[0]
             continue
         keep.append(n)

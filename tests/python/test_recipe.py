@@ -81,7 +81,12 @@ def test_the_planted_sensitive_linear_is_ranked_worst_on_the_htp():
     calib = [_ids(64, s) for s in range(4)]
     with torch.no_grad():
         before = model(calib[0][None])
+    compiles = []
+    users = torch.compile(lambda x: x * 2 + 1, backend=lambda gm, ex: compiles.append(gm) or gm)
+    users(torch.ones(3))
     r = qnnx_backend.decoder_recipe(model, calib, quantize="16a8w", soc_model=60, tokens=256, chunk=64)
+    users(torch.ones(3))
+    assert len(compiles) == 1  # the user's compiled functions are left compiled
     names = [p for p, _, _ in r.rows]
     assert sorted(names) == ["a", "b", "c"] and r.tokens == 256 and r.graphs == 1
     sqnr = {p: s for p, s, _ in r.rows}

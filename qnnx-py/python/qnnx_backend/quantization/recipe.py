@@ -40,6 +40,7 @@ import time
 from typing import Any, Optional, Sequence
 
 import torch
+from torch._dynamo.eval_frame import reset_code
 
 from ..settings import parse_options
 from .prefill import sequences
@@ -240,7 +241,11 @@ def decoder_recipe(
                 sqnr[p] = round(_sqnr(ref, outputs[p]), 2)
         graphs += 1
         logger.info("decoder_recipe: graph %d: %s", graphs, ", ".join(f"{p} {sqnr[p]:.1f} dB" for p in group))
-        torch._dynamo.reset()  # the compiled graph and its guards are not needed again
+        # The compiled graph is not needed again. Only this forward's cache entries are dropped:
+        # torch._dynamo.reset() would drop every compiled function of the process (the user's
+        # too), and keeping them would reach dynamo's recompile limit for one code object (8),
+        # after which it runs the next graphs eagerly.
+        reset_code(_Graph.forward.__code__)
     del inputs
     costs = _costs(model, seqs, linears, outputs, n)
     rows = sorted(((p, sqnr[p], costs[p]) for p in linears), key=lambda r: -r[2])

@@ -148,3 +148,36 @@ def test_gptq_gives_every_graph_the_same_integers():
     assert len(gptq[0]) >= 14  # 2 layers x 7 linear weights (and the head)
     assert gptq[0] == gptq[1]
     assert gptq[0] != nearest
+
+
+def test_quantize_modules_name_the_models_paths_and_reach_each_graph(tmp_path):
+    """``quantize_modules`` in a build (``decoder_recipe``'s overrides: the Hugging Face model's
+    paths) reach the graphs, whose module holds the same Linears under other paths: the named
+    ``down_proj`` gets 16-bit weights, the others keep 8. A pattern that names no module is
+    refused before anything is calibrated. Host only (PT2E and the QDQ export, no QNN)."""
+    import onnx
+
+    import tiny_llm
+    from qnnx_backend.llm import build, export, quantized
+
+    torch.manual_seed(0)
+    model, tok = tiny_llm.model(), tiny_llm.tokenizer()
+    texts = [" ".join(tiny_llm.TEXT[i % 2] for i in range(j, j + 3)) for j in range(4)]
+    calib = quantized.Calibration.run(model, texts, tok, 32)
+    wanted = {"model.layers.1.mlp.down_proj": "16a16w"}
+    step = export.DecoderStep(model, 32, 1)
+    own = quantized.step_modules(model, step, wanted)
+    assert own == {"layers.1.mlp.down_proj": "16a16w"}
+    data, _ = quantized.graph_onnx(step, calib, quantized.config("16a8w", 60, own), None)
+    m = onnx.load_from_string(data)
+    widths = sorted(i.data_type for i in m.graph.initializer if len(i.dims) == 2)
+    shape = tuple(model.model.layers[1].mlp.down_proj.weight.shape)
+    int16 = [tuple(i.dims) for i in m.graph.initializer if i.data_type == onnx.TensorProto.INT16 and len(i.dims) == 2]
+    assert int16 == [shape], (int16, widths)
+    assert sum(1 for w in widths if w == onnx.TensorProto.INT8) >= 13  # the other Linears (and the head) at 8 bits
+    with pytest.raises(ValueError, match="matches no module"):
+        build.build_from(model, tok, tmp_path / "a", cache_len=32, prefill=[8], quantize="16a8w", calibration=texts,
+                         quantize_modules={"model.layers.9.mlp.down_proj": "16a16w"})
+    with pytest.raises(ValueError, match="quantize_modules is given without quantize"):
+        build.build_from(model, tok, tmp_path / "b", cache_len=32, prefill=[8], quantize_modules=wanted)
+    assert list(tmp_path.iterdir()) == []  # no folder, not even a .partial one

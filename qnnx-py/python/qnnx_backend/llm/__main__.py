@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     b.add_argument("--kv-cache-bits", type=int, choices=(8, 16), default=8, help="with --quantize: the KV cache's width")
     b.add_argument(
+        "--quantize-modules",
+        metavar="JSON",
+        help="with --quantize: per-module schemes, a JSON object or a file holding one, such as "
+        '\'{"model.layers.11.mlp.down_proj": "16a16w"}\' (decoder_recipe(...).options(keep)["quantize_modules"])',
+    )
+    b.add_argument(
         "--shards", type=int, default=1, help="split each graph into this many graphs of consecutive layers (default 1)"
     )
     b.add_argument(
@@ -68,6 +74,19 @@ def main(argv: list[str] | None = None) -> int:
                 calibration = build.split_calibration(f.read())
         except (OSError, UnicodeDecodeError) as e:
             p.error(f"--calibration {args.calibration}: {e}")
+    modules = None
+    if args.quantize_modules:
+        text = args.quantize_modules
+        try:
+            if not text.lstrip().startswith(("{", "[")):
+                with open(text, encoding="utf-8") as f:
+                    text = f.read()
+            modules = json.loads(text)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            p.error(f"--quantize-modules: {e}")
+        modules = modules.get("quantize_modules", modules) if isinstance(modules, dict) else modules
+        if not isinstance(modules, dict):
+            p.error('--quantize-modules: give a JSON object of module path -> scheme, such as {"lm_head": "16a16w"}')
     from .shards import default_cache_dir, parse_size
     from .timings import Progress, timings, timings_text
 
@@ -102,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             quantize=args.quantize,
             calibration=calibration,
             kv_cache_bits=args.kv_cache_bits,
+            quantize_modules=modules,
             opt_level=args.opt_level,
             progress=say,
             **children,

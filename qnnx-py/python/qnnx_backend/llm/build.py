@@ -108,26 +108,33 @@ def _graph_maker(
     calibration: Any,
     kv_cache_bits: int,
     progress: Callable[[str], None],
+    quantize_modules: Optional[dict] = None,
 ) -> tuple[Callable[[export.DecoderStep], tuple[bytes, dict]], dict]:
     """The function making each graph's ONNX model (float, or quantized on the calibration run
     here once), and what the manifest says of the quantization."""
     if quantize is None:
-        if calibration is not None:
-            raise ValueError("calibration is given without quantize: name a scheme such as quantize='16a8w'")
+        if calibration is not None or quantize_modules:
+            given = "calibration" if calibration is not None else "quantize_modules"
+            raise ValueError(f"{given} is given without quantize: name a scheme such as quantize='16a8w'")
         return (lambda step: (export.onnx_bytes(step), {})), {}
     if kv_cache_bits not in (8, 16):
         raise ValueError(f"kv_cache_bits={kv_cache_bits}: use 8 (uint8 codes) or 16")
     if calibration is None:
         raise ValueError("quantize needs calibration: strings of the text the model sees (a few dozen), or token ids")
-    cfg = quantized.config(quantize, soc_model)
+    cfg = quantized.config(quantize, soc_model, quantize_modules)  # the scheme and overrides checked
+    quantized.step_modules(model, model, quantize_modules)  # every pattern matches a module
     progress(f"calibrating: float prefills of {len(calibration)} sequence(s)")
     calib = quantized.Calibration.run(model, calibration, tokenizer, cache_len)
     cache = calib.cache_encodings() if kv_cache_bits == 8 else None
     info = {"quantization": {"scheme": quantize, "kv_cache_bits": kv_cache_bits, "calibration_sequences": len(calib.seqs),
                              "calibration_prefill_s": round(calib.seconds, 2)}}
+    if quantize_modules:
+        info["quantization"]["quantize_modules"] = dict(quantize_modules)
 
     def make(step: export.DecoderStep) -> tuple[bytes, dict]:
-        data, seconds = quantized.graph_onnx(step, calib, cfg, cache, progress)
+        own = quantized.step_modules(model, step, quantize_modules)
+        step_cfg = quantized.config(quantize, soc_model, own) if own else cfg
+        data, seconds = quantized.graph_onnx(step, calib, step_cfg, cache, progress)
         return data, {"quantize_s": {k: round(v, 2) for k, v in seconds.items()}, "calibration_samples": calib.counts[step.tokens]}
 
     return make, info
@@ -147,6 +154,7 @@ def build_from(
     quantize: Optional[str] = None,
     calibration: Any = None,
     kv_cache_bits: int = 8,
+    quantize_modules: Optional[dict] = None,
     progress: Callable[[str], None] = lambda _: None,
     shards: int = 1,
     jobs: int = 1,
@@ -164,7 +172,8 @@ def build_from(
     device library loads it). ``quantize`` (``"16a8w"``, ``"16a4w"``, ...): quantized graphs
     calibrated in prefill mode on ``calibration`` (strings through ``tokenizer``, or token id
     sequences), with the KV cache held at ``kv_cache_bits`` (8: uint8 codes; 16: float on the
-    host) (``llm/quantized.py``).
+    host) (``llm/quantized.py``); ``quantize_modules`` overrides the scheme per module, paths as
+    ``model.named_modules()`` spells them (``decoder_recipe(...).options(keep)``'s).
 
     ``opt_level``: QNN's graph optimization level (1 to 3; None is QNN's default, 2), for every
     graph. ``shards``, ``jobs``, ``max_memory``, ``cache_dir``: each graph split into ``shards``
@@ -186,9 +195,6 @@ def build_from(
     out = Path(output)
     if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
         raise FileExistsError(f"{out} is a non-empty folder that is not an LLM artifact; choose another -o")
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     spec = _native.Spec("npu", soc_model, None, True, opt_level)
     started = time.perf_counter()
     precision = quantize or "fp16"
@@ -201,7 +207,13 @@ def build_from(
             "quantize with shards, jobs, max_memory or a cache is not built yet: the child "
             "processes compile fp16 graphs; build a quantized artifact in one process"
         )
-    make_onnx, quant_info = _graph_maker(model, tokenizer, cache_len, soc_model, quantize, calibration, kv_cache_bits, progress)
+    # Before the folder is made: a bad option or calibration leaves nothing behind.
+    make_onnx, quant_info = _graph_maker(
+        model, tokenizer, cache_len, soc_model, quantize, calibration, kv_cache_bits, progress, quantize_modules
+    )
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     kinds = [("decode", 1)] + [("prefill", n) for n in buckets]
     graphs, pending, saved = [], [], None
     figures = None
@@ -297,6 +309,7 @@ def build(
     quantize: Optional[str] = None,
     calibration: Any = None,
     kv_cache_bits: int = 8,
+    quantize_modules: Optional[dict] = None,
     progress: Optional[Callable[[str], None]] = None,
     **children: Any,
 ) -> dict:
@@ -319,6 +332,7 @@ def build(
         quantize=quantize,
         calibration=calibration,
         kv_cache_bits=kv_cache_bits,
+        quantize_modules=quantize_modules,
         progress=say,
         **children,
     )

@@ -116,14 +116,39 @@ class Calibration:
         return [found[k] for k in range(len(flat[0]))]
 
 
-def config(scheme: str, soc_model: int) -> quant_config.QuantizeConfig:
+def config(scheme: str, soc_model: int, modules: Optional[dict] = None) -> quant_config.QuantizeConfig:
     """The QuantizeConfig of ``scheme`` (``quantization.config``'s names) for the HTP of
-    ``soc_model``, with a decoder's headroom (``config.DECODER_HEADROOM``); ValueError for an
-    unknown scheme."""
+    ``soc_model``, with a decoder's headroom (``config.DECODER_HEADROOM``) and the
+    ``quantize_modules`` overrides ``modules`` (paths of the graph's module: ``step_modules``);
+    ValueError for an unknown scheme or a bad override."""
     from .. import _native
 
     arch = _native.target_arch("npu", soc_model, None)
-    return quant_config.config(scheme, htp_arch=arch, headroom=quant_config.DECODER_HEADROOM)
+    return quant_config.config(scheme, htp_arch=arch, headroom=quant_config.DECODER_HEADROOM, modules=modules)
+
+
+def step_modules(model: torch.nn.Module, step: torch.nn.Module, overrides: Optional[dict]) -> Optional[dict]:
+    """``overrides`` (``quantize_modules`` over the Hugging Face model's paths, as
+    ``decoder_recipe`` writes them: ``model.layers.11.mlp.down_proj``) in the paths of ``step``,
+    which holds the same modules under other names (``layers.11.mlp.down_proj``; a shard's
+    layers count from 0): each pattern's matches, by identity. ValueError for a pattern that
+    matches no module of ``model``; None when no match is in ``step``."""
+    import fnmatch
+
+    if not overrides:
+        return None
+    names = {id(m): p for p, m in step.named_modules() if p}
+    out = {}
+    for pattern, scheme in overrides.items():
+        matched = [m for p, m in model.named_modules() if p and fnmatch.fnmatchcase(p, pattern)]
+        if not matched:
+            some = ", ".join(p for p, m in list(model.named_modules())[1:4])
+            raise ValueError(
+                f"quantize_modules: {pattern!r} matches no module of the model; give paths as "
+                f"model.named_modules() spells them (such as {some}, or decoder_recipe's)"
+            )
+        out.update({names[id(m)]: scheme for m in matched if id(m) in names})
+    return out or None
 
 
 def graph_onnx(

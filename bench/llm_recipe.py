@@ -63,9 +63,9 @@ def main():
     args = ap.parse_args()
     if args.print_options:
         name, keep = args.print_options
-        rows = json.load(open(OUT + ".json"))["schemes"][name]["rows"]
-        wider = json.load(open(OUT + ".json"))["schemes"][name]["wider"]
-        print(json.dumps({"quantize_modules": {r[0]: wider for r in rows[: int(keep)]}}))
+        with open(OUT + ".json") as f:
+            res = json.load(f)["schemes"][name]
+        print(json.dumps({"quantize_modules": {r[0]: res["wider"] for r in res["rows"][: int(keep)]}}))
         return
     warnings.simplefilter("ignore")
     import smollm2

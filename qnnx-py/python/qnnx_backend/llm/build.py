@@ -121,8 +121,11 @@ def _graph_maker(
         raise ValueError(f"kv_cache_bits={kv_cache_bits}: use 8 (uint8 codes) or 16")
     if calibration is None:
         raise ValueError("quantize needs calibration: strings of the text the model sees (a few dozen), or token ids")
-    cfg = quantized.config(quantize, soc_model, quantize_modules)  # the scheme and overrides checked
-    quantized.step_modules(model, model, quantize_modules)  # every pattern matches a module
+    cfg = quantized.config(quantize, soc_model)
+    # Checked before anything is calibrated: each override's scheme, and that its pattern names a
+    # module of the model. Each graph gets the overrides in its own paths (make, below).
+    quantized.config(quantize, soc_model, quantize_modules)
+    quantized.step_modules(model, model, quantize_modules)
     progress(f"calibrating: float prefills of {len(calibration)} sequence(s)")
     calib = quantized.Calibration.run(model, calibration, tokenizer, cache_len)
     cache = calib.cache_encodings() if kv_cache_bits == 8 else None

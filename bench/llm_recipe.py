@@ -14,6 +14,11 @@ on bench/llm_quant.py's calibration texts, and what its rankings buy:
   the evaluation text itself: an upper bound).
 
     python3 bench/llm_recipe.py      # about 15 min alone on two cores
+    python3 bench/llm_recipe.py --rotate --schemes 16a8w   # on the rotated model (rotate_decoder)
+
+With ``--rotate`` the model is rotated first (``quantization/rotation.py``) and the results go to
+llm_recipe-rot.json and .md; the host ranking of bench/llm_weights.py is the unrotated model's,
+so only the recipe's and the SQNR ranking's curves are drawn there.
 
 Results: bench/results/llm_recipe.json and .md. What the whole quantized model gives on the HTP
 with a recipe: ``bench/.venv-ort/bin/python bench/llm_quant.py --schemes 16a8w --options "$(python3
@@ -58,12 +63,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--rotate", action="store_true", help="rotate the model first (rotate_decoder)")
+    ap.add_argument("--schemes", default=",".join(s[0] for s in SCHEMES), help="comma-separated names of SCHEMES")
     ap.add_argument("--print-options", nargs=2, metavar=("SCHEME", "KEEP"),
                     help="print the options of the recipe in the results file for SCHEME keeping KEEP, and stop")
     args = ap.parse_args()
+    out = OUT + ("-rot" if args.rotate else "")
+    schemes = [s for s in SCHEMES if s[0] in args.schemes.split(",")]
     if args.print_options:
         name, keep = args.print_options
-        with open(OUT + ".json") as f:
+        with open(out + ".json") as f:
             res = json.load(f)["schemes"][name]
         print(json.dumps({"quantize_modules": {r[0]: res["wider"] for r in res["rows"][: int(keep)]}}))
         return
@@ -78,9 +87,13 @@ def main():
     commit = common.commit()
     weights = json.load(open(os.path.join(HERE, "results", "llm_weights.json")))
     model, tok = smollm2.load()
+    if args.rotate:
+        from qnnx_backend.quantization.rotation import rotate_decoder
+
+        rotate_decoder(model)
     texts = calibration_texts(args.calib)
     results = {}
-    for name, kw, _, _, _ in SCHEMES:
+    for name, kw, _, _, _ in schemes:
         r = qnnx_backend.decoder_recipe(model, texts, tokenizer=tok, soc_model=60, tokens=args.tokens, **kw)
         results[name] = {"rows": r.rows, "wider": r.wider, "graphs": r.graphs, "tokens": r.tokens, "seconds": r.seconds}
         print(name, r.seconds, "s,", r.graphs, "graphs; costliest:", r.rows[:5], flush=True)
@@ -89,7 +102,8 @@ def main():
     ids = tok(evaluation_text(), return_tensors="pt")["input_ids"]
     with torch.no_grad():
         ref = model(ids).logits[0]
-    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    if not args.rotate:  # (rotate_decoder has untied it)
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
     linears = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     floats = {n: m.weight.detach().clone() for n, m in linears.items()}
     grids = {"16bit": lambda w: per_channel(w, 16), "8bit": lambda w: per_channel(w, 8),
@@ -101,7 +115,7 @@ def main():
         with torch.no_grad():
             return model(ids).logits[0]
 
-    for name, _, low, high, entry in SCHEMES:
+    for name, _, low, high, entry in schemes:
         res = results[name]
         body = [r for r in res["rows"] if r[0] != "lm_head"]
         rankings = {"recipe (HTP cost)": [r[0] for r in body],
@@ -111,23 +125,26 @@ def main():
         highs = {n: grids[high](floats[n]) for n in kl}
         res["against_host_ranking"], res["curves"] = {}, {}
         for tag, ranked in rankings.items():
-            res["against_host_ranking"][tag] = {"top10_shared": len(set(ranked[:10]) & set(kl[:10])),
-                                                "top30_shared": len(set(ranked[:30]) & set(kl[:30])),
-                                                "spearman": spearman(ranked, kl)}
+            if not args.rotate:
+                res["against_host_ranking"][tag] = {"top10_shared": len(set(ranked[:10]) & set(kl[:10])),
+                                                    "top30_shared": len(set(ranked[:30]) & set(kl[:30])),
+                                                    "spearman": spearman(ranked, kl)}
             res["curves"][tag] = []
             for k in KS:
                 keep = set(ranked[:k])
                 got = forward(lambda n: floats[n] if n == "lm_head" else highs[n] if n in keep else lows[n])
                 res["curves"][tag].append({"promoted": k, **row_metrics(ref, got, ids)})
                 print(name, tag, json.dumps(res["curves"][tag][-1]), flush=True)
-        res["curves"]["host KL, on the evaluation text (llm_weights)"] = weights["promotion"][entry]["curve"]
-    with open(OUT + ".json", "w") as f:
+        if not args.rotate:
+            res["curves"]["host KL, on the evaluation text (llm_weights)"] = weights["promotion"][entry]["curve"]
+    with open(out + ".json", "w") as f:
         json.dump({"commit": commit, "llm_weights_commit": weights["commit"], "calibration_texts": args.calib,
-                   "schemes": results}, f, indent=1)
-    with open(OUT + ".md", "w") as f:
-        f.write(f"SmolLM2-135M-Instruct, `qnnx_backend.decoder_recipe` on the emulated HTP (SoC 60), {args.calib} "
-                f"calibration texts; commit {commit}; `python3 bench/llm_recipe.py`. Host curves as "
-                f"bench/llm_weights.py (KL ranking from its results at {weights['commit']}).\n")
+                   "rotated": args.rotate, "schemes": results}, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write(f"SmolLM2-135M-Instruct{', rotated (rotate_decoder),' if args.rotate else ''} "
+                f"`qnnx_backend.decoder_recipe` on the emulated HTP (SoC 60), {args.calib} "
+                f"calibration texts; commit {commit}; `python3 bench/llm_recipe.py {' '.join(sys.argv[1:])}`. "
+                f"Host curves as bench/llm_weights.py (KL ranking from its results at {weights['commit']}).\n")
         for name, res in results.items():
             f.write(f"\n## {name}\n\n{res['graphs']} graphs, {res['tokens']} positions per Linear, "
                     f"{res['seconds']} s. Against the host ranking (bench/llm_weights.py): "

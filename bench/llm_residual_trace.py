@@ -48,15 +48,20 @@ class _Captured(Exception):
 KEPT = 64
 
 
-def capture(layers, scheme: str, calib: int, soc: int, graph: str = "prefill", cache_len: int = 256):
+def capture(layers, scheme: str, calib: int, soc: int, graph: str = "prefill", cache_len: int = 256,
+            rotate: bool = False):
     """(QDQ model bytes, calibration samples) of the prefill graph (or the decode graph) as the
-    backend makes them."""
+    backend makes them; of the rotated model (``rotate_decoder``) with ``rotate``."""
     import smollm2
     from llm_quant import calibration_texts
 
     from qnnx_backend.compiling import qnn_callable
 
     model, tok = smollm2.load(layers)
+    if rotate:
+        from qnnx_backend.quantization.rotation import rotate_decoder
+
+        rotate_decoder(model)
     real = qnn_callable.pt2e.quantize
     got = {}
 
@@ -222,6 +227,8 @@ def main():
     ap.add_argument("--soc", type=int, default=60)
     ap.add_argument("--sample", type=int, default=3)
     ap.add_argument("--graph", choices=("prefill", "decode"), default="prefill")
+    ap.add_argument("--rotate", action="store_true", help="rotate the model first (rotate_decoder); the SQNR of "
+                    "a whole residual vector is the same in either basis")
     ap.add_argument("--values", type=int, default=0,
                     help="instead of the residual trace: every activation value over the first N samples, "
                          "QDQ against float activations on ORT's CPU provider (the largest SQNR drops)")
@@ -237,7 +244,7 @@ def main():
     from qnnx_backend.runtime import InferenceSession
 
     ort.set_default_logger_severity(3)
-    data, samples = capture(args.layers, args.scheme, args.calib, args.soc, args.graph)
+    data, samples = capture(args.layers, args.scheme, args.calib, args.soc, args.graph, rotate=args.rotate)
     model = onnx.load_from_string(data)
     if args.values:
         picks = samples[:: max(1, len(samples) // args.values)][: args.values]
@@ -271,7 +278,8 @@ def main():
                      "qdq_others_db": sqnr(f[:, 1:], q[:, 1:]), "htp_others_db": sqnr(f[:, 1:], h[:, 1:])})
         print(json.dumps(rows[-1]), flush=True)
     commit = common.commit()
-    result = {"commit": commit, "layers": args.layers or 30, "scheme": args.scheme, "soc": args.soc, "sample": args.sample, "rows": rows}
+    result = {"commit": commit, "layers": args.layers or 30, "scheme": args.scheme, "soc": args.soc, "sample": args.sample,
+              "rotated": args.rotate, "rows": rows}
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)

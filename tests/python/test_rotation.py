@@ -67,6 +67,19 @@ def test_float_function_unchanged(family):
             assert torch.equal(p, torch.ones_like(p)), name
 
 
+def test_fold_norms_alone():
+    model = _model("qwen2")
+    ids = torch.randint(2, 256, (1, 9), generator=torch.Generator().manual_seed(4))
+    emb = model.model.embed_tokens.weight.detach().clone()
+    with torch.no_grad():
+        ref = model(ids).logits
+        assert rotation.fold_norms(model)
+        got = model(ids).logits
+    assert (got - ref).abs().max() <= 1e-4 * ref.abs().max()
+    assert torch.equal(model.model.embed_tokens.weight, emb)  # no rotation
+    assert torch.equal(model.model.norm.weight, torch.ones_like(model.model.norm.weight))
+
+
 def test_tied_head_untied():
     model = _model("llama")
     assert model.lm_head.weight is model.model.embed_tokens.weight

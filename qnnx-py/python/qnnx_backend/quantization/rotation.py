@@ -100,6 +100,11 @@ def _parts(layer, names: tuple[str, ...]):
     return [getattr(layer, n) for n in names if isinstance(getattr(layer, n, None), torch.nn.Linear)]
 
 
+def _readers(layer) -> tuple[list, list]:
+    return (_parts(layer.self_attn, ("q_proj", "k_proj", "v_proj", "qkv_proj")),
+            _parts(layer.mlp, ("gate_proj", "up_proj", "gate_up_proj")))
+
+
 def _check(model) -> tuple:
     config = getattr(model, "config", None)
     kind = getattr(config, "model_type", None)
@@ -114,10 +119,8 @@ def _check(model) -> tuple:
         raise ValueError("rotate_decoder: expected a Hugging Face causal LM (model.model.layers, "
                                   "model.model.embed_tokens, model.lm_head)")
     for i, layer in enumerate(body.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        readers = _parts(attn, ("q_proj", "k_proj", "v_proj", "qkv_proj"))
-        mreaders = _parts(mlp, ("gate_proj", "up_proj", "gate_up_proj"))
-        if not readers or not mreaders or not hasattr(attn, "o_proj") or not hasattr(mlp, "down_proj"):
+        readers, mreaders = _readers(layer)
+        if not readers or not mreaders or not hasattr(layer.self_attn, "o_proj") or not hasattr(layer.mlp, "down_proj"):
             raise ValueError(f"rotate_decoder: layer {i} does not have the Llama-style projections")
         for norm in (layer.input_layernorm, layer.post_attention_layernorm):
             if isinstance(norm, torch.nn.LayerNorm) or getattr(norm, "bias", None) is not None:
@@ -170,12 +173,30 @@ def _rotate_heads(attn, config, r2, head_dim: int) -> None:
 
 
 @torch.no_grad()
+def fold_norms(model) -> bool:
+    """Fold each RmsNorm's scale into the Linears that read its output, in place (the first step
+    of :func:`rotate_decoder`, and the whole of it with ``Q = I``), untying a tied LM head;
+    returns whether the head was untied. The float function is unchanged."""
+    config, body, head = _check(model)
+    untied = head.weight is body.embed_tokens.weight or head.weight.data_ptr() == body.embed_tokens.weight.data_ptr()
+    if untied:
+        head.weight = torch.nn.Parameter(head.weight.data.clone(), requires_grad=False)
+        config.tie_word_embeddings = False
+    for layer in body.layers:
+        attn, mlp = _readers(layer)
+        _fold_norm(layer.input_layernorm, attn)
+        _fold_norm(layer.post_attention_layernorm, mlp)
+    _fold_norm(body.norm, [head])
+    return untied
+
+
+@torch.no_grad()
 def rotate_decoder(model, *, seed: int = 0, heads: bool = True) -> Rotation:
     """Rotate a Hugging Face decoder's residual stream (and, with ``heads``, each value head) in
     place, leaving its float function unchanged up to rounding; call it on the float model
     before compiling it with ``quantize``. ``seed`` picks the random signs. Returns what was
-    done. Raises ValueError for a family whose norms do not commute with a
-    rotation (Gemma, LayerNorm models), before changing anything."""
+    done. Raises ValueError for a family whose norms do not commute with a rotation (Gemma,
+    LayerNorm models), before changing anything."""
     config, body, head = _check(model)
     hidden = body.embed_tokens.weight.shape[1]
     gen = torch.Generator().manual_seed(seed)
@@ -183,25 +204,17 @@ def rotate_decoder(model, *, seed: int = 0, heads: bool = True) -> Rotation:
     head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
     r2, head_kind = orthogonal(head_dim, gen) if heads else (None, None)
 
-    untied = head.weight is body.embed_tokens.weight or head.weight.data_ptr() == body.embed_tokens.weight.data_ptr()
-    if untied:
-        head.weight = torch.nn.Parameter(head.weight.data.clone(), requires_grad=False)
-        config.tie_word_embeddings = False
+    untied = fold_norms(model)
     emb = body.embed_tokens.weight
     emb.data = (emb.data.to(torch.float64) @ q).to(emb.dtype)
     for layer in body.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        readers = _parts(attn, ("q_proj", "k_proj", "v_proj", "qkv_proj"))
-        mreaders = _parts(mlp, ("gate_proj", "up_proj", "gate_up_proj"))
-        _fold_norm(layer.input_layernorm, readers)
-        _fold_norm(layer.post_attention_layernorm, mreaders)
-        for lin in readers + mreaders:
+        attn, mlp = _readers(layer)
+        for lin in attn + mlp:
             _read(lin, q)
         if r2 is not None:
-            _rotate_heads(attn, config, r2, head_dim)
-        _write(attn.o_proj, q)
-        _write(mlp.down_proj, q)
-    _fold_norm(body.norm, [head])
+            _rotate_heads(layer.self_attn, config, r2, head_dim)
+        _write(layer.self_attn.o_proj, q)
+        _write(layer.mlp.down_proj, q)
     _read(head, q)
     return Rotation(hidden=hidden, kind=kind, head_dim=head_dim if heads else None, head_kind=head_kind,
                     untied=untied)

@@ -80,6 +80,12 @@ def test_fold_norms_alone():
     assert torch.equal(model.model.norm.weight, torch.ones_like(model.model.norm.weight))
 
 
+def test_exported():
+    import qnnx_backend
+
+    assert qnnx_backend.rotate_decoder is rotation.rotate_decoder
+
+
 def test_tied_head_untied():
     model = _model("llama")
     assert model.lm_head.weight is model.model.embed_tokens.weight

@@ -105,6 +105,7 @@ _LAZY = {
     "MixedPrecision": ".quantization.mixed",
     "decoder_recipe": ".quantization.recipe",
     "DecoderRecipe": ".quantization.recipe",
+    "rotate_decoder": ".quantization.rotation",
 }
 
 
@@ -127,6 +128,7 @@ __all__ = [
     "mixed_precision",
     "MixedPrecision",
     "decoder_recipe",
+    "rotate_decoder",
     "DecoderRecipe",
     "compile",
     "explain",

@@ -93,6 +93,36 @@ def test_greedy_tokens_equal_eager(built, prompt_len):
 
 
 @pytest.mark.htp
+def test_a_rotated_artifact_generates_the_models_tokens(tmp_path):
+    """``rotate=True`` (``--rotate``): the artifact holds the rotated weights (``rotate_decoder``)
+    and generates the unrotated model's greedy tokens; a family the rotation does not commute
+    with is refused before anything is written or changed."""
+    import copy
+
+    from qnnx_backend.llm import build
+
+    model, tok = tiny_llm.model(), tiny_llm.tokenizer()
+    text = "the quick brown fox jumps over"
+    ids = tok(text)["input_ids"]
+    want = tiny_llm.eager_greedy(model, ids, NEW_TOKENS)
+    assert len(set(want)) > 3, f"degenerate reference {want}"
+    rotated = copy.deepcopy(model)
+    m = build.build_from(rotated, tok, tmp_path / "rot", soc_model=60, cache_len=CACHE_LEN, prefill=[PREFILL], rotate=True)
+    assert m["rotation"] == {"residual": "hadamard", "hidden": 64, "value_heads": "hadamard", "seed": 0}
+    assert not torch.equal(rotated.model.embed_tokens.weight, model.model.embed_tokens.weight)
+    got = generate_json(tmp_path / "rot", "--prompt", text, "--max-new-tokens", str(NEW_TOKENS))
+    assert got["prompt_tokens"] == ids
+    assert got["tokens"] == want[: len(got["tokens"])] and len(got["tokens"]) > 3
+
+    gemma = decoders.build("gemma", hidden=64, layers=1, vocab=512, max_positions=64)
+    before = {n: p.detach().clone() for n, p in gemma.named_parameters()}
+    with pytest.raises(ValueError, match="'gemma' is not supported"):
+        build.build_from(gemma, tok, tmp_path / "g", cache_len=32, prefill=[8], rotate=True)
+    assert not (tmp_path / "g").exists() and not (tmp_path / "g.partial").exists()
+    assert all(torch.equal(p, before[n]) for n, p in gemma.named_parameters())
+
+
+@pytest.mark.htp
 def test_chat_prompt_is_the_transformers_template(built):
     _, tok, out, _ = built
     got = generate_json(out, "--chat", " hello world ", "--system", "be brief", "--max-new-tokens", "2")

@@ -42,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         '\'{"model.layers.11.mlp.down_proj": "16a16w"}\' (decoder_recipe(...).options(keep)["quantize_modules"])',
     )
     b.add_argument(
+        "--rotate",
+        action="store_true",
+        help="rotate the residual stream and value heads by Hadamard matrices first (rotate_decoder; "
+        "Llama, Mistral, Qwen2/3, Phi-3): pays with 16-bit weights (docs/llm.md)",
+    )
+    b.add_argument(
         "--shards", type=int, default=1, help="split each graph into this many graphs of consecutive layers (default 1)"
     )
     b.add_argument(
@@ -122,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             calibration=calibration,
             kv_cache_bits=args.kv_cache_bits,
             quantize_modules=modules,
+            rotate=args.rotate,
             opt_level=args.opt_level,
             progress=say,
             **children,

@@ -26,6 +26,7 @@ import torch
 
 from .. import _native
 from ..buildcache import sha256_file
+from ..quantization import rotation
 from . import export, quantized
 from . import shards as shards_
 
@@ -158,6 +159,7 @@ def build_from(
     calibration: Any = None,
     kv_cache_bits: int = 8,
     quantize_modules: Optional[dict] = None,
+    rotate: bool = False,
     progress: Callable[[str], None] = lambda _: None,
     shards: int = 1,
     jobs: int = 1,
@@ -177,6 +179,8 @@ def build_from(
     sequences), with the KV cache held at ``kv_cache_bits`` (8: uint8 codes; 16: float on the
     host) (``llm/quantized.py``); ``quantize_modules`` overrides the scheme per module, paths as
     ``model.named_modules()`` spells them (``decoder_recipe(...).options(keep)``'s).
+    ``rotate``: the model's residual stream and value heads are rotated first, in place
+    (``rotate_decoder``, docs/llm.md: it pays with 16-bit weights); the manifest records it.
 
     ``opt_level``: QNN's graph optimization level (1 to 3; None is QNN's default, 2), for every
     graph. ``shards``, ``jobs``, ``max_memory``, ``cache_dir``: each graph split into ``shards``
@@ -210,6 +214,12 @@ def build_from(
             "quantize with shards, jobs, max_memory or a cache is not built yet: the child "
             "processes compile fp16 graphs; build a quantized artifact in one process"
         )
+    rotated = None
+    if rotate:
+        # Before calibration (the encodings are the rotated model's); an unsupported family is
+        # refused before the model changes.
+        r = rotation.rotate_decoder(model)
+        rotated = {"residual": r.kind, "hidden": r.hidden, "value_heads": r.head_kind, "seed": 0}
     # Before the folder is made: a bad option or calibration leaves nothing behind.
     make_onnx, quant_info = _graph_maker(
         model, tokenizer, cache_len, soc_model, quantize, calibration, kv_cache_bits, progress, quantize_modules
@@ -273,6 +283,7 @@ def build_from(
         "model": {"family": shape.family, **{k: v for k, v in vars(shape).items() if k != "family"}},
         "precision": precision,
         **quant_info,
+        **({"rotation": rotated} if rotated else {}),
         "target": {"backend": "htp", "soc_model": soc_model, "htp_arch": htp_arch, "qnn_build_id": build_id},
         "cache": {
             "length": cache_len,
@@ -313,6 +324,7 @@ def build(
     calibration: Any = None,
     kv_cache_bits: int = 8,
     quantize_modules: Optional[dict] = None,
+    rotate: bool = False,
     progress: Optional[Callable[[str], None]] = None,
     **children: Any,
 ) -> dict:
@@ -336,6 +348,7 @@ def build(
         calibration=calibration,
         kv_cache_bits=kv_cache_bits,
         quantize_modules=quantize_modules,
+        rotate=rotate,
         progress=say,
         **children,
     )

@@ -117,7 +117,7 @@ def _check(model) -> tuple:
     head = getattr(model, "lm_head", None)
     if body is None or head is None or not hasattr(body, "layers") or not hasattr(body, "embed_tokens"):
         raise ValueError("rotate_decoder: expected a Hugging Face causal LM (model.model.layers, "
-                                  "model.model.embed_tokens, model.lm_head)")
+                         "model.model.embed_tokens, model.lm_head)")
     for i, layer in enumerate(body.layers):
         readers, mreaders = _readers(layer)
         if not readers or not mreaders or not hasattr(layer.self_attn, "o_proj") or not hasattr(layer.mlp, "down_proj"):
@@ -125,7 +125,7 @@ def _check(model) -> tuple:
         for norm in (layer.input_layernorm, layer.post_attention_layernorm):
             if isinstance(norm, torch.nn.LayerNorm) or getattr(norm, "bias", None) is not None:
                 raise ValueError(f"rotate_decoder: layer {i}'s norm subtracts a mean or adds a bias; "
-                                          "only RmsNorm commutes with a rotation")
+                                 "only RmsNorm commutes with a rotation")
     return config, body, head
 
 

@@ -49,12 +49,11 @@ def main():
     ids = tok(evaluation_text(), return_tensors="pt")["input_ids"]
     with torch.no_grad():
         ref = model(ids).logits[0]
-        absmax = {"none": [round(float(h.abs().max()), 1) for h in model(ids, output_hidden_states=True).hidden_states[:-1]]}
     variants = {"none": lambda m: None, "norms folded": rotation.fold_norms,
                 "rotated, residual only": lambda m: rotation.rotate_decoder(m, heads=False),
                 "rotated": rotation.rotate_decoder}
     grids = {"8bit": lambda w: per_channel(w, 8), "lpbq-64": lambda w: blockwise.quantize(w, 64).dequantized()}
-    rows, float_db = [], {}
+    rows, float_db, absmax = [], {}, {}
     for name, apply in variants.items():
         m, _ = smollm2.load()
         apply(m)

@@ -101,6 +101,26 @@ print(json.dumps(s.generate({PROMPT!r}, max_new_tokens=24)["tokens"]))
     assert json.loads(r.stdout.splitlines()[-1]) == generate_json(out, "--prompt", PROMPT, "--max-new-tokens", "24")["tokens"]
 
 
+@pytest.mark.htp
+def test_a_cache_held_rotated_follows_fp32(built, tmp_path):
+    """``kv_cache_rotation=True`` (``--kv-cache-rotation``): every graph rotates the rows it
+    writes and rotates back the cache it reads (quantization.kv8), the host still copies codes;
+    the greedy tokens follow fp32's as the plain 8-bit cache's do."""
+    from qnnx_backend.llm import build
+
+    model, tok, _, _ = built
+    out = tmp_path / "rotated"
+    m = build.build_from(model, tok, out, soc_model=60, cache_len=CACHE_LEN, prefill=[PREFILL], quantize="16a8w",
+                         calibration=CALIBRATION, kv_cache_rotation=True)
+    assert "Hadamard" in m["quantization"]["kv_cache_rotation"] and m["cache"]["dtype"] == "qu8"
+    got = generate_json(out, "--prompt", PROMPT, "--max-new-tokens", "12")
+    ids = got["prompt_tokens"]
+    with torch.no_grad():
+        want = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=None)[0, len(ids) :].tolist()
+    same = next((i for i, (a, b) in enumerate(zip(got["tokens"], want)) if a != b), len(want))
+    assert same >= 4, (got["tokens"], want)
+
+
 def test_quantize_needs_calibration_and_a_known_scheme(tmp_path):
     from qnnx_backend.llm import build
 
@@ -117,6 +137,12 @@ def test_quantize_needs_calibration_and_a_known_scheme(tmp_path):
         build.build_from(model, tok, tmp_path / "d", cache_len=32, prefill=[8], quantize="16a8w", calibration=["x"], kv_cache_bits=4)
     with pytest.raises(ValueError, match="at least 8 tokens"):
         build.build_from(model, tok, tmp_path / "e", cache_len=32, prefill=[8], quantize="16a8w", calibration=[[2, 3, 4]])
+    with pytest.raises(ValueError, match="kv_cache_rotation is given without quantize"):
+        build.build_from(model, tok, tmp_path / "f", cache_len=32, prefill=[8], kv_cache_rotation=True)
+    with pytest.raises(ValueError, match="use it with kv_cache_bits=8"):
+        build.build_from(model, tok, tmp_path / "g", cache_len=32, prefill=[8], quantize="16a8w", calibration=["x"],
+                         kv_cache_bits=16, kv_cache_rotation=True)
+    assert not (tmp_path / "f").exists() and not (tmp_path / "g").exists()  # refused before any folder was made
 
 
 def test_gptq_gives_every_graph_the_same_integers():

@@ -16,7 +16,7 @@ import torch
 
 import qnnx_backend
 from qnnx_backend.compiling import to_onnx
-from qnnx_backend.quantization import calibrate, prefill
+from qnnx_backend.quantization import calibrate, kv8, prefill
 
 transformers = pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models" / "common"))
@@ -136,8 +136,8 @@ def _agreement(ref, got):
 
 
 @pytest.mark.htp
-@pytest.mark.parametrize("bits", [8, 16])
-def test_16a8w_decoder_with_kv_cache_follows_eager(bits):
+@pytest.mark.parametrize("bits,rotation", [(8, False), (16, False), (8, True)])
+def test_16a8w_decoder_with_kv_cache_follows_eager(bits, rotation):
     """Teacher-forced through generate (a random model's greedy tokens diverge for good at its
     first near-tie, which says little): every step's logits against eager's, for two prompts
     (the second generation starts from a reset cache: the 8-bit twins are made again)."""
@@ -147,15 +147,23 @@ def test_16a8w_decoder_with_kv_cache_follows_eager(bits):
         refs = [model(ids).logits[0, 6:-1] for ids in seqs]
     calib = [_ids(40, 10 + k) for k in range(8)]
     model.forward = torch.compile(model.forward, backend="qnn", options={
-        **OPTIONS, "quantize": "16a8w", "calibration": calib, "kv_cache_bits": bits})
+        **OPTIONS, "quantize": "16a8w", "calibration": calib, "kv_cache_bits": bits,
+        **({"kv_cache_rotation": True} if rotation else {})})
     for ids, ref in zip(seqs, refs):
         out = {}
         got, _ = llm_eval.teacher_forced(model, ids, prefill=7, cache_len=32, out=out)
         agree, sqnr = _agreement(ref, got)
         assert agree >= 0.9 and sqnr >= 20, (agree, sqnr)
     # 8 bits: the caller's cache holds what the graph holds, one encoding per tensor (at most
-    # 256 values); 16 bits: the float rows the graph returned.
-    assert (_grid_values(out["cache"], 23) <= 256) == (bits == 8)
+    # 256 values; rotated rows: once rotated again); 16 bits: the float rows the graph returned.
+    cache = out["cache"]
+    if rotation:
+        r = kv8.rotation_matrix(cache.layers[0].keys.shape[-1])
+        held = [(t[:, :, :23] @ r).flatten().unique() for layer in cache.layers for t in (layer.keys, layer.values)]
+        # Values within float rounding of each other are one code.
+        assert max(1 + int((v.diff() > 1e-4).sum()) for v in held) <= 256
+    else:
+        assert (_grid_values(cache, 23) <= 256) == (bits == 8)
     # Two graphs (prefill, decode), both quantized, none per token and no fallback.
     assert qnnx_backend.STATS["compiles"] == 2 and qnnx_backend.STATS["quantizations"] == 2
     assert qnnx_backend.STATS["fallbacks"] == 0 and qnnx_backend.STATS["calibrations"] == 2

@@ -103,6 +103,12 @@ class QnnSettings:
     8 (uint8 with one calibrated encoding per layer's keys and values; the new rows quantized in
     the graph, the cache never re-quantized from float: quantization.kv8) or 16 (the cache enters
     the graph as float and is quantized there with the scheme's activations)."""
+    kv_cache_rotation: bool = False
+    """With ``kv_cache_bits=8``: each cached row is held times a randomized Hadamard matrix of the
+    head size (rotated before it is quantized in the graph, rotated back where the graph reads
+    the cache), which spreads the few wide key and value channels over all of them before one
+    uint8 encoding per tensor covers them (quantization.kv8). Costs a head-size matrix product
+    over the whole cache per layer and step: docs/llm.md says what it buys."""
     tokenizer: Any = dataclasses.field(default=None, compare=False, repr=False)
     """With ``quantize`` and ``kv_cache``: the model's tokenizer (a Hugging Face tokenizer, or any
     callable ``tokenizer(text, return_tensors="pt")["input_ids"]``), so that calibration can be
@@ -318,6 +324,7 @@ _QUANTIZE_OPTIONS = (
     "target_sqnr_db",
     "tokenizer",
     "kv_cache_bits",
+    "kv_cache_rotation",
 )
 
 
@@ -369,5 +376,9 @@ def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
         )
     if s.kv_cache_bits not in (8, 16) or isinstance(s.kv_cache_bits, bool):
         raise ValueError(f"kv_cache_bits={s.kv_cache_bits!r}: use 8 or 16")
+    if not isinstance(s.kv_cache_rotation, bool):
+        raise ValueError(f"kv_cache_rotation={s.kv_cache_rotation!r}: use True or False")
+    if s.kv_cache_rotation and (s.kv_cache_bits != 8 or not s.kv_cache):
+        raise ValueError("kv_cache_rotation rotates the 8-bit KV cache: use it with kv_cache=True and kv_cache_bits=8")
     if s.tokenizer is not None and not s.kv_cache:
         raise ValueError("tokenizer: used to tokenize calibration text for kv_cache=True graphs; also pass kv_cache=True")

@@ -41,6 +41,7 @@ class QNNRouterCompileOptions(QNNCompileOptions, total=False):
     target_sqnr_db: float
     tokenizer: Any
     kv_cache_bits: Literal[8, 16]
+    kv_cache_rotation: bool
 
 
 __all__ = ["QNNCompileOptions", "QNNRouterCompileOptions"]

@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     b.add_argument("--kv-cache-bits", type=int, choices=(8, 16), default=8, help="with --quantize: the KV cache's width")
     b.add_argument(
+        "--kv-cache-rotation",
+        action="store_true",
+        help="with --quantize and an 8-bit cache: hold each cached row times a randomized Hadamard matrix, "
+        "which spreads the few wide key and value channels before the 8-bit encoding covers them (docs/llm.md)",
+    )
+    b.add_argument(
         "--quantize-modules",
         metavar="JSON",
         help="with --quantize: per-module schemes, a JSON object or a file holding one, such as "
@@ -129,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             kv_cache_bits=args.kv_cache_bits,
             quantize_modules=modules,
             rotate=args.rotate,
+            kv_cache_rotation=args.kv_cache_rotation,
             opt_level=args.opt_level,
             progress=say,
             **children,

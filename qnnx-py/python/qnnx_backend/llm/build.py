@@ -110,16 +110,19 @@ def _graph_maker(
     kv_cache_bits: int,
     progress: Callable[[str], None],
     quantize_modules: Optional[dict] = None,
+    kv_cache_rotation: bool = False,
 ) -> tuple[Callable[[export.DecoderStep], tuple[bytes, dict]], dict]:
     """The function making each graph's ONNX model (float, or quantized on the calibration run
     here once), and what the manifest says of the quantization."""
     if quantize is None:
-        if calibration is not None or quantize_modules:
-            given = "calibration" if calibration is not None else "quantize_modules"
+        if calibration is not None or quantize_modules or kv_cache_rotation:
+            given = "calibration" if calibration is not None else "quantize_modules" if quantize_modules else "kv_cache_rotation"
             raise ValueError(f"{given} is given without quantize: name a scheme such as quantize='16a8w'")
         return (lambda step: (export.onnx_bytes(step), {})), {}
     if kv_cache_bits not in (8, 16):
         raise ValueError(f"kv_cache_bits={kv_cache_bits}: use 8 (uint8 codes) or 16")
+    if kv_cache_rotation and kv_cache_bits != 8:
+        raise ValueError("kv_cache_rotation rotates the 8-bit KV cache's rows: use it with kv_cache_bits=8")
     if calibration is None:
         raise ValueError("quantize needs calibration: strings of the text the model sees (a few dozen), or token ids")
     cfg = quantized.config(quantize, soc_model)
@@ -129,9 +132,12 @@ def _graph_maker(
     quantized.step_modules(model, model, quantize_modules)
     progress(f"calibrating: float prefills of {len(calibration)} sequence(s)")
     calib = quantized.Calibration.run(model, calibration, tokenizer, cache_len)
-    cache = calib.cache_encodings() if kv_cache_bits == 8 else None
+    cache = calib.cache_encodings(kv_cache_rotation) if kv_cache_bits == 8 else None
     info = {"quantization": {"scheme": quantize, "kv_cache_bits": kv_cache_bits, "calibration_sequences": len(calib.seqs),
                              "calibration_prefill_s": round(calib.seconds, 2)}}
+    if kv_cache_rotation:
+        # The host copies the codes and never reads them: a note for people, not for the runner.
+        info["quantization"]["kv_cache_rotation"] = "randomized Hadamard, seed 0 (quantization.kv8.rotation_matrix)"
     if quantize_modules:
         info["quantization"]["quantize_modules"] = dict(quantize_modules)
 
@@ -160,6 +166,7 @@ def build_from(
     kv_cache_bits: int = 8,
     quantize_modules: Optional[dict] = None,
     rotate: bool = False,
+    kv_cache_rotation: bool = False,
     progress: Callable[[str], None] = lambda _: None,
     shards: int = 1,
     jobs: int = 1,
@@ -181,6 +188,8 @@ def build_from(
     ``model.named_modules()`` spells them (``decoder_recipe(...).options(keep)``'s).
     ``rotate``: the model's residual stream and value heads are rotated first, in place
     (``rotate_decoder``, docs/llm.md: it pays with 16-bit weights); the manifest records it.
+    ``kv_cache_rotation``: the 8-bit cache's rows are held times a randomized Hadamard matrix
+    (``quantization.kv8``; inside the graphs, so the host still copies codes).
 
     ``opt_level``: QNN's graph optimization level (1 to 3; None is QNN's default, 2), for every
     graph. ``shards``, ``jobs``, ``max_memory``, ``cache_dir``: each graph split into ``shards``
@@ -222,7 +231,8 @@ def build_from(
         rotated = {"residual": r.kind, "hidden": r.hidden, "value_heads": r.head_kind, "seed": 0}
     # Before the folder is made: a bad option or calibration leaves nothing behind.
     make_onnx, quant_info = _graph_maker(
-        model, tokenizer, cache_len, soc_model, quantize, calibration, kv_cache_bits, progress, quantize_modules
+        model, tokenizer, cache_len, soc_model, quantize, calibration, kv_cache_bits, progress, quantize_modules,
+        kv_cache_rotation,
     )
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -288,7 +298,8 @@ def build_from(
         "cache": {
             "length": cache_len,
             "layout": "[1, kv_heads, length, head_dim] per layer and per K/V; keys after the rotary "
-            "embedding; slot p holds position p",
+            "embedding; slot p holds position p"
+            + ("; each row held times an orthogonal matrix (quantization.kv_cache_rotation)" if kv_cache_rotation else ""),
             "dtype": cache_io[0]["dtype"],
             # One encoding per cache tensor (past_key_0, past_value_0, ...) when quantized.
             "encoding": [i["encoding"] for i in cache_io] if quantize else cache_io[0]["encoding"],
@@ -325,6 +336,7 @@ def build(
     kv_cache_bits: int = 8,
     quantize_modules: Optional[dict] = None,
     rotate: bool = False,
+    kv_cache_rotation: bool = False,
     progress: Optional[Callable[[str], None]] = None,
     **children: Any,
 ) -> dict:
@@ -349,6 +361,7 @@ def build(
         kv_cache_bits=kv_cache_bits,
         quantize_modules=quantize_modules,
         rotate=rotate,
+        kv_cache_rotation=kv_cache_rotation,
         progress=say,
         **children,
     )

@@ -108,11 +108,11 @@ class Calibration:
         self.counts[t] = len(out)
         return out
 
-    def cache_encodings(self) -> list[kv8.Encoding]:
+    def cache_encodings(self, rotate: bool = False) -> list[kv8.Encoding]:
         """Per cache tensor in graph-input order (``past_key_0``, ``past_value_0``, ...), the uint8
-        encoding covering every calibration prefill's rows."""
+        encoding covering every calibration prefill's rows (held rotated with ``rotate``)."""
         flat = [[t for kv in r for t in kv] for r in self.rows]
-        found = kv8.encodings(flat, range(len(flat[0])))
+        found = kv8.encodings(flat, range(len(flat[0])), rotate=rotate)
         return [found[k] for k in range(len(flat[0]))]
 
 

@@ -19,6 +19,14 @@ every step. Here:
   graph's new uint8 rows only; the same rows, dequantized, are written into the caller's float
   tensor, so the caller's cache holds exactly what the NPU's does. A float tensor changed by anyone else (a new generation, ``cache.reset()``) is noticed by
   its version counter and its twin is made again.
+* **Rotated rows** (``kv_cache_rotation``, ``rotation_matrix``): the cache may hold each row
+  times an orthogonal matrix ``R`` of the head size (a randomized Hadamard matrix). The graph
+  multiplies the new rows by ``R`` before its ``QuantizeLinear`` and the dequantized cache by
+  ``R^T`` where it reads it, so the model sees its own keys and values; a row's few wide
+  channels are spread over all of them before one encoding per tensor covers them (docs/llm.md:
+  what it buys, and its compute). ``R``'s entries are ``+-1/sqrt(d)``: int8 ``+-1``
+  with one scale, exact on the HTP. The host's twins hold the rotated codes and the caller's
+  float cache the rows rotated back.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -40,20 +48,38 @@ QMIN, QMAX = 0, 255
 class Encoding:
     scale: float
     zero_point: int
+    rotation: Optional[torch.Tensor] = dataclasses.field(default=None, compare=False, repr=False)
+    """The rows are held times this orthogonal float32 matrix [d, d] (``rotation_matrix``)."""
 
     @staticmethod
-    def covering(lo: float, hi: float) -> "Encoding":
+    def covering(lo: float, hi: float, rotation: Optional[torch.Tensor] = None) -> "Encoding":
         """The uint8 encoding of [lo, hi] widened to hold 0 (zero must be exact: unwritten rows)."""
         lo, hi = min(lo, 0.0), max(hi, 0.0)
         scale = max(hi - lo, 1e-8) / (QMAX - QMIN)
         zp = int(round(QMIN - lo / scale))
-        return Encoding(scale, max(QMIN, min(QMAX, zp)))
+        return Encoding(scale, max(QMIN, min(QMAX, zp)), rotation)
 
     def quantize(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.clamp(torch.round(x.float() / self.scale) + self.zero_point, QMIN, QMAX).to(torch.uint8)
+        x = x.float() if self.rotation is None else x.float() @ self.rotation
+        return torch.clamp(torch.round(x / self.scale) + self.zero_point, QMIN, QMAX).to(torch.uint8)
 
     def dequantize(self, q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        return ((q.to(torch.float32) - self.zero_point) * self.scale).to(dtype)
+        x = (q.to(torch.float32) - self.zero_point) * self.scale
+        return (x if self.rotation is None else x @ self.rotation.T).to(dtype)
+
+
+def rotation_matrix(head_dim: int, seed: int = 0) -> torch.Tensor:
+    """The randomized Hadamard matrix [d, d] (float32, entries ``+-1/sqrt(d)``) a rotated cache's
+    rows are held times; ValueError for a head size with no Hadamard matrix built
+    (quantization.rotation.hadamard)."""
+    from .rotation import orthogonal
+
+    r, kind = orthogonal(head_dim, torch.Generator().manual_seed(seed))
+    if kind != "hadamard":
+        raise ValueError(
+            f"kv_cache_rotation: no Hadamard matrix of order {head_dim} (the head size) is built here; "
+            "hold the cache without rotation (kv_cache_rotation=False)")
+    return r.float()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,18 +125,25 @@ def plan(
     return out
 
 
-def encodings(samples: Sequence[Sequence[torch.Tensor]], tensors: Sequence[int]) -> dict[int, Encoding]:
-    """Per cache tensor position, the uint8 encoding covering what the samples hold there. One pass
-    over the samples: those of a decode graph are made when read (prefill.Samples)."""
+def encodings(samples: Sequence[Sequence[torch.Tensor]], tensors: Sequence[int], rotate: bool = False) -> dict[int, Encoding]:
+    """Per cache tensor position, the uint8 encoding covering what the samples hold there (its
+    rows times ``rotation_matrix`` of their size with ``rotate``). One pass over the samples:
+    those of a decode graph are made when read (prefill.Samples)."""
     if not tensors:
         return {}
     lo = {k: math.inf for k in tensors}
     hi = {k: -math.inf for k in tensors}
+    rotations: dict[int, torch.Tensor] = {}
     for s in samples:
         for k in tensors:
-            a, b = torch.aminmax(s[k])
+            x = s[k]
+            if rotate:
+                if k not in rotations:
+                    rotations[k] = rotation_matrix(x.shape[-1])
+                x = x.float() @ rotations[k]
+            a, b = torch.aminmax(x)
             lo[k], hi[k] = min(lo[k], float(a)), max(hi[k], float(b))
-    return {k: Encoding.covering(lo[k], hi[k]) for k in tensors}
+    return {k: Encoding.covering(lo[k], hi[k], rotations.get(k)) for k in tensors}
 
 
 def rewrite(model: Any, caches: Sequence[CacheIO]) -> bytes:
@@ -133,19 +166,62 @@ def rewrite(model: Any, caches: Sequence[CacheIO]) -> bytes:
         real = f"{name}_kv8"
         for n in g.node:
             n.input[:] = [real if x == name else x for x in n.input]
-        new_nodes.append(helper.make_node("DequantizeLinear", [name, s, z], [real], name=f"{name}_kv8_dq"))
+        r = c.encoding.rotation
+        if r is not None:
+            # The rotation's matrix product takes and gives 16-bit activations on the HTP (not 8):
+            # the same grid at 16 bits, which holds every 8-bit code exactly (65535 = 257 x 255).
+            s16, z16 = f"kv8_scale16_{c.tensor}", f"kv8_zero_point16_{c.tensor}"
+            inits += [helper.make_tensor(s16, TensorProto.FLOAT, [], [c.encoding.scale / 257]),
+                      helper.make_tensor(z16, TensorProto.UINT16, [], [c.encoding.zero_point * 257])]
+        # Read side: the codes dequantized, and rotated back when the rows are held rotated.
+        read = f"{name}_kv8_held" if r is not None else real
+        new_nodes.append(helper.make_node("DequantizeLinear", [name, s, z], [read], name=f"{name}_kv8_dq"))
+        if r is not None:
+            new_nodes += _requantize(read, f"{read}16", s16, z16)
+            new_nodes += _rotate(inits, f"{read}16", real, r.T, f"{name}_kv8_unrotate")
         out = g.output[c.rows_output]
         real_out = f"{out.name}_kv8"
         for n in g.node:
             n.output[:] = [real_out if x == out.name else x for x in n.output]
             n.input[:] = [real_out if x == out.name else x for x in n.input]
-        g.node.append(helper.make_node("QuantizeLinear", [real_out, s, z], [out.name], name=f"{out.name}_kv8_q"))
+        written = real_out
+        if r is not None:
+            written = f"{out.name}_kv8_rotated"
+            g.node.extend(_rotate(inits, real_out, f"{written}_f", r, f"{out.name}_kv8_rotate"))
+            g.node.extend(_requantize(f"{written}_f", written, s16, z16))
+        g.node.append(helper.make_node("QuantizeLinear", [written, s, z], [out.name], name=f"{out.name}_kv8_q"))
         out.type.tensor_type.elem_type = TensorProto.UINT8
     g.initializer.extend(inits)
     nodes = new_nodes + list(g.node)
     del g.node[:]
     g.node.extend(nodes)
     return model.SerializeToString()
+
+
+def _requantize(src: str, dst: str, scale: str, zero_point: str) -> list:
+    """``dst``: ``src`` through a QuantizeLinear and DequantizeLinear of the given encoding."""
+    from onnx import helper
+
+    return [helper.make_node("QuantizeLinear", [src, scale, zero_point], [f"{dst}_q"], name=f"{dst}_q"),
+            helper.make_node("DequantizeLinear", [f"{dst}_q", scale, zero_point], [dst], name=f"{dst}_dq")]
+
+
+def _rotate(inits: list, src: str, dst: str, r: torch.Tensor, name: str) -> list:
+    """Nodes computing ``dst = src @ r`` for an orthogonal ``r`` with entries ``+-1/sqrt(d)``: the
+    matrix as int8 ``+-1`` behind a DequantizeLinear of scale ``1/sqrt(d)`` (a quantized weight,
+    exact), so the HTP runs it as a FullyConnected of the graph's activation precision."""
+    from onnx import TensorProto, helper
+
+    d = r.shape[0]
+    signs = torch.sign(r).to(torch.int8)
+    if not torch.allclose(signs.double() / math.sqrt(d), r.double(), rtol=0, atol=1e-6 / math.sqrt(d)):
+        raise ValueError("kv8: the cache rotation must have entries +-1/sqrt(d) (a Hadamard matrix)")
+    w, ws, wz = f"{name}_w", f"{name}_w_scale", f"{name}_w_zero_point"
+    inits += [helper.make_tensor(w, TensorProto.INT8, [d, d], signs.flatten().tolist()),
+              helper.make_tensor(ws, TensorProto.FLOAT, [], [1.0 / math.sqrt(d)]),
+              helper.make_tensor(wz, TensorProto.INT8, [], [0])]
+    return [helper.make_node("DequantizeLinear", [w, ws, wz], [f"{name}_wf"], name=f"{name}_wdq"),
+            helper.make_node("MatMul", [src, f"{name}_wf"], [dst], name=name)]
 
 
 @dataclasses.dataclass
@@ -204,4 +280,6 @@ class Shadow:
 def describe(caches: Sequence[CacheIO]) -> str:
     """A log line's worth: how many cache tensors (at least one), their encodings' ranges."""
     ranges = [c.encoding.scale * (QMAX - QMIN) for c in caches]
-    return f"{len(caches)} cache tensors at 8 bits (ranges {min(ranges):.3g} to {max(ranges):.3g})"
+    rotated = sum(c.encoding.rotation is not None for c in caches)
+    return (f"{len(caches)} cache tensors at 8 bits (ranges {min(ranges):.3g} to {max(ranges):.3g})"
+            + (f", {rotated} held rotated" if rotated else ""))

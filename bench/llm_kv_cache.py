@@ -1,0 +1,150 @@
+"""What holding SmolLM2-135M-Instruct's KV cache at 8 bits costs on the host, before any QNN, and
+what evens it out.
+
+Everything but the cache stays fp32. The cache is held as the HTP's decode graphs hold it, with
+quantization/kv8.py's own encodings: one asymmetric uint8 encoding per layer's keys and per
+layer's values over the range the calibration text's float prefills give (bench/llm_quant.py's
+calibration text), each row rounded as it is written. Rows, each against the unchanged fp32
+model, teacher-forced over the Zen of Python (bench/llm_weights.py's metrics), with the keys
+only, the values only, or both held at 8 bits:
+
+* ``none``: the model as loaded;
+* ``rows rotated``: each cached row held times a randomized Hadamard matrix of the head size
+  (``kv_cache_rotation=True``: kv8.rotation_matrix);
+* ``rotate_decoder``: the residual stream and value heads rotated offline (quantization/rotation.py),
+  with and without the rows rotated;
+* ``keys smoothed``: an alternative tried for the keys alone (SmoothQuant's scale migration
+  between queries and keys, one scale per rotary pair so that it commutes with the rotary
+  embedding, ``smooth_keys`` below), with and without the rows rotated.
+
+    python3 bench/llm_kv_cache.py      # host only, about 4 minutes
+
+Results: bench/results/llm_kv_cache.json and .md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+
+import torch
+import transformers
+
+import common  # noqa: E402  (bench/common.py)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
+sys.path.insert(0, HERE)
+OUT = os.path.join(HERE, "results", "llm_kv_cache")
+
+
+class Held8(transformers.DynamicCache):
+    """A cache whose keys and/or values are rounded to their layer's uint8 encoding (kv8.Encoding,
+    rotated rows included) as they are written."""
+
+    def __init__(self, keys, values):
+        super().__init__()
+        self.enc_k, self.enc_v = keys, values
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if self.enc_k is not None:
+            e = self.enc_k[layer_idx]
+            key_states = e.dequantize(e.quantize(key_states), key_states.dtype)
+        if self.enc_v is not None:
+            e = self.enc_v[layer_idx]
+            value_states = e.dequantize(e.quantize(value_states), value_states.dtype)
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+
+def encodings(model, seqs, rotate: bool):
+    """Each layer's kv8 encodings of keys and of values over the calibration prefills."""
+    from qnnx_backend.quantization import kv8, prefill
+
+    samples = [[t for kv in prefill.kv_rows(model, seq) for t in kv] for seq in seqs]
+    found = kv8.encodings(samples, range(len(samples[0])), rotate=rotate)
+    return [found[k] for k in range(0, len(found), 2)], [found[k] for k in range(1, len(found), 2)]
+
+
+@torch.no_grad()
+def smooth_keys(model, seqs):
+    """Scale each Llama attention's key channels by ``1/s`` and its query channels by ``s`` (every
+    score unchanged), ``s`` per KV head and rotary pair (``i``, ``i + d/2``: a scale shared by a
+    pair commutes with the rotary embedding) from the calibration text's largest key pair norms
+    (which the rotary embedding keeps), so that every key pair gets the same range."""
+    cfg = model.config
+    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    d = cfg.hidden_size // heads
+    layers = model.model.layers
+    widest = torch.zeros(len(layers), kv, d // 2, dtype=torch.float64)
+
+    def hook(i):
+        def record(_m, _inp, out):
+            x = out.double().reshape(-1, kv, d)
+            widest[i] = torch.maximum(widest[i], torch.hypot(x[..., : d // 2], x[..., d // 2 :]).amax(0))
+        return record
+
+    handles = [layer.self_attn.k_proj.register_forward_hook(hook(i)) for i, layer in enumerate(layers)]
+    for seq in seqs:
+        model(input_ids=seq[None], use_cache=False)
+    for h in handles:
+        h.remove()
+    for i, layer in enumerate(layers):
+        s = widest[i].clamp_min(1e-6)
+        s = s / s.log().mean(-1, keepdim=True).exp()  # geometric mean 1 per head
+        s = torch.cat([s, s], -1)  # [kv, d]: both channels of a pair
+        a = layer.self_attn
+        a.k_proj.weight.data = (a.k_proj.weight.double() / s.reshape(-1, 1)).float()
+        a.q_proj.weight.data = (a.q_proj.weight.double() * s.repeat_interleave(heads // kv, 0).reshape(-1, 1)).float()
+
+
+def main():
+    warnings.simplefilter("ignore")
+    import smollm2
+    from llm_quant import calibration_texts, evaluation_text
+    from llm_weights import cells, row_metrics
+
+    from qnnx_backend.quantization import prefill, rotation
+
+    commit = common.commit()
+    model, tok = smollm2.load()
+    ids = tok(evaluation_text(), return_tensors="pt")["input_ids"]
+    seqs = prefill.sequences(calibration_texts(16), tok)
+    with torch.no_grad():
+        ref = model(ids).logits[0]
+    variants = {  # name: (model transform, rows rotated)
+        "none": (None, False),
+        "rows rotated": (None, True),
+        "rotate_decoder": (rotation.rotate_decoder, False),
+        "rotate_decoder, rows rotated": (rotation.rotate_decoder, True),
+        "keys smoothed": (lambda m: smooth_keys(m, seqs), False),
+        "keys smoothed, rows rotated": (lambda m: smooth_keys(m, seqs), True),
+    }
+    rows, float_db = [], {}
+    for name, (transform, rotate) in variants.items():
+        m, _ = smollm2.load()
+        if transform is not None:
+            transform(m)
+        enc_k, enc_v = encodings(m, seqs, rotate)
+        with torch.no_grad():
+            float_db[name] = row_metrics(ref, m(ids).logits[0], ids)["logits_sqnr_db"]
+            for held, (k, v) in {"keys": (enc_k, None), "values": (None, enc_v), "both": (enc_k, enc_v)}.items():
+                got = m(ids, past_key_values=Held8(k, v), use_cache=True).logits[0]
+                rows.append({"variant": name, "held at 8 bits": held, **row_metrics(ref, got, ids)})
+                print(json.dumps(rows[-1]), flush=True)
+    with open(OUT + ".json", "w") as f:
+        json.dump({"commit": commit, "float_logits_sqnr_db": float_db, "rows": rows}, f, indent=1)
+    with open(OUT + ".md", "w") as f:
+        f.write(f"SmolLM2-135M-Instruct, only the KV cache rounded (host: uint8 per layer's keys and values as "
+                f"the HTP's graphs hold them, quantization/kv8.py), the Zen of Python teacher-forced; commit {commit}; "
+                "`python3 bench/llm_kv_cache.py`.\n\n"
+                f"Float model after each transform against the original, logits SQNR dB: {json.dumps(float_db)}.\n\n"
+                "| variant | at 8 bits | logits SQNR dB | centered dB | log-prob dB | top-1 agreement | ppl ratio | top-1, window |\n"
+                "|---|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            f.write(f"| {r['variant']} | {r['held at 8 bits']} | {cells(r)} |\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -70,16 +70,24 @@ def test_manifest_names_the_8_bit_cache_and_its_encodings(built):
         assert outs["logits"]["dtype"] == "f32"
 
 
+def _greedy_against_fp32(model, out, new_tokens=12):
+    """``qnnx generate``'s output for PROMPT on the artifact ``out``, fp32 eager's greedy tokens
+    after the same prompt tokens, and how many leading tokens the two share."""
+    got = generate_json(out, "--prompt", PROMPT, "--max-new-tokens", str(new_tokens))
+    ids = got["prompt_tokens"]
+    with torch.no_grad():
+        want = model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False, eos_token_id=None)[0, len(ids) :].tolist()
+    same = next((i for i, (a, b) in enumerate(zip(got["tokens"], want)) if a != b), len(want))
+    return got, want, same
+
+
 @pytest.mark.htp
 def test_greedy_tokens_follow_fp32(built):
     model, tok, out, _ = built
-    got = generate_json(out, "--prompt", PROMPT, "--max-new-tokens", "12")
+    got, want, same = _greedy_against_fp32(model, out)
     ids = got["prompt_tokens"]
     assert ids == tok(PROMPT)["input_ids"]
     assert len(ids) > PREFILL or got["prefill_chunks"] == 1
-    with torch.no_grad():
-        want = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=None)[0, len(ids) :].tolist()
-    same = next((i for i, (a, b) in enumerate(zip(got["tokens"], want)) if a != b), len(want))
     # Measured 5 equal tokens (at 8fcd2a1+): four of thirty layers give near-flat next-token
     # distributions where greedy paths part early (test_llm_quantized.py measures the same cut
     # teacher-forced); the prompt's two prefill chunks and the decode steps all ran quantized.
@@ -113,11 +121,7 @@ def test_a_cache_held_rotated_follows_fp32(built, tmp_path):
     m = build.build_from(model, tok, out, soc_model=60, cache_len=CACHE_LEN, prefill=[PREFILL], quantize="16a8w",
                          calibration=CALIBRATION, kv_cache_rotation=True)
     assert "Hadamard" in m["quantization"]["kv_cache_rotation"] and m["cache"]["dtype"] == "qu8"
-    got = generate_json(out, "--prompt", PROMPT, "--max-new-tokens", "12")
-    ids = got["prompt_tokens"]
-    with torch.no_grad():
-        want = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=None)[0, len(ids) :].tolist()
-    same = next((i for i, (a, b) in enumerate(zip(got["tokens"], want)) if a != b), len(want))
+    got, want, same = _greedy_against_fp32(model, out)
     assert same >= 4, (got["tokens"], want)
 
 

@@ -20,6 +20,8 @@ calibration data. Measured, per scheme:
   positions), next-token top-1 agreement with fp32, perplexity ratio to fp32;
 * greedy agreement on chat prompts: the share of the first ``--new-tokens`` generated tokens
   equal to fp32's (up to the first difference, and position by position);
+* the size of each context binary compiled (MB = 10^6 bytes: the prefill graph, the decode
+  graph, and one prefill graph per chat prompt's length, each with its own weights);
 * compile time of the first call (the prefill graph: export, calibration and finalize) and of the
   decode graph, the calibration's share, and the emulator's time per decode step (which says
   nothing about a device).
@@ -37,8 +39,10 @@ import logging
 import math
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 
@@ -167,13 +171,17 @@ def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy, ref_m
             else:
                 raise SystemExit(f"unknown scheme suffix /{suffix} in {scheme} (known: /b<block size>, /kv<cache bits>, /kvrot, /fp16prefill, /rot)")
     torch._dynamo.reset()
+    # The compiled context binaries go to a folder of this scheme's own, to be measured.
+    binaries = tempfile.mkdtemp(prefix="llm_quant-")
+    options.update(cache=True, cache_dir=binaries)
     forward = model.forward
     model.forward = torch.compile(forward, backend="qnn", options=options)
     if fp16_prefill:
         # Diagnosis: the prompt (a call of more than one token) through the fp16 graph, each
         # decode step through the quantized one: what the quantized prefill costs.
         fp16 = torch.compile(forward, backend="qnn", options={k: v for k, v in options.items()
-                                                           if k in ("kv_cache", "device", "soc_model", "strict")})
+                                                           if k in ("kv_cache", "device", "soc_model", "strict",
+                                                                    "cache", "cache_dir")})
         quantized = model.forward
 
         def routed(*a, **kw):
@@ -196,6 +204,12 @@ def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy, ref_m
         got_greedy, _ = greedy(model, tok, CHATS[: args.prompts], args.new_tokens, args.cache_len)
         result.update(agreement(ref_greedy, got_greedy, ref_margins))
     result["stats"] = dict(qnnx_backend.STATS)
+    # Every graph compiled for the scheme (the prefill graph, the decode graph, one prefill graph
+    # per prompt length), each context binary with its own weights.
+    sizes = sorted((os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(binaries)
+                    for f in files if f.endswith(".bin")), reverse=True)
+    result["context_binaries_mb"] = [round(b / 1e6, 1) for b in sizes]
+    shutil.rmtree(binaries, ignore_errors=True)
     logging.getLogger("qnnx_backend").removeHandler(timing)
     return result
 
@@ -248,7 +262,7 @@ def main():
     with open(args.out[: -len(".json")] + ".md", "w") as f:
         f.write(f"SmolLM2-135M-Instruct ({results['layers']} layers), commit {commit}, SoC {args.soc}; "
                 f"`python3 bench/llm_quant.py {' '.join(sys.argv[1:])}`\n\n")
-        f.write("| scheme | logits SQNR dB | top-1 agreement | ppl ratio | greedy (prefix) | greedy (positions) | decode step ms (emulator) |\n|---|---|---|---|---|---|---|\n")
+        f.write("| scheme | logits SQNR dB | top-1 agreement | ppl ratio | greedy (prefix) | greedy (positions) | decode step ms (emulator) | context binaries MB |\n|---|---|---|---|---|---|---|---|\n")
         for r in results["runs"]:
             greedy_cells = "not run | not run"
             if "greedy_prefix" in r:
@@ -257,7 +271,7 @@ def main():
                                   for p in r["greedy_parts"])
                 greedy_cells = f"{r['greedy_prefix']:.1%}, parts at {parts} | {r['greedy_positionwise']:.1%}"
             f.write(f"| {r['scheme']} | {r['logits_sqnr_db']} | {r['top1_agreement']:.1%} | {r['ppl_ratio']} | "
-                    f"{greedy_cells} | {r['decode_step_ms_median']} |\n")
+                    f"{greedy_cells} | {r['decode_step_ms_median']} | {' + '.join(map(str, r['context_binaries_mb']))} |\n")
 
 
 if __name__ == "__main__":

@@ -209,6 +209,27 @@ def test_bad_requests_are_refused(built):
     assert "folder" in refused(out / "decode.qnnx", "--prompt", "hi")
 
 
+def test_a_failed_build_keeps_the_artifact_there_and_leaves_no_work_folder(built, tmp_path):
+    """A build that fails midway (here the compile: a v68 HTP, SoC 35, has no float path) raises
+    the compile's error; the artifact already at the output is untouched and the work folder is gone."""
+    from qnnx_backend.llm import build
+
+    model, tok, _, _ = built
+    a = copy(built, tmp_path)
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in a.iterdir()}
+    from qnnx_backend.exceptions import LoweringError
+
+    with pytest.raises(LoweringError) as e:
+        build.build_from(model, tok, a, soc_model=35, cache_len=CACHE_LEN, prefill=[PREFILL])
+    assert "cannot run float models" in str(e.value) and "quantize" in str(e.value), e.value
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in a.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]  # no copy.partial
+    # Options that do not go together are refused before any folder is made.
+    with pytest.raises(ValueError, match="per-graph contexts, not 'one'"):
+        build.build_from(model, tok, tmp_path / "s", cache_len=CACHE_LEN, prefill=[PREFILL], contexts="one", shards=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]
+
+
 def test_the_command_builds_from_a_pretrained_folder(tmp_path):
     """``python -m qnnx_backend.llm build FOLDER`` (``load_source`` reads it offline), and its
     refusals: an unsupported family, prefill buckets that do not fit the cache, a folder that is

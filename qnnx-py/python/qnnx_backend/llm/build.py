@@ -223,6 +223,8 @@ def build_from(
             "quantize with shards, jobs, max_memory or a cache is not built yet: the child "
             "processes compile fp16 graphs; build a quantized artifact in one process"
         )
+    if in_children and contexts != "per-graph":
+        raise ValueError(f"shards, jobs or a cache build per-graph contexts, not {contexts!r}")
     rotated = None
     if rotate:
         # Before calibration (the encodings are the rotated model's); an unsupported family is
@@ -237,85 +239,90 @@ def build_from(
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    kinds = [("decode", 1)] + [("prefill", n) for n in buckets]
-    graphs, pending, saved = [], [], None
-    figures = None
-    if in_children:
-        if contexts != "per-graph":
-            raise ValueError(f"shards, jobs or a cache build per-graph contexts, not {contexts!r}")
-        graphs, saved, figures = shards_.build_graphs(
-            model, tmp, kinds, cache_len, soc_model=soc_model, options=options, shards=shards, jobs=jobs,
-            max_memory=max_memory, cache_dir=cache_dir, opt_level=opt_level, keep_onnx=keep_onnx, progress=progress,
-        )  # fmt: skip
-        kinds = []
-    for kind, tokens in kinds:
-        name = "decode" if kind == "decode" else f"prefill-{tokens}"
-        progress(f"exporting {name}")
-        t0 = time.perf_counter()
-        onnx, stages = make_onnx(export.DecoderStep(model, cache_len, tokens))
-        entry = {"name": name, "kind": kind, "tokens": tokens, "export_s": round(time.perf_counter() - t0, 2), **stages}
-        if keep_onnx:
-            (tmp / f"{name}.onnx").write_bytes(onnx)
-        if contexts == "per-graph":
-            progress(f"compiling {name} ({len(onnx) / 1e6:.0f} MB of ONNX)")
+    try:
+        kinds = [("decode", 1)] + [("prefill", n) for n in buckets]
+        graphs, pending, saved = [], [], None
+        figures = None
+        if in_children:
+            graphs, saved, figures = shards_.build_graphs(
+                model, tmp, kinds, cache_len, soc_model=soc_model, options=options, shards=shards, jobs=jobs,
+                max_memory=max_memory, cache_dir=cache_dir, opt_level=opt_level, keep_onnx=keep_onnx, progress=progress,
+            )  # fmt: skip
+            kinds = []
+        for kind, tokens in kinds:
+            name = "decode" if kind == "decode" else f"prefill-{tokens}"
+            progress(f"exporting {name}")
             t0 = time.perf_counter()
-            compiled = _native.compile(onnx, spec, name=name)
-            entry["compile_s"] = round(time.perf_counter() - t0, 2)
-            del onnx
-            entry["file"] = f"{name}.qnnx"
-            saved = json.loads(_native.save(compiled, str(tmp / entry["file"]), options, {}))
+            onnx, stages = make_onnx(export.DecoderStep(model, cache_len, tokens))
+            entry = {"name": name, "kind": kind, "tokens": tokens, "export_s": round(time.perf_counter() - t0, 2), **stages}
+            if keep_onnx:
+                (tmp / f"{name}.onnx").write_bytes(onnx)
+            if contexts == "per-graph":
+                progress(f"compiling {name} ({len(onnx) / 1e6:.0f} MB of ONNX)")
+                t0 = time.perf_counter()
+                compiled = _native.compile(onnx, spec, name=name)
+                entry["compile_s"] = round(time.perf_counter() - t0, 2)
+                del onnx
+                entry["file"] = f"{name}.qnnx"
+                saved = json.loads(_native.save(compiled, str(tmp / entry["file"]), options, {}))
+                del compiled
+                graphs.append({**entry, **_graph_io(saved, 0, shape.layers)})
+            else:
+                pending.append(onnx)
+                graphs.append(entry)
+        if contexts != "per-graph":
+            progress(f"compiling {len(pending)} graphs into one context" + (" with shared weights" if contexts == "shared" else ""))
+            t0 = time.perf_counter()
+            compiled = _native.compile_many(pending, [g["name"] for g in graphs], spec, weight_sharing=contexts == "shared")
+            del pending
+            saved = json.loads(_native.save_many(compiled, str(tmp / "model.qnnx"), options, {}))
             del compiled
-            graphs.append({**entry, **_graph_io(saved, 0, shape.layers)})
-        else:
-            pending.append(onnx)
-            graphs.append(entry)
-    if contexts != "per-graph":
-        progress(f"compiling {len(pending)} graphs into one context" + (" with shared weights" if contexts == "shared" else ""))
-        t0 = time.perf_counter()
-        compiled = _native.compile_many(pending, [g["name"] for g in graphs], spec, weight_sharing=contexts == "shared")
-        del pending
-        saved = json.loads(_native.save_many(compiled, str(tmp / "model.qnnx"), options, {}))
-        del compiled
-        for i, g in enumerate(graphs):
-            g.update(file="model.qnnx", **_graph_io(saved, i, shape.layers))
-        graphs[0]["compile_s"] = round(time.perf_counter() - t0, 2)
-    build_id, qnnx_version, htp_arch = saved["qnn_build_id"], saved["qnnx_version"], saved.get("htp_arch")
-    tokenizer.backend_tokenizer.save(str(tmp / "tokenizer.json"))
-    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
-    if template:
-        (tmp / "chat_template.jinja").write_text(template)
-    files = sorted(p.name for p in tmp.iterdir() if p.suffix != ".onnx")
-    cache_io = _cache_inputs([g for g in graphs if g["kind"] == graphs[0]["kind"] and g["tokens"] == graphs[0]["tokens"]], shape.layers)
-    manifest = {
-        "format": FORMAT,
-        "qnnx_version": qnnx_version,
-        "source": source,
-        "model": {"family": shape.family, **{k: v for k, v in vars(shape).items() if k != "family"}},
-        "precision": precision,
-        **quant_info,
-        **({"rotation": rotated} if rotated else {}),
-        "target": {"backend": "htp", "soc_model": soc_model, "htp_arch": htp_arch, "qnn_build_id": build_id},
-        "cache": {
-            "length": cache_len,
-            "layout": "[1, kv_heads, length, head_dim] per layer and per K/V; keys after the rotary "
-            "embedding; slot p holds position p"
-            + ("; each row held times an orthogonal matrix (quantization.kv_cache_rotation)" if kv_cache_rotation else ""),
-            "dtype": cache_io[0]["dtype"],
-            # One encoding per cache tensor (past_key_0, past_value_0, ...) when quantized.
-            "encoding": [i["encoding"] for i in cache_io] if quantize else cache_io[0]["encoding"],
-        },
-        "attention_mask": {"kind": "additive", "masked": quantized.MASKED if quantize else export.MASKED},
-        "prefill_buckets": buckets,
-        "contexts": contexts,
-        **({"shards": shards, "build": figures} if figures else {}),
-        "graphs": graphs,
-        "tokens": special_tokens(model, tokenizer),
-        "tokenizer": "tokenizer.json",
-        "chat_template": "chat_template.jinja" if template else None,
-        "build_s": round(time.perf_counter() - started, 1),
-        "files": {n: {"size": (tmp / n).stat().st_size, "sha256": sha256_file(tmp / n)} for n in files},
-    }
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            for i, g in enumerate(graphs):
+                g.update(file="model.qnnx", **_graph_io(saved, i, shape.layers))
+            graphs[0]["compile_s"] = round(time.perf_counter() - t0, 2)
+        build_id, qnnx_version, htp_arch = saved["qnn_build_id"], saved["qnnx_version"], saved.get("htp_arch")
+        tokenizer.backend_tokenizer.save(str(tmp / "tokenizer.json"))
+        template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+        if template:
+            (tmp / "chat_template.jinja").write_text(template)
+        files = sorted(p.name for p in tmp.iterdir() if p.suffix != ".onnx")
+        cache_io = _cache_inputs([g for g in graphs if g["kind"] == graphs[0]["kind"] and g["tokens"] == graphs[0]["tokens"]], shape.layers)
+        manifest = {
+            "format": FORMAT,
+            "qnnx_version": qnnx_version,
+            "source": source,
+            "model": {"family": shape.family, **{k: v for k, v in vars(shape).items() if k != "family"}},
+            "precision": precision,
+            **quant_info,
+            **({"rotation": rotated} if rotated else {}),
+            "target": {"backend": "htp", "soc_model": soc_model, "htp_arch": htp_arch, "qnn_build_id": build_id},
+            "cache": {
+                "length": cache_len,
+                "layout": "[1, kv_heads, length, head_dim] per layer and per K/V; keys after the rotary "
+                "embedding; slot p holds position p"
+                + ("; each row held times an orthogonal matrix (quantization.kv_cache_rotation)" if kv_cache_rotation else ""),
+                "dtype": cache_io[0]["dtype"],
+                # One encoding per cache tensor (past_key_0, past_value_0, ...) when quantized.
+                "encoding": [i["encoding"] for i in cache_io] if quantize else cache_io[0]["encoding"],
+            },
+            "attention_mask": {"kind": "additive", "masked": quantized.MASKED if quantize else export.MASKED},
+            "prefill_buckets": buckets,
+            "contexts": contexts,
+            **({"shards": shards, "build": figures} if figures else {}),
+            "graphs": graphs,
+            "tokens": special_tokens(model, tokenizer),
+            "tokenizer": "tokenizer.json",
+            "chat_template": "chat_template.jinja" if template else None,
+            "build_s": round(time.perf_counter() - started, 1),
+            "files": {n: {"size": (tmp / n).stat().st_size, "sha256": sha256_file(tmp / n)} for n in files},
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    except BaseException:
+        # A failed build leaves no work folder behind (GBs of graphs) and an artifact already at
+        # ``out`` untouched. (A killed build leaves the work folder, which the next build
+        # empties; sharded builds resume from ``cache_dir``.)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

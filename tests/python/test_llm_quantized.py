@@ -63,22 +63,50 @@ class _Capture:
         return run
 
 
-def test_prefill_samples_are_what_generate_feeds_the_decode_graph():
-    """The decode graph run on a prefill-built sample at position p gives eager's logits for the
-    sequence's first p + 1 tokens: the cache rows, mask, positions and counter are right."""
-    model = _model()
+def _gemma3(window: int) -> torch.nn.Module:
+    """A random Gemma 3 text decoder: a sliding-window layer (a cache of ``window`` rows) beside a
+    global one, one KV head."""
+    cfg = transformers.Gemma3TextConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=128, sliding_window=window,
+        layer_types=["sliding_attention", "full_attention"], bos_token_id=0, eos_token_id=1, pad_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model.config._attn_implementation = "eager"
+    return model.eval()
+
+
+@pytest.mark.parametrize(
+    "make, graphs",
+    [
+        (_model, "prefill, decode"),
+        # The window shorter than the prompt: the prefill fills it, every decode step rolls it.
+        (lambda: _gemma3(4), "prefill, rolling decode"),
+        # Longer: decode steps first write rows in place, then roll (dynamo traces two graphs).
+        (lambda: _gemma3(9), "prefill, filling decode, rolling decode"),
+    ],
+)
+def test_prefill_samples_are_what_generate_feeds_the_decode_graph(make, graphs):
+    """Each graph run on a prefill-built sample at position p gives eager's logits for the
+    sequence's first p + 1 tokens: the cache rows, mask, positions and counter are right, for a
+    sliding window's cache too (its rows rolled, its mask the window's) in each branch."""
+    model = make()
     capture = _Capture()
     fwd = model.forward
     model.forward = torch.compile(fwd, backend=capture)
-    _generate(model, _ids(7, 1)[None], new_tokens=3, max_cache_len=40)
+    _generate(model, _ids(7, 1)[None], new_tokens=5, max_cache_len=40)
     model.forward = fwd
-    prefill_graph, decode_graph = capture.graphs[:2]
+    kinds = graphs.split(", ")
+    assert len(capture.graphs) == len(kinds)
     seq = _ids(30, 2)
-    for graph, steps in ((decode_graph, 1), (prefill_graph, 7)):
+    checked = set()
+    for graph, kind in zip(capture.graphs, kinds):
         args = graph["args"]
-        per_call = graph["per_call"]
-        builder = prefill.PrefillSamples(graph["frame"], args, per_call)
+        builder = prefill.PrefillSamples(graph["frame"], args, graph["per_call"])
+        steps = 7 if kind == "prefill" else 1
         assert builder.steps == steps and builder.decode == (steps == 1)
+        assert builder.rolling == (kind == "rolling decode")
         samples, prefills = builder.collect([seq], positions=5)
         assert prefills == int(builder.decode) and len(samples) == (5 if builder.decode else 1)
         starts = builder.starts(30, 5)
@@ -92,6 +120,10 @@ def test_prefill_samples_are_what_generate_feeds_the_decode_graph():
                 want = model(seq[None, : p + steps]).logits[:, p:]
             # generate's prefill keeps the last position's logits only (logits_to_keep=1).
             torch.testing.assert_close(got, want[:, -got.shape[1] :], atol=1e-4, rtol=1e-4)
+            checked.add((kind, p))
+    if "filling decode" in kinds:  # before the window is full, then after
+        assert {p for k, p in checked if k == "filling decode"} <= set(range(1, 9))
+        assert min(p for k, p in checked if k == "rolling decode") >= 9
 
 
 @pytest.mark.parametrize(

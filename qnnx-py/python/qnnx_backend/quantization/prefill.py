@@ -12,7 +12,9 @@ prefix are those of the whole sequence). A graph whose step starts at position p
 tokens is then fed, for a spread of positions p, exactly what ``generate`` would feed it there:
 the tokens ``seq[p:p+T]``, their positions, the causal mask, every layer's cache holding the
 prefill's rows ``[0, p)`` and zeros after them (a fresh ``StaticCache``), and the cache's position
-counter at p. These samples are independent of each other (no sample waits for another's
+counter at p. A sliding-window layer's cache (Gemma 2/3) holds the window's rows, rolled once it
+is full, and its mask is the window's: which of the two branches a graph takes was fixed when
+dynamo traced it (``PrefillSamples``). These samples are independent of each other (no sample waits for another's
 output), so calibration costs one prefill plus one single-step forward per position, none of
 them sequential.
 
@@ -115,6 +117,8 @@ class Input:
     role: str
     layer: Optional[int]
     name: str
+    sliding: bool = False
+    """A sliding-window layers' mask (``attention_mask['sliding_attention']``)."""
 
 
 def _classify(src: Optional[InputSource], index: int) -> Input:
@@ -128,7 +132,9 @@ def _classify(src: Optional[InputSource], index: int) -> Input:
     for a, b in zip(src.steps, src.steps[1:]):
         if a.kind == "attr" and a.value == "layers" and b.kind == "item" and isinstance(b.value, int):
             layer = b.value
+    sliding = False
     if last not in ROLES and any(s.value == "attention_mask" for s in src.steps):
+        sliding = last == "sliding_attention"
         last = "attention_mask"  # a dict of masks (sliding and full attention layers)
     if last not in ROLES:
         raise ValueError(
@@ -137,7 +143,7 @@ def _classify(src: Optional[InputSource], index: int) -> Input:
         )
     if last in ("keys", "values", "cumulative_length") and layer is None:
         raise ValueError(f"calibration for kv_cache graphs: {src.name} names no cache layer (layers[i])")
-    return Input(last, layer, src.name)
+    return Input(last, layer, src.name, sliding)
 
 
 def sequences(calibration: Any, tokenizer: Any = None) -> list[torch.Tensor]:
@@ -174,19 +180,23 @@ def sequences(calibration: Any, tokenizer: Any = None) -> list[torch.Tensor]:
     return out
 
 
-def spread(last: int, positions: Optional[int]) -> list[int]:
-    """Up to ``positions`` decode-step starts spread evenly over ``1..=last`` (every one with
-    None; none if ``last`` is below 1)."""
-    starts = range(1, last + 1)
+def spread(last: int, positions: Optional[int], first: int = 1) -> list[int]:
+    """Up to ``positions`` decode-step starts spread evenly over ``first..=last`` (every one with
+    None; none if ``last`` is below ``first``)."""
+    starts = range(first, last + 1)
     return evenly(starts, len(starts) if positions is None else positions)
 
 
 @torch.no_grad()
 def kv_rows(model: torch.nn.Module, seq: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Every layer's (keys, values) after a causal float prefill of ``seq`` by ``model`` (its
-    forward run eagerly even when compiled): [1, heads, n, dim]."""
+    forward run eagerly even when compiled): [1, heads, n, dim], every row, sliding-window layers'
+    too (a cache made without the model's config keeps them all; their masks still apply the
+    window)."""
+    from transformers import DynamicCache
+
     with torch.compiler.set_stance("force_eager"):
-        out = model(input_ids=seq[None], use_cache=True)
+        out = model(input_ids=seq[None], past_key_values=DynamicCache(), use_cache=True)
     cache = out.past_key_values
     layers = getattr(cache, "layers", None)
     if layers is None:
@@ -221,12 +231,30 @@ class PrefillSamples:
                 "graphs are calibrated for batch 1"
             )
         self.steps = int(ids.shape[1])
-        caches = [args[i].shape[-2] for x, i in zip(self.inputs, self.index) if x.role in ("keys", "values")]
-        masks = [args[i].shape[-1] for x, i in zip(self.inputs, self.index) if x.role == "attention_mask"]
+        caches = {x.layer: args[i].shape[-2] for x, i in zip(self.inputs, self.index) if x.role in ("keys", "values")}
+        # Sliding-window layers (Gemma 2 and 3): transformers keeps their last ``window`` rows in a
+        # cache of that length (shorter than the others'), written in place until it is full and
+        # rolled by one row at every step after (StaticSlidingWindowLayer). Which of the two a
+        # graph does was decided in Python when dynamo traced it, at the position of its first
+        # call: its samples take the same branch (``rolling``), with the cache rows and the
+        # window's mask that branch sees.
+        full = max(caches.values(), default=None)
+        self.sliding = {layer for layer, n in caches.items() if n < full}
+        self.window: Optional[int] = None
+        if self.sliding:
+            self.window = caches[min(self.sliding)]
+        elif any(x.sliding for x in self.inputs):
+            w = getattr(getattr(model, "config", None), "sliding_window", None)
+            self.window = int(w) if w else None
+        first = next((args[i] for x, i in zip(self.inputs, self.index) if x.role in ("position_ids", "cache_position")), None)
+        at = int(first.flatten()[0]) if first is not None and first.numel() else 0
+        self.rolling = bool(self.sliding) and at >= self.window
+        masks = [args[i].shape[-1] for x, i in zip(self.inputs, self.index) if x.role == "attention_mask" and not x.sliding]
         #: The positions a step may start at end where the smallest cache (or mask) ends; a graph
         #: without cache inputs is a prefill, which starts at 0.
         self.decode = bool(caches)
-        self.room = min(caches + masks) if (caches or masks) else None
+        room = [n for layer, n in caches.items() if layer not in self.sliding] + masks
+        self.room = min(room) if room else None
 
     def starts(self, n: int, positions: Optional[int]) -> list[int]:
         """Where the steps of a sequence of ``n`` tokens start."""
@@ -235,7 +263,9 @@ class PrefillSamples:
         last = n - self.steps
         if self.room is not None:
             last = min(last, self.room - self.steps)
-        return spread(last, positions)
+        if self.sliding and not self.rolling:
+            last = min(last, self.window - self.steps)  # before the window is full
+        return spread(last, positions, first=self.window if self.rolling else 1)
 
     def prefill(self, seq: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         model = self.model()
@@ -257,12 +287,17 @@ class PrefillSamples:
             elif x.role == "cumulative_length":
                 v = torch.tensor(p)
             elif x.role == "attention_mask":
-                v = _causal_mask(want, pos)
+                # A rolled window's slot s holds position p - window + 1 + s (this step's row last).
+                offset = p - self.window + 1 if self.rolling and x.sliding else 0
+                v = _causal_mask(want, pos, self.window if x.sliding else None, offset)
             else:
                 keys, values = rows[x.layer]
                 src = keys if x.role == "keys" else values
                 v = torch.zeros(want.shape, dtype=want.dtype)
-                v[..., :p, :] = src[..., :p, :].to(want.dtype)
+                if self.rolling and x.layer in self.sliding:
+                    v[..., : self.window, :] = src[..., p - self.window : p, :].to(want.dtype)
+                else:
+                    v[..., :p, :] = src[..., :p, :].to(want.dtype)
             out.append(v.to(want.dtype).reshape(want.shape))
         return tuple(out)
 
@@ -307,12 +342,16 @@ class PrefillSamples:
         return samples, prefills
 
 
-def _causal_mask(want: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """A mask like ``want`` (the call being compiled's) for queries at ``pos``: key j is visible
-    to the query at position q when j <= q. Boolean masks are True where visible; float masks
-    add 0 there and ``MASK_FLOOR`` elsewhere."""
+def _causal_mask(want: torch.Tensor, pos: torch.Tensor, window: Optional[int] = None, offset: int = 0) -> torch.Tensor:
+    """A mask like ``want`` (the call being compiled's) for queries at ``pos``: the key in slot s,
+    at position j = offset + s, is visible to the query at position q when j <= q (and, for a
+    sliding window, q - j < window: transformers' rule). Boolean masks are True where visible;
+    float masks add 0 there and ``MASK_FLOOR`` elsewhere."""
     n = want.shape[-1]
-    visible = torch.arange(n)[None, :] <= pos[:, None]  # [T, n]
+    j = offset + torch.arange(n)[None, :]
+    visible = j <= pos[:, None]  # [T, n]
+    if window is not None:
+        visible &= pos[:, None] - j < window
     if want.dtype == torch.bool:
         return visible.expand(want.shape)
     low = torch.tensor(MASK_FLOOR, dtype=want.dtype)

@@ -85,3 +85,74 @@ def test_rewrite_reads_and_writes_the_codes(rotate):
     assert np.abs(rows.astype(int) - enc.quantize(new).numpy().astype(int)).max() <= 1  # float order of sums
     assert (rows == enc.quantize(new).numpy()).mean() > 0.99
     assert ("kv8_unrotate" in str(rewritten.graph.node)) == rotate
+
+
+def _attention(s: int = 40):
+    """A decode step's attention in QDQ form, as the exporter writes it: input_0/1 the key and
+    value caches [1, 2, s, 64], input_2/3 this step's new key and value rows (also returned as
+    outputs 1 and 2: the rows a kv_cache graph writes back), input_4 the query, input_5 the
+    one-hot slot; each cache joins its new row by a Where, the keys are transposed, every
+    activation is re-encoded at 16 bits (symmetric ranges wide enough for _keys)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    inits, nodes = [], []
+
+    def qdq(x: str, bound: float) -> str:
+        sc, zp = f"{x}_s", f"{x}_z"
+        inits.extend([helper.make_tensor(sc, TensorProto.FLOAT, [], [2 * bound / 65535]),
+                      helper.make_tensor(zp, TensorProto.UINT16, [], [32768])])
+        nodes.extend([helper.make_node("QuantizeLinear", [x, sc, zp], [f"{x}_q"]),
+                      helper.make_node("DequantizeLinear", [f"{x}_q", sc, zp], [f"{x}_dq"])])
+        return f"{x}_dq"
+
+    kr, vr, q = qdq("input_2", 64), qdq("input_3", 64), qdq("input_4", 8)
+    nodes += [helper.make_node("Where", ["input_5", kr, "input_0"], ["k"]),
+              helper.make_node("Where", ["input_5", vr, "input_1"], ["v"]),
+              helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])]
+    kt, v = qdq("kt", 64), qdq("v", 64)
+    nodes.append(helper.make_node("MatMul", [q, kt], ["scores"]))
+    nodes.append(helper.make_node("Softmax", [qdq("scores", 2000)], ["p"], axis=-1))
+    nodes.append(helper.make_node("MatMul", [qdq("p", 1), v], ["attn"]))
+    nodes += [helper.make_node("Identity", ["input_2"], ["krow"]), helper.make_node("Identity", ["input_3"], ["vrow"])]
+    f = TensorProto.FLOAT
+    ins = [helper.make_tensor_value_info(f"input_{k}", f, [1, 2, s, 64]) for k in (0, 1)]
+    ins += [helper.make_tensor_value_info(f"input_{k}", f, [1, 2, 1, 64]) for k in (2, 3, 4)]
+    ins.append(helper.make_tensor_value_info("input_5", TensorProto.BOOL, [1, 1, s, 1]))
+    outs = [helper.make_tensor_value_info(n, f, None) for n in ("attn", "krow", "vrow")]
+    return helper.make_model(helper.make_graph(nodes, "attention", ins, outs, inits),
+                             opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_rotated_rows_are_read_by_the_attention_as_they_are(rotate):
+    """With the rows held rotated, the attention reads the rotated cache directly: the queries
+    are rotated for the keys and the output rotated back for the values, never the whole cache
+    (no read-side product per cached row); it computes the attention over the held rows."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    keys, values = _keys(), _keys(2) / 4
+    p = 23  # this step's slot; slots after it are empty
+    keys[:, :, p:], values[:, :, p:] = 0, 0
+    encs = kv8.encodings([[keys, values]], [0, 1], rotate=rotate)
+    ios = [kv8.CacheIO(tensor=k, arg=k, rows_output=1 + k, positions_output=-1, dim=2, encoding=encs[k]) for k in (0, 1)]
+    rewritten = onnx.load_from_string(kv8.rewrite(_attention(), ios))
+    names = " ".join(n.name for n in rewritten.graph.node)
+    assert "kv8_unrotate" not in names.replace("kv8_unrotate_output", "")
+    assert ("rotate_query" in names and "unrotate_output" in names) == rotate
+    g = torch.Generator().manual_seed(7)
+    new_k, new_v, q = (torch.randn(1, 2, 1, 64, generator=g) for _ in range(3))
+    slot = torch.zeros(1, 1, 40, 1, dtype=torch.bool)
+    slot[0, 0, p] = True
+    codes = [encs[0].quantize(keys), encs[1].quantize(values)]
+    feeds = {"input_0": codes[0].numpy(), "input_1": codes[1].numpy(), "input_2": new_k.numpy(),
+             "input_3": new_v.numpy(), "input_4": q.numpy(), "input_5": slot.numpy()}
+    attn, krow, vrow = ReferenceEvaluator(rewritten).run(None, feeds)
+    # Float attention over the held rows (the codes' values, rotated back) and this step's row.
+    k = torch.where(slot, new_k, encs[0].dequantize(codes[0], torch.float32))
+    v = torch.where(slot, new_v, encs[1].dequantize(codes[1], torch.float32))
+    want = torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+    err = (torch.from_numpy(attn) - want).abs().max().item()
+    assert err < 0.02 * want.abs().max().item(), err
+    assert krow.dtype == np.uint8 and (krow == encs[0].quantize(new_k).numpy()).mean() > 0.99

@@ -14,9 +14,9 @@ the tokens ``seq[p:p+T]``, their positions, the causal mask, every layer's cache
 prefill's rows ``[0, p)`` and zeros after them (a fresh ``StaticCache``), and the cache's position
 counter at p. A sliding-window layer's cache (Gemma 2/3) holds the window's rows, rolled once it
 is full, and its mask is the window's: which of the two branches a graph takes was fixed when
-dynamo traced it (``PrefillSamples``). These samples are independent of each other (no sample waits for another's
-output), so calibration costs one prefill plus one single-step forward per position, none of
-them sequential.
+dynamo traced it (``PrefillSamples``). These samples are independent of each other (no sample
+waits for another's output), so calibration costs one prefill plus one single-step forward per
+position, none of them sequential.
 
 The decode graph is calibrated at **every** position of every sequence (``POSITIONS``; at most
 ``MAX_SAMPLES`` positions per graph, spread evenly, which bounds the time): its
@@ -118,7 +118,7 @@ class Input:
     layer: Optional[int]
     name: str
     sliding: bool = False
-    """A sliding-window layers' mask (``attention_mask['sliding_attention']``)."""
+    """The mask of the sliding-window layers (``attention_mask['sliding_attention']``)."""
 
 
 def _classify(src: Optional[InputSource], index: int) -> Input:

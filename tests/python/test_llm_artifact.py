@@ -211,14 +211,14 @@ def test_bad_requests_are_refused(built):
 
 def test_a_failed_build_keeps_the_artifact_there_and_leaves_no_work_folder(built, tmp_path):
     """A build that fails midway (here the compile: a v68 HTP, SoC 35, has no float path) raises
-    the compile's error; the artifact already at the output is untouched and the work folder is gone."""
+    the compile's error; the artifact already at the output is untouched and the work folder is
+    gone."""
+    from qnnx_backend.exceptions import LoweringError
     from qnnx_backend.llm import build
 
     model, tok, _, _ = built
     a = copy(built, tmp_path)
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in a.iterdir()}
-    from qnnx_backend.exceptions import LoweringError
-
     with pytest.raises(LoweringError) as e:
         build.build_from(model, tok, a, soc_model=35, cache_len=CACHE_LEN, prefill=[PREFILL])
     assert "cannot run float models" in str(e.value) and "quantize" in str(e.value), e.value

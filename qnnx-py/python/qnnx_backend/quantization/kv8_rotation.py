@@ -104,9 +104,9 @@ def at_attention(g: Any, inits: list, read: str, r: torch.Tensor, grids: dict, n
         dq = producer.get(mm.input[0])
         if dq is None or dq.op_type != "DequantizeLinear" or const(dq.input[1]) is None or dq.input[2] not in init:
             return False
-        scale, zp = float(const(dq.input[1])), init[dq.input[2]]
-        top = 255 if zp.data_type == UINT8 else 65535
-        q_range = (-float(const(dq.input[2])) * scale, (top - float(const(dq.input[2]))) * scale)
+        scale, zp = float(const(dq.input[1])), float(const(dq.input[2]))
+        top = 255 if init[dq.input[2]].data_type == UINT8 else 65535
+        q_range = (-zp * scale, (top - zp) * scale)
 
     # The path holds: the rows on it are rotated now, on the cache's grid.
     for n in path:
@@ -137,12 +137,13 @@ def at_attention(g: Any, inits: list, read: str, r: torch.Tensor, grids: dict, n
     # One rebuild, after every edit: the node list's extend copies the messages.
     placed = []
     for n in list(g.node):
-        if n is where or (n.name, list(n.output)) == (where.name, list(where.output)):
+        here = (n.name, list(n.output))
+        if here == (where.name, list(where.output)):
             placed += before_where
-        if keys and (n.name, list(n.output)) == (mm.name, list(mm.output)):
+        if keys and here == (mm.name, list(mm.output)):
             placed += at_mm
         placed.append(n)
-        if not keys and (n.name, list(n.output)) == (mm.name, list(mm.output)):
+        if not keys and here == (mm.name, list(mm.output)):
             placed += at_mm
     del g.node[:]
     g.node.extend(placed)

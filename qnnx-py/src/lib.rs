@@ -127,6 +127,18 @@ impl Spec {
         self.target.arch().map(HtpArch::number)
     }
 
+    /// Whether the target computes float graphs (in fp16): False for a v68 HTP, which runs
+    /// quantized graphs only; True where the arch is not known until compile time.
+    #[getter]
+    fn float_path(&self) -> bool {
+        self.target.arch().is_none_or(HtpArch::has_fp16)
+    }
+
+    /// The target as errors name it: `QCS6490 (..., HTP v68)`, `SoC 60`, ...
+    fn describe(&self) -> String {
+        self.target.describe()
+    }
+
     fn __repr__(&self) -> String {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "None".into());
         format!(

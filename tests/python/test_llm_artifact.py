@@ -209,25 +209,46 @@ def test_bad_requests_are_refused(built):
     assert "folder" in refused(out / "decode.qnnx", "--prompt", "hi")
 
 
-def test_a_failed_build_keeps_the_artifact_there_and_leaves_no_work_folder(built, tmp_path):
-    """A build that fails midway (here the compile: a v68 HTP, SoC 35, has no float path) raises
-    the compile's error; the artifact already at the output is untouched and the work folder is
-    gone."""
-    from qnnx_backend.exceptions import LoweringError
+def test_a_failed_build_keeps_the_artifact_there_and_leaves_no_work_folder(built, tmp_path, monkeypatch):
+    """A build stopped midway (Ctrl-C while the first prefill graph is exported, after the decode
+    graph compiled) raises; the artifact already at the output is untouched and the work folder
+    is gone."""
     from qnnx_backend.llm import build
 
     model, tok, _, _ = built
     a = copy(built, tmp_path)
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in a.iterdir()}
-    with pytest.raises(LoweringError) as e:
-        build.build_from(model, tok, a, soc_model=35, cache_len=CACHE_LEN, prefill=[PREFILL])
-    assert "cannot run float models" in str(e.value) and "quantize" in str(e.value), e.value
+    steps = []
+    real = build.export.DecoderStep
+
+    def interrupted(model, cache_len, tokens):
+        steps.append(tokens)
+        if tokens > 1:
+            assert (tmp_path / "copy.partial" / "decode.qnnx").exists()  # midway: one graph written
+            raise KeyboardInterrupt
+        return real(model, cache_len, tokens)
+
+    monkeypatch.setattr(build.export, "DecoderStep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build.build_from(model, tok, a, cache_len=CACHE_LEN, prefill=[PREFILL])
+    assert steps == [1, PREFILL]
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in a.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]  # no copy.partial
-    # Options that do not go together are refused before any folder is made.
+
+
+def test_refusals_come_before_any_folder_or_export(built, tmp_path):
+    """Options that cannot build are refused at once, naming the fix, before a folder is made or
+    a graph exported: an fp16 artifact for a v68 HTP (SoC 35, no float path), options that do not
+    go together."""
+    from qnnx_backend.llm import build
+
+    model, tok, _, _ = built
+    with pytest.raises(ValueError, match="no float path") as e:
+        build.build_from(model, tok, tmp_path / "v68", soc_model=35, cache_len=CACHE_LEN, prefill=[PREFILL])
+    assert "--quantize 16a8w --calibration" in str(e.value) and "QCS6490" in str(e.value), e.value
     with pytest.raises(ValueError, match="per-graph contexts, not 'one'"):
         build.build_from(model, tok, tmp_path / "s", cache_len=CACHE_LEN, prefill=[PREFILL], contexts="one", shards=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_command_builds_from_a_pretrained_folder(tmp_path):

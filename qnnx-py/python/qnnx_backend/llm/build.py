@@ -212,6 +212,13 @@ def build_from(
     if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
         raise FileExistsError(f"{out} is a non-empty folder that is not an LLM artifact; choose another -o")
     spec = _native.Spec("npu", soc_model, None, True, opt_level)
+    if quantize is None and not spec.float_path:
+        # Before the first export: the compile would refuse the float graph minutes later.
+        raise ValueError(
+            f"{spec.describe()} has no float path (its HTP runs quantized graphs only), so an fp16 "
+            "artifact cannot run there: build a quantized one with --quantize 16a8w --calibration "
+            "FILE (Python: quantize='16a8w', calibration=[texts]), or target an FP16-capable SoC"
+        )
     started = time.perf_counter()
     precision = quantize or "fp16"
     options = {"precision": precision, "soc_model": str(soc_model), "contexts": contexts}

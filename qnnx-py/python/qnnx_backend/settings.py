@@ -105,10 +105,12 @@ class QnnSettings:
     the graph as float and is quantized there with the scheme's activations)."""
     kv_cache_rotation: bool = False
     """With ``kv_cache_bits=8``: each cached row is held times a randomized Hadamard matrix of the
-    head size (rotated before it is quantized in the graph, rotated back where the graph reads
-    the cache), which spreads the few wide key and value channels over all of them before one
-    uint8 encoding per tensor covers them (quantization.kv8). Costs a head-size matrix product
-    over the whole cache per layer and step: docs/llm.md says what it buys."""
+    head size (rotated before it is quantized in the graph), which spreads the few wide key and
+    value channels over all of them before one uint8 encoding per tensor covers them. The
+    attention reads the rotated rows as they are (its queries rotated for the keys, its output
+    rotated back for the values: quantization.kv8_rotation), a head-size product per head, layer
+    and step; a graph of another shape rotates the whole cache back where it reads it. Off by
+    default: on the one trained decoder measured it costs 16a8w accuracy (docs/llm.md)."""
     tokenizer: Any = dataclasses.field(default=None, compare=False, repr=False)
     """With ``quantize`` and ``kv_cache``: the model's tokenizer (a Hugging Face tokenizer, or any
     callable ``tokenizer(text, return_tensors="pt")["input_ids"]``), so that calibration can be

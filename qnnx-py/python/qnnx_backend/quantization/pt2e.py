@@ -96,6 +96,27 @@ def _sdpa_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
     return torch.matmul(torch.softmax(scores, dim=-1), v)
 
 
+def convert_ptq(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """torchao's ``convert_pt2e`` without its search for QAT conv-BatchNorm patterns.
+    ``_fold_conv_bn_qat`` folds the pattern that ``prepare_qat_pt2e`` writes (a conv weight scaled
+    by the BatchNorm's running statistics before the conv), which a graph from ``prepare_pt2e``
+    never holds; yet whenever a BatchNorm is left in the graph (a pre-activation block's,
+    ``rewrites.keep_shared_conv_outputs``) it traces its 96 pattern graphs with ``torch.export``
+    to look for one: 35 s of a 40 s quantization of test_preact_bn's small block. Skipped while
+    torchao has that function (0.18); the QDQ model is byte-identical
+    (tests/python/test_quantize.py). Callers hold ``to_onnx.exclusive``."""
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    fold = getattr(quantize_pt2e, "_fold_conv_bn_qat", None)
+    if fold is None:
+        return quantize_pt2e.convert_pt2e(prepared)
+    quantize_pt2e._fold_conv_bn_qat = lambda m: m
+    try:
+        return quantize_pt2e.convert_pt2e(prepared)
+    finally:
+        quantize_pt2e._fold_conv_bn_qat = fold
+
+
 @to_onnx.exclusive
 def quantize(
     traced: torch.nn.Module,
@@ -111,7 +132,7 @@ def quantize(
     # Imported here for their cost (torchao takes seconds), which float compiles do not pay;
     # annotate first: its import of torchao quietens torch's pytree deprecation log.
     from . import annotate, blockwise, rewrites
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
     seconds = {}
     t = time.perf_counter()
@@ -167,7 +188,7 @@ def quantize(
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        converted = convert_pt2e(prepared)
+        converted = convert_ptq(prepared)
     blocked = blockwise.plan(converted, floats, cfg.weight_block_size, rounded) if cfg.weight_block_size else {}
     absorbed = rewrites.absorb_clamps(converted)
     rewrites.splits_to_slices(converted)

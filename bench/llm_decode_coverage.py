@@ -24,7 +24,7 @@ The capture (a prefill graph compiled, the decode graph calibrated) is kept in -
 reused. It is what the backend makes at the commit that captures it: bench/results/
 llm_decode_coverage.json was captured at 0d71c99 (144 decode positions, no headroom); since
 1ae2daf the backend calibrates every position with 16-bit headroom 2, so a new capture's "qdq"
-row is docs/llm.md's "both" row. Each QuantizeLinear's scale and zero point are made its own
+row is docs/llm-accuracy.md's "both" row. Each QuantizeLinear's scale and zero point are made its own
 before any widening (the exporter shares equal constants between encodings). ONNX Runtime is
 only the reference here: run with the bench's venv.
 """

@@ -110,7 +110,7 @@ class QnnSettings:
     attention reads the rotated rows as they are (its queries rotated for the keys, its output
     rotated back for the values: quantization.kv8_rotation), a head-size product per head, layer
     and step; a graph of another shape rotates the whole cache back where it reads it. Off by
-    default: on the one trained decoder measured it costs 16a8w accuracy (docs/llm.md)."""
+    default: on the one trained decoder measured it costs 16a8w accuracy (docs/llm-accuracy.md)."""
     tokenizer: Any = dataclasses.field(default=None, compare=False, repr=False)
     """With ``quantize`` and ``kv_cache``: the model's tokenizer (a Hugging Face tokenizer, or any
     callable ``tokenizer(text, return_tensors="pt")["input_ids"]``), so that calibration can be

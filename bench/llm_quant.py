@@ -101,6 +101,10 @@ class Timing(logging.Handler):
             self.lines.append(msg)
 
 
+#: Positions per window of the per-window figures in the results.
+WINDOW = 64
+
+
 def metrics(ref: torch.Tensor, got: torch.Tensor, target: torch.Tensor) -> dict:
     """SQNR, top-1 agreement and perplexity ratio of logits ``got`` against ``ref`` ([n, vocab],
     row k predicting ``target[k]``)."""
@@ -108,11 +112,18 @@ def metrics(ref: torch.Tensor, got: torch.Tensor, target: torch.Tensor) -> dict:
     sqnr = 10 * math.log10(ref.pow(2).sum().item() / max((ref - got).pow(2).sum().item(), 1e-30))
     agree = (ref.argmax(-1) == got.argmax(-1)).double().mean().item()
 
-    def ppl(lg):
-        return math.exp(torch.nn.functional.cross_entropy(lg, target).item())
+    def ppl(lg, tgt=target):
+        return math.exp(torch.nn.functional.cross_entropy(lg, tgt).item())
 
+    # Windows of WINDOW positions: whether agreement falls as the cache fills (a whole-text run's
+    # first window is the 64 positions of the default --eval-tokens 80).
+    same = (ref.argmax(-1) == got.argmax(-1)).double()
+    windows = [{"positions": [k, min(k + WINDOW, len(same))], "top1_agreement": round(same[k : k + WINDOW].mean().item(), 4),
+                "ppl_ratio": round(ppl(got[k : k + WINDOW], target[k : k + WINDOW]) / ppl(ref[k : k + WINDOW], target[k : k + WINDOW]), 4)}
+               for k in range(0, len(same), WINDOW)]
     return {"logits_sqnr_db": round(sqnr, 2), "top1_agreement": round(agree, 4),
-            "ppl_fp32": round(ppl(ref), 3), "ppl": round(ppl(got), 3), "ppl_ratio": round(ppl(got) / ppl(ref), 4)}
+            "ppl_fp32": round(ppl(ref), 3), "ppl": round(ppl(got), 3), "ppl_ratio": round(ppl(got) / ppl(ref), 4),
+            "windows": windows}
 
 
 def greedy(model, tok, prompts, new_tokens: int, cache_len: int) -> tuple[list[list[int]], list[list[float]]]:
@@ -259,9 +270,14 @@ def main():
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
-    with open(args.out[: -len(".json")] + ".md", "w") as f:
-        f.write(f"SmolLM2-135M-Instruct ({results['layers']} layers), commit {commit}, SoC {args.soc}; "
-                f"`python3 bench/llm_quant.py {' '.join(sys.argv[1:])}`\n\n")
+    write_md(results, args.out[: -len(".json")] + ".md", args.soc, sys.argv[1:])
+
+
+def write_md(results: dict, path: str, soc, argv: list[str]) -> None:
+    """The results as the Markdown table beside the JSON file."""
+    with open(path, "w") as f:
+        f.write(f"SmolLM2-135M-Instruct ({results['layers']} layers), commit {results['commit']}, SoC {soc}; "
+                f"`python3 bench/llm_quant.py {' '.join(argv)}`\n\n")
         f.write("| scheme | logits SQNR dB | top-1 agreement | ppl ratio | greedy (prefix) | greedy (positions) | decode step ms (emulator) | context binaries MB |\n|---|---|---|---|---|---|---|---|\n")
         for r in results["runs"]:
             greedy_cells = "not run | not run"
@@ -272,6 +288,13 @@ def main():
                 greedy_cells = f"{r['greedy_prefix']:.1%}, parts at {parts} | {r['greedy_positionwise']:.1%}"
             f.write(f"| {r['scheme']} | {r['logits_sqnr_db']} | {r['top1_agreement']:.1%} | {r['ppl_ratio']} | "
                     f"{greedy_cells} | {r['decode_step_ms_median']} | {' + '.join(map(str, r['context_binaries_mb']))} |\n")
+        multi = [r for r in results["runs"] if len(r.get("windows", [])) > 1]
+        if multi:
+            f.write(f"\nBy windows of {WINDOW} evaluated positions (0: the prefill's last, predicting the first forced token), top-1 agreement / perplexity ratio:\n\n")
+            f.write("| scheme | " + " | ".join(f"positions {a}-{b - 1}" for a, b in (w["positions"] for w in multi[0]["windows"]))
+                    + " |\n|---|" + "---|" * len(multi[0]["windows"]) + "\n")
+            for r in multi:
+                f.write(f"| {r['scheme']} | " + " | ".join(f"{w['top1_agreement']:.1%} / {w['ppl_ratio']}" for w in r["windows"]) + " |\n")
 
 
 if __name__ == "__main__":

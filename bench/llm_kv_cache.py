@@ -18,6 +18,11 @@ only, the values only, or both held at 8 bits:
   embedding, ``smooth_keys`` below), with and without the rows rotated.
 
     python3 bench/llm_kv_cache.py      # host only, about 4 minutes
+    python3 bench/llm_kv_cache.py --text license --variants "none,rows rotated"
+
+``--text license``: a second evaluation text, the first 1,500 characters of the Python
+installation's LICENSE.txt (English prose, not calibration text), into
+bench/results/llm_kv_cache-license.{json,md}; ``--variants`` runs only the variants named.
 
 Results: bench/results/llm_kv_cache.json and .md.
 """
@@ -99,7 +104,22 @@ def smooth_keys(model, seqs):
         a.q_proj.weight.data = (a.q_proj.weight.double() * s.repeat_interleave(heads // kv, 0).reshape(-1, 1)).float()
 
 
+def license_text() -> str:
+    """A second evaluation text: the start of this Python's LICENSE.txt (its history section)."""
+    import sysconfig
+
+    with open(os.path.join(sysconfig.get_paths()["stdlib"], "LICENSE.txt"), encoding="utf-8") as f:
+        return f.read()[:1500]
+
+
 def main():
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--text", choices=("zen", "license"), default="zen")
+    ap.add_argument("--variants", default=None, help="comma-separated variant names (default: all)")
+    args = ap.parse_args()
+    out = OUT if args.text == "zen" else f"{OUT}-{args.text}"
     warnings.simplefilter("ignore")
     import smollm2
     from llm_quant import calibration_texts, evaluation_text
@@ -109,7 +129,7 @@ def main():
 
     commit = common.commit()
     model, tok = smollm2.load()
-    ids = tok(evaluation_text(), return_tensors="pt")["input_ids"]
+    ids = tok(evaluation_text() if args.text == "zen" else license_text(), return_tensors="pt")["input_ids"]
     seqs = prefill.sequences(calibration_texts(16), tok)
     with torch.no_grad():
         ref = model(ids).logits[0]
@@ -121,6 +141,11 @@ def main():
         "keys smoothed": (lambda m: smooth_keys(m, seqs), False),
         "keys smoothed, rows rotated": (lambda m: smooth_keys(m, seqs), True),
     }
+    if args.variants:
+        unknown = set(args.variants.split(",")) - set(variants)
+        if unknown:
+            raise SystemExit(f"unknown variants {sorted(unknown)}; known: {list(variants)}")
+        variants = {k: v for k, v in variants.items() if k in args.variants.split(",")}
     rows, float_db = [], {}
     for name, (transform, rotate) in variants.items():
         m, _ = smollm2.load()
@@ -133,12 +158,14 @@ def main():
                 got = m(ids, past_key_values=Held8(k, v), use_cache=True).logits[0]
                 rows.append({"variant": name, "held at 8 bits": held, **row_metrics(ref, got, ids)})
                 print(json.dumps(rows[-1]), flush=True)
-    with open(OUT + ".json", "w") as f:
-        json.dump({"commit": commit, "float_logits_sqnr_db": float_db, "rows": rows}, f, indent=1)
-    with open(OUT + ".md", "w") as f:
+    with open(out + ".json", "w") as f:
+        json.dump({"commit": commit, "text": args.text, "eval_tokens": int(ids.shape[1]),
+                   "float_logits_sqnr_db": float_db, "rows": rows}, f, indent=1)
+    text = "the Zen of Python" if args.text == "zen" else f"the start of Python's LICENSE.txt ({ids.shape[1]} tokens)"
+    with open(out + ".md", "w") as f:
         f.write(f"SmolLM2-135M-Instruct, only the KV cache rounded (host: uint8 per layer's keys and values as "
-                f"the HTP's graphs hold them, quantization/kv8.py), the Zen of Python teacher-forced; commit {commit}; "
-                "`python3 bench/llm_kv_cache.py`.\n\n"
+                f"the HTP's graphs hold them, quantization/kv8.py), {text} teacher-forced; commit {commit}; "
+                f"`python3 bench/llm_kv_cache.py {' '.join(sys.argv[1:])}`.\n\n"
                 f"Float model after each transform against the original, logits SQNR dB: {json.dumps(float_db)}.\n\n"
                 "| variant | at 8 bits | logits SQNR dB | centered dB | log-prob dB | top-1 agreement | ppl ratio | top-1, window |\n"
                 "|---|---|---|---|---|---|---|---|\n")

@@ -112,7 +112,8 @@ class QnnSettings:
     and step; a graph of another shape rotates the whole cache back where it reads it. Off by
     default so far: on the one trained decoder measured (SmolLM2-135M at 16a8w, one text) it gains
     over the whole text (perplexity ratio 1.024 against 1.125) and loses on its first 64
-    positions; worth trying for a model's own evaluation (docs/llm-accuracy.md)."""
+    positions, and on the host a second text agrees; worth trying for a model's own evaluation
+    (docs/llm-accuracy.md)."""
     tokenizer: Any = dataclasses.field(default=None, compare=False, repr=False)
     """With ``quantize`` and ``kv_cache``: the model's tokenizer (a Hugging Face tokenizer, or any
     callable ``tokenizer(text, return_tensors="pt")["input_ids"]``), so that calibration can be

@@ -116,7 +116,7 @@ def metrics(ref: torch.Tensor, got: torch.Tensor, target: torch.Tensor) -> dict:
         return math.exp(torch.nn.functional.cross_entropy(lg, tgt).item())
 
     # Windows of WINDOW positions: whether agreement falls as the cache fills (a whole-text run's
-    # first window is the 64 positions of the default --eval-tokens 80).
+    # first window is the 64 positions of `--prefill 16 --eval-tokens 80`).
     same = (ref.argmax(-1) == got.argmax(-1)).double()
     windows = [{"positions": [k, min(k + WINDOW, len(same))], "top1_agreement": round(same[k : k + WINDOW].mean().item(), 4),
                 "ppl_ratio": round(ppl(got[k : k + WINDOW], target[k : k + WINDOW]) / ppl(ref[k : k + WINDOW], target[k : k + WINDOW]), 4)}

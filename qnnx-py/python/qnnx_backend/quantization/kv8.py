@@ -26,8 +26,8 @@ every step. Here:
   (values), so the model computes its own attention (``kv8_rotation.at_attention``; where the graph
   has another shape, the dequantized cache is rotated back by ``R^T`` where it is read). A
   row's few wide channels are spread over all of them before one encoding per tensor covers
-  them (docs/llm-accuracy.md: what it buys). ``R``'s entries are ``+-1/sqrt(d)``: int8 ``+-1`` with one
-  scale, exact on the HTP. The host's twins hold the rotated codes and the caller's
+  them (docs/llm-accuracy.md: what it buys). ``R``'s entries are ``+-1/sqrt(d)``: int8 ``+-1``
+  with one scale, exact on the HTP. The host's twins hold the rotated codes and the caller's
   float cache the rows rotated back.
 """
 

@@ -21,8 +21,8 @@ position, none of them sequential.
 The decode graph is calibrated at **every** position of every sequence (``POSITIONS``; at most
 ``MAX_SAMPLES`` positions per graph, spread evenly, which bounds the time): its
 activations' ranges are per token and heavy-tailed, and 16 positions per sequence left SmolLM2's
-decode graph clipping other text (docs/llm-accuracy.md, "Where the gap was"). A sample holds every layer's
-whole cache (12 MB for SmolLM2-135M at 256 slots), so the samples are made on demand
+decode graph clipping other text (docs/llm-accuracy.md, "Where the gap was"). A sample holds
+every layer's whole cache (12 MB for SmolLM2-135M at 256 slots), so the samples are made on demand
 (``Samples``): only the prefills' rows are kept.
 
 Graph inputs are recognised by where dynamo took them from (their source in the forward's

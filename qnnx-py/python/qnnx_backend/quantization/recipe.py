@@ -25,9 +25,10 @@ LM head, ``down_proj`` and ``v_proj`` wider, and so does the host measurement in
 The recipe ranks by the cost, not by the SQNR: on SmolLM2-135M the SQNR ranking (ExecuTorch's
 criterion) puts ``v_proj`` first and misses the ``down_proj`` that writes the attention sink; with
 the weights alone rounded, its worst 120 of 210 projections at 16 bits give 94.1% top-1 agreement
-and 24.4 dB (none: 94.5%, 23.6 dB), the cost ranking's 120 give 96.5% and 30.2 dB (docs/llm-accuracy.md,
-"A recipe from each layer's error", which also has the whole quantized model on the HTP). It keeps the costliest at the next wider scheme (``WIDER``: 8-bit weights go to 16, 4-bit
-ones to 8) as ``quantize_modules`` overrides, the option every quantized compile takes.
+and 24.4 dB (none: 94.5%, 23.6 dB), the cost ranking's 120 give 96.5% and 30.2 dB
+(docs/llm-accuracy.md, "A recipe from each layer's error", which also has the whole quantized
+model on the HTP). It keeps the costliest at the next wider scheme (``WIDER``: 8-bit weights go
+to 16, 4-bit ones to 8) as ``quantize_modules`` overrides, the option every quantized compile takes.
 """
 
 from __future__ import annotations

@@ -44,6 +44,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
 sys.path.insert(0, HERE)
 OUT = os.path.join(HERE, "results", "llm_kv_cache")
 
+from llm_quant import calibration_texts, evaluation_text  # noqa: E402
+
 
 class Held8(transformers.DynamicCache):
     """A cache whose keys and/or values are rounded to their layer's uint8 encoding (kv8.Encoding,
@@ -112,24 +114,29 @@ def license_text() -> str:
         return f.read()[:1500]
 
 
+#: Evaluation texts: name -> (the text, how the results name it).
+TEXTS = {"zen": (evaluation_text, "the Zen of Python"),
+         "license": (license_text, "the start of Python's LICENSE.txt")}
+
+
 def main():
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--text", choices=("zen", "license"), default="zen")
+    ap.add_argument("--text", choices=tuple(TEXTS), default="zen")
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: all)")
     args = ap.parse_args()
     out = OUT if args.text == "zen" else f"{OUT}-{args.text}"
     warnings.simplefilter("ignore")
     import smollm2
-    from llm_quant import calibration_texts, evaluation_text
     from llm_weights import cells, row_metrics
 
     from qnnx_backend.quantization import prefill, rotation
 
     commit = common.commit()
     model, tok = smollm2.load()
-    ids = tok(evaluation_text() if args.text == "zen" else license_text(), return_tensors="pt")["input_ids"]
+    make_text, text_name = TEXTS[args.text]
+    ids = tok(make_text(), return_tensors="pt")["input_ids"]
     seqs = prefill.sequences(calibration_texts(16), tok)
     with torch.no_grad():
         ref = model(ids).logits[0]
@@ -142,10 +149,11 @@ def main():
         "keys smoothed, rows rotated": (lambda m: smooth_keys(m, seqs), True),
     }
     if args.variants:
-        unknown = set(args.variants.split(",")) - set(variants)
+        wanted = args.variants.split(",")
+        unknown = set(wanted) - set(variants)
         if unknown:
             raise SystemExit(f"unknown variants {sorted(unknown)}; known: {list(variants)}")
-        variants = {k: v for k, v in variants.items() if k in args.variants.split(",")}
+        variants = {k: v for k, v in variants.items() if k in wanted}
     rows, float_db = [], {}
     for name, (transform, rotate) in variants.items():
         m, _ = smollm2.load()
@@ -161,7 +169,7 @@ def main():
     with open(out + ".json", "w") as f:
         json.dump({"commit": commit, "text": args.text, "eval_tokens": int(ids.shape[1]),
                    "float_logits_sqnr_db": float_db, "rows": rows}, f, indent=1)
-    text = "the Zen of Python" if args.text == "zen" else f"the start of Python's LICENSE.txt ({ids.shape[1]} tokens)"
+    text = text_name if args.text == "zen" else f"{text_name} ({ids.shape[1]} tokens)"
     with open(out + ".md", "w") as f:
         f.write(f"SmolLM2-135M-Instruct, only the KV cache rounded (host: uint8 per layer's keys and values as "
                 f"the HTP's graphs hold them, quantization/kv8.py), {text} teacher-forced; commit {commit}; "

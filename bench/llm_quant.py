@@ -110,18 +110,17 @@ def metrics(ref: torch.Tensor, got: torch.Tensor, target: torch.Tensor) -> dict:
     row k predicting ``target[k]``)."""
     ref, got = ref.double(), got.double()
     sqnr = 10 * math.log10(ref.pow(2).sum().item() / max((ref - got).pow(2).sum().item(), 1e-30))
-    agree = (ref.argmax(-1) == got.argmax(-1)).double().mean().item()
+    same = (ref.argmax(-1) == got.argmax(-1)).double()
 
     def ppl(lg, tgt=target):
         return math.exp(torch.nn.functional.cross_entropy(lg, tgt).item())
 
     # Windows of WINDOW positions: whether agreement falls as the cache fills (a whole-text run's
     # first window is the 64 positions of `--prefill 16 --eval-tokens 80`).
-    same = (ref.argmax(-1) == got.argmax(-1)).double()
     windows = [{"positions": [k, min(k + WINDOW, len(same))], "top1_agreement": round(same[k : k + WINDOW].mean().item(), 4),
                 "ppl_ratio": round(ppl(got[k : k + WINDOW], target[k : k + WINDOW]) / ppl(ref[k : k + WINDOW], target[k : k + WINDOW]), 4)}
                for k in range(0, len(same), WINDOW)]
-    return {"logits_sqnr_db": round(sqnr, 2), "top1_agreement": round(agree, 4),
+    return {"logits_sqnr_db": round(sqnr, 2), "top1_agreement": round(same.mean().item(), 4),
             "ppl_fp32": round(ppl(ref), 3), "ppl": round(ppl(got), 3), "ppl_ratio": round(ppl(got) / ppl(ref), 4),
             "windows": windows}
 

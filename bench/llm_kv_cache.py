@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "common"))
 sys.path.insert(0, HERE)
 OUT = os.path.join(HERE, "results", "llm_kv_cache")
 
-from llm_quant import calibration_texts, evaluation_text  # noqa: E402
+from llm_quant import TEXTS, calibration_texts  # noqa: E402
 
 
 class Held8(transformers.DynamicCache):
@@ -104,19 +104,6 @@ def smooth_keys(model, seqs):
         a = layer.self_attn
         a.k_proj.weight.data = (a.k_proj.weight.double() / s.reshape(-1, 1)).float()
         a.q_proj.weight.data = (a.q_proj.weight.double() * s.repeat_interleave(heads // kv, 0).reshape(-1, 1)).float()
-
-
-def license_text() -> str:
-    """A second evaluation text: the start of this Python's LICENSE.txt (its history section)."""
-    import sysconfig
-
-    with open(os.path.join(sysconfig.get_paths()["stdlib"], "LICENSE.txt"), encoding="utf-8") as f:
-        return f.read()[:1500]
-
-
-#: Evaluation texts: name -> (the text, how the results name it).
-TEXTS = {"zen": (evaluation_text, "the Zen of Python"),
-         "license": (license_text, "the start of Python's LICENSE.txt")}
 
 
 def main():

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from qnnx_backend.quantization import config as quant_config
 from qnnx_backend.quantization import kv8
+from qnnx_backend.settings import parse_options
 
 
 def test_rotation_matrix_is_an_orthogonal_hadamard_with_one_scale():
@@ -20,6 +22,24 @@ def test_rotation_matrix_is_an_orthogonal_hadamard_with_one_scale():
     assert not torch.equal(r, kv8.rotation_matrix(64, seed=1))  # the signs are seeded
     with pytest.raises(ValueError, match="no Hadamard matrix of order 28"):
         kv8.rotation_matrix(28)
+
+
+def test_by_default_rows_are_held_rotated_where_the_head_size_has_a_hadamard_matrix_on_v73_and_newer():
+    g = torch.Generator().manual_seed(0)
+    x64, x28 = torch.randn(1, 2, 5, 64, generator=g), torch.randn(1, 2, 5, 28, generator=g)
+    encs = kv8.encodings([[x64, x28]], [0, 1], rotate=None)
+    assert encs[0].rotation is not None and encs[1].rotation is None
+    with pytest.raises(ValueError, match="no Hadamard matrix of order 28"):
+        kv8.encodings([[x28]], [0], rotate=True)
+    assert kv8.encodings([[x64]], [0], rotate=False)[0].rotation is None
+    # The default by HTP (config.QuantizeConfig.kv_cache_rotation): None ("where the head size
+    # allows") on v73 and newer and on an HTP left to the emulator or device, off below v73.
+    assert [quant_config.config("16a8w", htp_arch=a).kv_cache_rotation() for a in (None, 73, 79, 69, 68)] == [
+        None, None, None, False, False]
+    base = {"kv_cache": True, "quantize": "16a8w", "calibration": [torch.zeros(8, dtype=torch.long)]}
+    assert parse_options({**base, "soc_model": 60}).kv_rotation() is None
+    assert parse_options({**base, "soc_model": "QCS6490"}).kv_rotation() is False
+    assert parse_options({**base, "soc_model": 60, "kv_cache_rotation": False}).kv_rotation() is False
 
 
 def _keys(seed=0):

@@ -147,7 +147,7 @@ def test_quantize_options():
         ({"quantize": "8a8w", "calibration": [0], "kv_cache": True, "kv_cache_bits": 16, "kv_cache_rotation": True},
          r"kv_cache_rotation rotates the 8-bit KV cache"),
         ({"quantize": "8a8w", "calibration": [0], "kv_cache_rotation": True}, r"use it with kv_cache=True"),
-        ({"quantize": "8a8w", "calibration": [0], "kv_cache": True, "kv_cache_rotation": 1}, r"kv_cache_rotation=1: use True or False"),
+        ({"quantize": "8a8w", "calibration": [0], "kv_cache": True, "kv_cache_rotation": 1}, r"kv_cache_rotation=1: use True, False or None"),
         ({"quantize": "8a8w", "calibration": [0], "tokenizer": str}, r"tokenizer: .* also pass kv_cache=True"),
         ({"calibration": [0], "observer": "histogram"}, r"calibration, observer: used only for a quantized graph"),
     ],

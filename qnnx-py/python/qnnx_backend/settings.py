@@ -103,17 +103,16 @@ class QnnSettings:
     8 (uint8 with one calibrated encoding per layer's keys and values; the new rows quantized in
     the graph, the cache never re-quantized from float: quantization.kv8) or 16 (the cache enters
     the graph as float and is quantized there with the scheme's activations)."""
-    kv_cache_rotation: bool = False
+    kv_cache_rotation: Optional[bool] = None
     """With ``kv_cache_bits=8``: each cached row is held times a randomized Hadamard matrix of the
     head size (rotated before it is quantized in the graph), which spreads the few wide key and
     value channels over all of them before one uint8 encoding per tensor covers them. The
     attention reads the rotated rows as they are (its queries rotated for the keys, its output
     rotated back for the values: quantization.kv8_rotation), a head-size product per head, layer
-    and step; a graph of another shape rotates the whole cache back where it reads it. Off by
-    default so far: on the one trained decoder measured (SmolLM2-135M at 16a8w, one text) it gains
-    over the whole text (perplexity ratio 1.024 against 1.125) and loses on its first 64
-    positions, and on the host a second text agrees; worth trying for a model's own evaluation
-    (docs/llm-accuracy.md)."""
+    and step; a graph of another shape rotates the whole cache back where it reads it. True:
+    always (ValueError for a head size with no Hadamard matrix built); False: never; None (the
+    default): wherever the head size has one, on HTP v73 and newer (QuantizeConfig.
+    kv_cache_rotation: where it was measured to pay; docs/llm-accuracy.md)."""
     tokenizer: Any = dataclasses.field(default=None, compare=False, repr=False)
     """With ``quantize`` and ``kv_cache``: the model's tokenizer (a Hugging Face tokenizer, or any
     callable ``tokenizer(text, return_tensors="pt")["input_ids"]``), so that calibration can be
@@ -222,6 +221,12 @@ class QnnSettings:
             self.weight_block_size,
             self.headroom(),
         )
+
+    def kv_rotation(self) -> Optional[bool]:
+        """``kv_cache_rotation``, or its default on this graph's HTP (QuantizeConfig.kv_cache_rotation)."""
+        if self.kv_cache_rotation is not None:
+            return self.kv_cache_rotation
+        return self.quantize_config().kv_cache_rotation()
 
     def headroom(self) -> float:
         """``activation_headroom``, or its default for this graph (``kv_cache``: 2, else 1)."""
@@ -381,8 +386,8 @@ def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
         )
     if s.kv_cache_bits not in (8, 16) or isinstance(s.kv_cache_bits, bool):
         raise ValueError(f"kv_cache_bits={s.kv_cache_bits!r}: use 8 or 16")
-    if not isinstance(s.kv_cache_rotation, bool):
-        raise ValueError(f"kv_cache_rotation={s.kv_cache_rotation!r}: use True or False")
+    if s.kv_cache_rotation is not None and not isinstance(s.kv_cache_rotation, bool):
+        raise ValueError(f"kv_cache_rotation={s.kv_cache_rotation!r}: use True, False or None (the default)")
     if s.kv_cache_rotation and (s.kv_cache_bits != 8 or not s.kv_cache):
         raise ValueError("kv_cache_rotation rotates the 8-bit KV cache: use it with kv_cache=True and kv_cache_bits=8")
     if s.tokenizer is not None and not s.kv_cache:

@@ -41,3 +41,18 @@ def teacher_forced(model, ids: torch.Tensor, prefill: int, cache_len: int, out: 
         out["cache"] = result.past_key_values  # what the compiled graphs left in the caller's cache
     steps = [b - a for a, b in zip(forced.times, forced.times[1:])]
     return torch.stack(forced.logits), steps
+
+
+def held_values(t: torch.Tensor, n: int, rotated: bool) -> int:
+    """How many distinct values the first ``n`` rows of a caller's cache tensor ([1, heads, length,
+    head size]) hold on the grid the quantized graphs hold them on: as they are, or, ``rotated``
+    (``kv_cache_rotation``), times the cache's Hadamard matrix again (the caller's cache holds the
+    rows rotated back), counting values within float rounding (1e-4) as one. An 8-bit cache
+    holds at most 256."""
+    x = t[:, :, :n].float()
+    if not rotated:
+        return torch.unique(x).numel()
+    from qnnx_backend.quantization import kv8
+
+    v = (x @ kv8.rotation_matrix(x.shape[-1])).flatten().unique()
+    return 1 + int((v.diff() > 1e-4).sum())

@@ -41,7 +41,7 @@ class QNNRouterCompileOptions(QNNCompileOptions, total=False):
     target_sqnr_db: float
     tokenizer: Any
     kv_cache_bits: Literal[8, 16]
-    kv_cache_rotation: bool
+    kv_cache_rotation: Optional[bool]
 
 
 __all__ = ["QNNCompileOptions", "QNNRouterCompileOptions"]

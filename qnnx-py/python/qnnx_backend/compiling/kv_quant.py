@@ -31,7 +31,7 @@ class QuantizedCache:
         # Parsed once (a whole decoder's QDQ model is hundreds of MB): counted, then edited.
         model = onnx.load_from_string(onnx_bytes)
         found = kv8.plan(self.kv_plan, list(tensor_idx), self.kv_roles, len(model.graph.output))
-        encs = kv8.encodings(samples, [f[0] for f in found], rotate=self.settings.kv_cache_rotation)
+        encs = kv8.encodings(samples, [f[0] for f in found], rotate=self.settings.kv_rotation())
         self.kv8_caches = [kv8.CacheIO(t, a, r, p, d, encs[t]) for t, a, r, p, d in found]
         if not self.kv8_caches:
             return onnx_bytes  # a prefill graph: its cache is made inside the graph

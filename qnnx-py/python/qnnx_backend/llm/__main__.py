@@ -37,9 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--kv-cache-bits", type=int, choices=(8, 16), default=8, help="with --quantize: the KV cache's width")
     b.add_argument(
         "--kv-cache-rotation",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="with --quantize and an 8-bit cache: hold each cached row times a randomized Hadamard matrix, "
-        "which spreads the few wide key and value channels before the 8-bit encoding covers them (docs/llm.md)",
+        "which spreads the few wide key and value channels before the 8-bit encoding covers them "
+        "(default: on HTP v73 and newer; docs/llm.md)",
     )
     b.add_argument(
         "--quantize-modules",

@@ -110,7 +110,7 @@ def _graph_maker(
     kv_cache_bits: int,
     progress: Callable[[str], None],
     quantize_modules: Optional[dict] = None,
-    kv_cache_rotation: bool = False,
+    kv_cache_rotation: Optional[bool] = None,
 ) -> tuple[Callable[[export.DecoderStep], tuple[bytes, dict]], dict]:
     """The function making each graph's ONNX model (float, or quantized on the calibration run
     here once), and what the manifest says of the quantization."""
@@ -132,10 +132,11 @@ def _graph_maker(
     quantized.step_modules(model, model, quantize_modules)
     progress(f"calibrating: float prefills of {len(calibration)} sequence(s)")
     calib = quantized.Calibration.run(model, calibration, tokenizer, cache_len)
-    cache = calib.cache_encodings(kv_cache_rotation) if kv_cache_bits == 8 else None
+    rotate = cfg.kv_cache_rotation() if kv_cache_rotation is None else kv_cache_rotation
+    cache = calib.cache_encodings(rotate) if kv_cache_bits == 8 else None
     info = {"quantization": {"scheme": quantize, "kv_cache_bits": kv_cache_bits, "calibration_sequences": len(calib.seqs),
                              "calibration_prefill_s": round(calib.seconds, 2)}}
-    if kv_cache_rotation:
+    if cache and any(e.rotation is not None for e in cache):
         # The host copies the codes and never reads them: a note for people, not for the runner.
         info["quantization"]["kv_cache_rotation"] = "randomized Hadamard, seed 0 (quantization.kv8.rotation_matrix)"
     if quantize_modules:
@@ -166,7 +167,7 @@ def build_from(
     kv_cache_bits: int = 8,
     quantize_modules: Optional[dict] = None,
     rotate: bool = False,
-    kv_cache_rotation: bool = False,
+    kv_cache_rotation: Optional[bool] = None,
     progress: Callable[[str], None] = lambda _: None,
     shards: int = 1,
     jobs: int = 1,
@@ -189,7 +190,9 @@ def build_from(
     ``rotate``: the model's residual stream and value heads are rotated first, in place
     (``rotate_decoder``, docs/llm.md: it pays with 16-bit weights); the manifest records it.
     ``kv_cache_rotation``: the 8-bit cache's rows are held times a randomized Hadamard matrix
-    (``quantization.kv8``; inside the graphs, so the host still copies codes).
+    (``quantization.kv8``; inside the graphs, so the host still copies codes): True, False, or
+    None (the default) as ``torch.compile``'s option has it (``QnnSettings.kv_cache_rotation``:
+    on v73 and newer).
 
     ``opt_level``: QNN's graph optimization level (1 to 3; None is QNN's default, 2), for every
     graph. ``shards``, ``jobs``, ``max_memory``, ``cache_dir``: each graph split into ``shards``
@@ -307,7 +310,8 @@ def build_from(
                 "length": cache_len,
                 "layout": "[1, kv_heads, length, head_dim] per layer and per K/V; keys after the rotary "
                 "embedding; slot p holds position p"
-                + ("; each row held times an orthogonal matrix (quantization.kv_cache_rotation)" if kv_cache_rotation else ""),
+                + ("; each row held times an orthogonal matrix (quantization.kv_cache_rotation)"
+                   if "kv_cache_rotation" in quant_info.get("quantization", {}) else ""),
                 "dtype": cache_io[0]["dtype"],
                 # One encoding per cache tensor (past_key_0, past_value_0, ...) when quantized.
                 "encoding": [i["encoding"] for i in cache_io] if quantize else cache_io[0]["encoding"],
@@ -350,7 +354,7 @@ def build(
     kv_cache_bits: int = 8,
     quantize_modules: Optional[dict] = None,
     rotate: bool = False,
-    kv_cache_rotation: bool = False,
+    kv_cache_rotation: Optional[bool] = None,
     progress: Optional[Callable[[str], None]] = None,
     **children: Any,
 ) -> dict:

@@ -41,6 +41,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from .prefill import MASK_FLOOR
+from .rotation import hadamard
 
 #: uint8's range.
 QMIN, QMAX = 0, 255
@@ -127,10 +128,12 @@ def plan(
     return out
 
 
-def encodings(samples: Sequence[Sequence[torch.Tensor]], tensors: Sequence[int], rotate: bool = False) -> dict[int, Encoding]:
+def encodings(samples: Sequence[Sequence[torch.Tensor]], tensors: Sequence[int],
+              rotate: Optional[bool] = False) -> dict[int, Encoding]:
     """Per cache tensor position, the uint8 encoding covering what the samples hold there (its
-    rows times ``rotation_matrix`` of their size with ``rotate``). One pass over the samples:
-    those of a decode graph are made when read (prefill.Samples)."""
+    rows times ``rotation_matrix`` of their size with ``rotate``; with None, where their size has
+    a Hadamard matrix). One pass over the samples: those of a decode graph are made when read
+    (prefill.Samples)."""
     if not tensors:
         return {}
     lo = {k: math.inf for k in tensors}
@@ -139,10 +142,12 @@ def encodings(samples: Sequence[Sequence[torch.Tensor]], tensors: Sequence[int],
     for s in samples:
         for k in tensors:
             x = s[k]
-            if rotate:
+            if rotate is not False:
                 if k not in rotations:
-                    rotations[k] = rotation_matrix(x.shape[-1])
-                x = x.float() @ rotations[k]
+                    rotations[k] = (rotation_matrix(x.shape[-1]) if rotate or hadamard(x.shape[-1]) is not None
+                                    else None)
+                if rotations[k] is not None:
+                    x = x.float() @ rotations[k]
             a, b = torch.aminmax(x)
             lo[k], hi[k] = min(lo[k], float(a)), max(hi[k], float(b))
     return {k: Encoding.covering(lo[k], hi[k], rotations.get(k)) for k in tensors}

@@ -54,6 +54,8 @@ def test_manifest_names_the_8_bit_cache_and_its_encodings(built):
     _, _, out, m = built
     assert m["precision"] == "16a8w" and m["quantization"]["kv_cache_bits"] == 8
     assert m["cache"]["dtype"] == "qu8"
+    # SoC 60: the rows held rotated by default (kv_cache_rotation=None; quantization.kv8).
+    assert "Hadamard" in m["quantization"]["kv_cache_rotation"] and "orthogonal" in m["cache"]["layout"]
     encs = m["cache"]["encoding"]
     assert len(encs) == 2 * LAYERS and all(e["scale"] > 0 for e in encs)
     # The masked value stays within the scores' 16-bit range (quantization.prefill.MASK_FLOOR).
@@ -110,17 +112,18 @@ print(json.dumps(s.generate({PROMPT!r}, max_new_tokens=24)["tokens"]))
 
 
 @pytest.mark.htp
-def test_a_cache_held_rotated_follows_fp32(built, tmp_path):
-    """``kv_cache_rotation=True`` (``--kv-cache-rotation``): every graph rotates the rows it
-    writes and rotates back the cache it reads (quantization.kv8), the host still copies codes;
-    the greedy tokens follow fp32's as the plain 8-bit cache's do."""
+def test_a_cache_held_as_computed_follows_fp32(built, tmp_path):
+    """``kv_cache_rotation=False`` (``--no-kv-cache-rotation``): the 8-bit cache's rows held as
+    the model computes them (the default held them rotated: ``built``), the manifest says nothing
+    of a rotation, and the greedy tokens follow fp32's as the rotated cache's do."""
     from qnnx_backend.llm import build
 
     model, tok, _, _ = built
-    out = tmp_path / "rotated"
+    out = tmp_path / "plain"
     m = build.build_from(model, tok, out, soc_model=60, cache_len=CACHE_LEN, prefill=[PREFILL], quantize="16a8w",
-                         calibration=CALIBRATION, kv_cache_rotation=True)
-    assert "Hadamard" in m["quantization"]["kv_cache_rotation"] and m["cache"]["dtype"] == "qu8"
+                         calibration=CALIBRATION, kv_cache_rotation=False)
+    assert "kv_cache_rotation" not in m["quantization"] and "orthogonal" not in m["cache"]["layout"]
+    assert m["cache"]["dtype"] == "qu8"
     got, want, same = _greedy_against_fp32(model, out)
     assert same >= 4, (got["tokens"], want)
 

@@ -179,7 +179,7 @@ def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy, ref_m
         # "16a8w/kv16/fp16prefill": the prompt through an fp16 graph, decode steps quantized;
         # "16a8w/rot": the residual stream and value heads rotated first (rotate_decoder);
         # "16a8w/kvrot": the 8-bit cache's rows held rotated (kv_cache_rotation=True, the
-        # default on SoC 60 since 2026-12-07); "16a8w/kvplain": held as computed (False, the default
+        # default on SoC 60 since a698954); "16a8w/kvplain": held as computed (False, the default
         # before it, which the results of earlier commits name "16a8w").
         name, *suffixes = scheme.split("/")
         options.update(quantize=name, calibration=texts, tokenizer=tok, **json.loads(args.options))

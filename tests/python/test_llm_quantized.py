@@ -230,7 +230,7 @@ def test_trained_smollm2_at_16a8w_calibrated_on_text_follows_fp32(smollm2_4):
     agree, sqnr = _smollm2_teacher_forced(*smollm2_4, {"quantize": "16a8w"})
     print(f"\nSmolLM2 (4 layers) 16a8w: top-1 {agree:.3f}, SQNR {sqnr:.1f} dB")
     # Measured 0.926 (25 of 27) and 40.5 dB with the cache's rows held rotated (the default),
-    # 0.926 and 40.1 dB without (kv_cache_rotation=False), both at 2026-12-07; 0.89 and 22.4 dB when
+    # 0.926 and 40.1 dB without (kv_cache_rotation=False), both at a698954; 0.89 and 22.4 dB when
     # the test was written. Four of thirty layers give near-flat next-token distributions (fp32
     # perplexity in the millions), where top-1 is fragile. Before the attention masks were
     # clamped (prefill.MASK_FLOOR) this was 0.22 and 12 dB. The whole model's numbers:
@@ -255,7 +255,7 @@ def test_trained_smollm2_with_block_wise_4bit_weights_follows_fp32(smollm2_4, ro
     # 0.667 and 21.5 dB with both graphs on the Hessians of the whole texts (four sentences
     # here), 0.630 and 21.7 dB since GPTQ leaves the tied embedding its own table (0eb1e19; the
     # earlier figures had it rewritten). With the cache's rows held rotated (the default since
-    # 2026-12-07): nearest 0.667 and 21.9 dB, GPTQ 0.704 and 21.5 dB. The whole model, and the
+    # a698954): nearest 0.667 and 21.9 dB, GPTQ 0.704 and 21.5 dB. The whole model, and the
     # benchmark's 4-layer figures: bench/llm_quant.py, docs/llm-accuracy.md.
     floor = {"nearest": (0.62, 17), "gptq": (0.62, 19)}[rounding]
     assert agree >= floor[0] and sqnr >= floor[1], (agree, sqnr)

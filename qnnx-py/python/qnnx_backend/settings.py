@@ -224,9 +224,7 @@ class QnnSettings:
 
     def kv_rotation(self) -> Optional[bool]:
         """``kv_cache_rotation``, or its default on this graph's HTP (QuantizeConfig.kv_cache_rotation)."""
-        if self.kv_cache_rotation is not None:
-            return self.kv_cache_rotation
-        return self.quantize_config().kv_cache_rotation()
+        return self.quantize_config().kv_cache_rotation(self.kv_cache_rotation)
 
     def headroom(self) -> float:
         """``activation_headroom``, or its default for this graph (``kv_cache``: 2, else 1)."""

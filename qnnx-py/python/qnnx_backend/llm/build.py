@@ -132,8 +132,7 @@ def _graph_maker(
     quantized.step_modules(model, model, quantize_modules)
     progress(f"calibrating: float prefills of {len(calibration)} sequence(s)")
     calib = quantized.Calibration.run(model, calibration, tokenizer, cache_len)
-    rotate = cfg.kv_cache_rotation() if kv_cache_rotation is None else kv_cache_rotation
-    cache = calib.cache_encodings(rotate) if kv_cache_bits == 8 else None
+    cache = calib.cache_encodings(cfg.kv_cache_rotation(kv_cache_rotation)) if kv_cache_bits == 8 else None
     info = {"quantization": {"scheme": quantize, "kv_cache_bits": kv_cache_bits, "calibration_sequences": len(calib.seqs),
                              "calibration_prefill_s": round(calib.seconds, 2)}}
     if cache and any(e.rotation is not None for e in cache):

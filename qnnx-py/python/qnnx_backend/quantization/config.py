@@ -138,14 +138,16 @@ class QuantizeConfig:
         The annotator applies it unless an ``ops`` or value override names the MatMul."""
         return self.htp_arch is not None and self.htp_arch < 73 and scheme.act_bits == 16
 
-    def kv_cache_rotation(self) -> Optional[bool]:
-        """``kv_cache_rotation``'s default on this HTP: "where the head size has a Hadamard
-        matrix" (None, which kv8.encodings decides per cache tensor) on v73 and newer, False
-        below. Measured on SmolLM2-135M at 16a8w on SoC 60 (v73): the rows rotated bring the
+    def kv_cache_rotation(self, given: Optional[bool] = None) -> Optional[bool]:
+        """The option ``kv_cache_rotation`` as ``given`` (True or False), or its default on this
+        HTP: "where the head size has a Hadamard matrix" (None, which kv8.encodings decides per
+        cache tensor) on v73 and newer, False below. Measured on SmolLM2-135M at 16a8w on SoC 60 (v73): the rows rotated bring the
         perplexity ratio over the whole Zen of Python from 1.125 to 1.024, and a second text
         agrees (docs/llm-accuracy.md). Below v73 the attention reads K and V at 8 bits
         (``matmul_16x8``) and the rotation is not measured there. None: the HTP the emulator or
         device picks, as ``matmul_16x8`` reads it."""
+        if given is not None:
+            return given
         return None if self.htp_arch is None or self.htp_arch >= 73 else False
 
     def describe(self) -> str:

@@ -4,9 +4,10 @@ what evens it out.
 Everything but the cache stays fp32. The cache is held as the HTP's decode graphs hold it, with
 quantization/kv8.py's own encodings: one asymmetric uint8 encoding per layer's keys and per
 layer's values over the range the calibration text's float prefills give (bench/llm_quant.py's
-calibration text), each row rounded as it is written. Rows, each against the unchanged fp32
-model, teacher-forced over the Zen of Python (bench/llm_weights.py's metrics), with the keys
-only, the values only, or both held at 8 bits:
+calibration text), each row rounded as it is written, the encodings fitted by each of kv8's
+observers (``--observers``: "histogram", the default since 2026-12-07, and "minmax"). Rows, each
+against the unchanged fp32 model, teacher-forced over the Zen of Python (bench/llm_weights.py's
+metrics), with the keys only, the values only, or both held at 8 bits:
 
 * ``none``: the model as loaded;
 * ``rows rotated``: each cached row held times a randomized Hadamard matrix of the head size
@@ -17,8 +18,9 @@ only, the values only, or both held at 8 bits:
   between queries and keys, one scale per rotary pair so that it commutes with the rotary
   embedding, ``smooth_keys`` below), with and without the rows rotated.
 
-    python3 bench/llm_kv_cache.py      # host only, about 4 minutes
+    python3 bench/llm_kv_cache.py      # host only, about 8 minutes
     python3 bench/llm_kv_cache.py --text license --variants "none,rows rotated"
+    python3 bench/llm_kv_cache.py --observers minmax   # the encodings as fitted before 2026-12-07
 
 ``--text license``: a second evaluation text, the first 1,500 characters of the Python
 installation's LICENSE.txt (English prose, not calibration text), into
@@ -65,12 +67,12 @@ class Held8(transformers.DynamicCache):
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
 
-def encodings(model, seqs, rotate: bool):
-    """Each layer's kv8 encodings of keys and of values over the calibration prefills."""
+def encodings(model, seqs, rotate: bool, observer: str):
+    """Each layer's kv8 encodings of keys and of values fitted to the calibration prefills' rows."""
     from qnnx_backend.quantization import kv8, prefill
 
     samples = [[t for kv in prefill.kv_rows(model, seq) for t in kv] for seq in seqs]
-    found = kv8.encodings(samples, range(len(samples[0])), rotate=rotate)
+    found = kv8.encodings(samples, range(len(samples[0])), rotate=rotate, observer=observer)
     return [found[k] for k in range(0, len(found), 2)], [found[k] for k in range(1, len(found), 2)]
 
 
@@ -112,6 +114,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--text", choices=tuple(TEXTS), default="zen")
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: all)")
+    ap.add_argument("--observers", default="histogram,minmax", help="comma-separated kv8.OBSERVERS")
     args = ap.parse_args()
     out = OUT if args.text == "zen" else f"{OUT}-{args.text}"
     warnings.simplefilter("ignore")
@@ -146,13 +149,15 @@ def main():
         m, _ = smollm2.load()
         if transform is not None:
             transform(m)
-        enc_k, enc_v = encodings(m, seqs, rotate)
         with torch.no_grad():
             float_db[name] = row_metrics(ref, m(ids).logits[0], ids)["logits_sqnr_db"]
-            for held, (k, v) in {"keys": (enc_k, None), "values": (None, enc_v), "both": (enc_k, enc_v)}.items():
-                got = m(ids, past_key_values=Held8(k, v), use_cache=True).logits[0]
-                rows.append({"variant": name, "held at 8 bits": held, **row_metrics(ref, got, ids)})
-                print(json.dumps(rows[-1]), flush=True)
+        for observer in args.observers.split(","):
+            enc_k, enc_v = encodings(m, seqs, rotate, observer)
+            with torch.no_grad():
+                for held, (k, v) in {"keys": (enc_k, None), "values": (None, enc_v), "both": (enc_k, enc_v)}.items():
+                    got = m(ids, past_key_values=Held8(k, v), use_cache=True).logits[0]
+                    rows.append({"variant": name, "encodings": observer, "held at 8 bits": held, **row_metrics(ref, got, ids)})
+                    print(json.dumps(rows[-1]), flush=True)
     with open(out + ".json", "w") as f:
         json.dump({"commit": commit, "text": args.text, "eval_tokens": int(ids.shape[1]),
                    "float_logits_sqnr_db": float_db, "rows": rows}, f, indent=1)
@@ -162,10 +167,10 @@ def main():
                 f"the HTP's graphs hold them, quantization/kv8.py), {text} teacher-forced; commit {commit}; "
                 f"`python3 bench/llm_kv_cache.py {' '.join(sys.argv[1:])}`.\n\n"
                 f"Float model after each transform against the original, logits SQNR dB: {json.dumps(float_db)}.\n\n"
-                "| variant | at 8 bits | logits SQNR dB | centered dB | log-prob dB | top-1 agreement | ppl ratio | top-1, window |\n"
-                "|---|---|---|---|---|---|---|---|\n")
+                "| variant | encodings | at 8 bits | logits SQNR dB | centered dB | log-prob dB | top-1 agreement | ppl ratio | top-1, window |\n"
+                "|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
-            f.write(f"| {r['variant']} | {r['held at 8 bits']} | {cells(r)} |\n")
+            f.write(f"| {r['variant']} | {r['encodings']} | {r['held at 8 bits']} | {cells(r)} |\n")
 
 
 if __name__ == "__main__":

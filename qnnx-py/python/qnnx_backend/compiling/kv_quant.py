@@ -22,7 +22,7 @@ class QuantizedCache:
         s = self.settings
         return s.quantize is not None and self.kv_plan is not None and s.kv_cache_bits == 8
 
-    def cache_at_8_bits(self, onnx_bytes: bytes, tensor_idx: Sequence[int], samples: list) -> bytes:
+    def cache_at_8_bits(self, onnx_bytes: bytes, tensor_idx: Sequence[int], samples: prefill.Samples) -> bytes:
         """The QDQ model with its cache inputs and new-row outputs as raw uint8 (quantization.kv8);
         remembers them for the compiled graph's host-side twins."""
         assert self.kv_plan is not None
@@ -31,7 +31,11 @@ class QuantizedCache:
         # Parsed once (a whole decoder's QDQ model is hundreds of MB): counted, then edited.
         model = onnx.load_from_string(onnx_bytes)
         found = kv8.plan(self.kv_plan, list(tensor_idx), self.kv_roles, len(model.graph.output))
-        encs = kv8.encodings(samples, [f[0] for f in found], rotate=self.settings.kv_rotation())
+        # Fitted to the prefills' rows the samples are cut from (each row once, no padding).
+        where = {t: (self.kv_roles[a].layer, 0 if self.kv_roles[a].role == "keys" else 1) for t, a, *_ in found}
+        rows = [{t: r[layer][kind] for t, (layer, kind) in where.items()} for r in samples.cache_rows]
+        encs = kv8.encodings(rows, list(where), rotate=self.settings.kv_rotation(),
+                             observer=self.settings.kv_cache_observer)
         self.kv8_caches = [kv8.CacheIO(t, a, r, p, d, encs[t]) for t, a, r, p, d in found]
         if not self.kv8_caches:
             return onnx_bytes  # a prefill graph: its cache is made inside the graph

@@ -44,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         "(default: on HTP v73 and newer; docs/llm.md)",
     )
     b.add_argument(
+        "--kv-cache-observer",
+        choices=("histogram", "minmax"),
+        default="histogram",
+        help="with --quantize and an 8-bit cache: how its encodings are fitted to the calibration rows "
+        "(histogram: the least quantization error; minmax: covering every row)",
+    )
+    b.add_argument(
         "--quantize-modules",
         metavar="JSON",
         help="with --quantize: per-module schemes, a JSON object or a file holding one, such as "
@@ -138,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             quantize_modules=modules,
             rotate=args.rotate,
             kv_cache_rotation=args.kv_cache_rotation,
+            kv_cache_observer=args.kv_cache_observer,
             opt_level=args.opt_level,
             progress=say,
             **children,

@@ -26,7 +26,7 @@ import torch
 
 from .. import _native
 from ..buildcache import sha256_file
-from ..quantization import rotation
+from ..quantization import kv8, rotation
 from . import export, quantized
 from . import shards as shards_
 
@@ -111,6 +111,7 @@ def _graph_maker(
     progress: Callable[[str], None],
     quantize_modules: Optional[dict] = None,
     kv_cache_rotation: Optional[bool] = None,
+    kv_cache_observer: str = "histogram",
 ) -> tuple[Callable[[export.DecoderStep], tuple[bytes, dict]], dict]:
     """The function making each graph's ONNX model (float, or quantized on the calibration run
     here once), and what the manifest says of the quantization."""
@@ -123,6 +124,8 @@ def _graph_maker(
         raise ValueError(f"kv_cache_bits={kv_cache_bits}: use 8 (uint8 codes) or 16")
     if kv_cache_rotation and kv_cache_bits != 8:
         raise ValueError("kv_cache_rotation rotates the 8-bit KV cache's rows: use it with kv_cache_bits=8")
+    if kv_cache_observer not in kv8.OBSERVERS:
+        raise ValueError(f"kv_cache_observer={kv_cache_observer!r}: use one of {', '.join(kv8.OBSERVERS)}")
     if calibration is None:
         raise ValueError("quantize needs calibration: strings of the text the model sees (a few dozen), or token ids")
     cfg = quantized.config(quantize, soc_model)
@@ -132,9 +135,12 @@ def _graph_maker(
     quantized.step_modules(model, model, quantize_modules)
     progress(f"calibrating: float prefills of {len(calibration)} sequence(s)")
     calib = quantized.Calibration.run(model, calibration, tokenizer, cache_len)
-    cache = calib.cache_encodings(cfg.kv_cache_rotation(kv_cache_rotation)) if kv_cache_bits == 8 else None
+    cache = None
     info = {"quantization": {"scheme": quantize, "kv_cache_bits": kv_cache_bits, "calibration_sequences": len(calib.seqs),
                              "calibration_prefill_s": round(calib.seconds, 2)}}
+    if kv_cache_bits == 8:
+        cache = calib.cache_encodings(cfg.kv_cache_rotation(kv_cache_rotation), kv_cache_observer)
+        info["quantization"]["kv_cache_observer"] = kv_cache_observer
     if cache and any(e.rotation is not None for e in cache):
         # The host copies the codes and never reads them: a note for people, not for the runner.
         info["quantization"]["kv_cache_rotation"] = "randomized Hadamard, seed 0 (quantization.kv8.rotation_matrix)"
@@ -167,6 +173,7 @@ def build_from(
     quantize_modules: Optional[dict] = None,
     rotate: bool = False,
     kv_cache_rotation: Optional[bool] = None,
+    kv_cache_observer: str = "histogram",
     progress: Callable[[str], None] = lambda _: None,
     shards: int = 1,
     jobs: int = 1,
@@ -191,7 +198,8 @@ def build_from(
     ``kv_cache_rotation``: the 8-bit cache's rows are held times a randomized Hadamard matrix
     (``quantization.kv8``; inside the graphs, so the host still copies codes): True, False, or
     None (the default) as ``torch.compile``'s option has it (``QnnSettings.kv_cache_rotation``:
-    on v73 and newer).
+    on v73 and newer). ``kv_cache_observer``: how the 8-bit cache's encodings are fitted to the
+    calibration rows, "histogram" (the default) or "minmax" (``QnnSettings.kv_cache_observer``).
 
     ``opt_level``: QNN's graph optimization level (1 to 3; None is QNN's default, 2), for every
     graph. ``shards``, ``jobs``, ``max_memory``, ``cache_dir``: each graph split into ``shards``
@@ -243,7 +251,7 @@ def build_from(
     # Before the folder is made: a bad option or calibration leaves nothing behind.
     make_onnx, quant_info = _graph_maker(
         model, tokenizer, cache_len, soc_model, quantize, calibration, kv_cache_bits, progress, quantize_modules,
-        kv_cache_rotation,
+        kv_cache_rotation, kv_cache_observer,
     )
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -354,6 +362,7 @@ def build(
     quantize_modules: Optional[dict] = None,
     rotate: bool = False,
     kv_cache_rotation: Optional[bool] = None,
+    kv_cache_observer: str = "histogram",
     progress: Optional[Callable[[str], None]] = None,
     **children: Any,
 ) -> dict:
@@ -379,6 +388,7 @@ def build(
         quantize_modules=quantize_modules,
         rotate=rotate,
         kv_cache_rotation=kv_cache_rotation,
+        kv_cache_observer=kv_cache_observer,
         progress=say,
         **children,
     )

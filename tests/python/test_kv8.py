@@ -74,16 +74,16 @@ def _sqnr(x: torch.Tensor, enc: kv8.Encoding) -> float:
 
 
 def test_the_histogram_fit_clips_rare_values_where_that_pays():
-    """The default fit (torchao's HistogramObserver) gives a few rare wide values up for the
-    resolution of all the others; "minmax" covers every value."""
+    """The histogram's fit (torchao's HistogramObserver) gives a few rare wide values up for the
+    resolution of all the others; "minmax", the default, covers every value."""
     g = torch.Generator().manual_seed(3)
     rows = [torch.randn(1, 3, 200, 64, generator=g) for _ in range(4)]
     rows[1][0, 2, 17, 5] = 40.0  # one value in 150k, 10x the others' widest
     lo = min(float(r.min()) for r in rows)
     hi = max(float(r.max()) for r in rows)
-    minmax = kv8.encodings([[r] for r in rows], [0], observer="minmax")[0]
+    minmax = kv8.encodings([[r] for r in rows], [0])[0]  # "minmax", the default
     assert minmax == kv8.Encoding.covering(lo, hi)
-    fitted = kv8.encodings([[r] for r in rows], [0])[0]  # "histogram", the default
+    fitted = kv8.encodings([[r] for r in rows], [0], observer="histogram")[0]
     assert fitted.scale < minmax.scale / 3, (fitted, minmax)
     # Every other value gets a finer grid; the rare one saturates at the range's end.
     bulk = torch.cat([rows[0], rows[2], rows[3]], 2)
@@ -91,21 +91,21 @@ def test_the_histogram_fit_clips_rare_values_where_that_pays():
     assert int(fitted.quantize(rows[1])[0, 2, 17, 5]) == kv8.QMAX
     # Zero stays exact, and rows held rotated are fitted rotated.
     assert float(fitted.dequantize(fitted.quantize(torch.zeros(1, 1, 1, 64)), torch.float32).abs().max()) == 0
-    assert kv8.encodings([[r] for r in rows], [0], rotate=True)[0].rotation is not None
+    assert kv8.encodings([[r] for r in rows], [0], rotate=True, observer="histogram")[0].rotation is not None
 
 
 def test_the_cache_observer_is_checked():
-    with pytest.raises(ValueError, match="kv_cache_observer='mse': use one of histogram, minmax"):
+    with pytest.raises(ValueError, match="kv_cache_observer='mse': use one of minmax, histogram"):
         kv8.encodings([[torch.ones(1, 1, 2, 4)]], [0], observer="mse")
     with pytest.raises(ValueError, match="no calibration rows"):
         kv8.encodings([], [0])
     base = {"kv_cache": True, "quantize": "16a8w", "calibration": [torch.zeros(8, dtype=torch.long)]}
-    assert parse_options(base).kv_cache_observer == "histogram"
-    assert parse_options({**base, "kv_cache_observer": "minmax"}).kv_cache_observer == "minmax"
+    assert parse_options(base).kv_cache_observer == "minmax"
+    assert parse_options({**base, "kv_cache_observer": "histogram"}).kv_cache_observer == "histogram"
     with pytest.raises(ValueError, match="kv_cache_observer='mse': use one of"):
         parse_options({**base, "kv_cache_observer": "mse"})
     with pytest.raises(ValueError, match="use it with kv_cache=True and kv_cache_bits=8"):
-        parse_options({**base, "kv_cache_bits": 16, "kv_cache_observer": "minmax"})
+        parse_options({**base, "kv_cache_bits": 16, "kv_cache_observer": "histogram"})
 
 
 def _graph():

@@ -57,7 +57,7 @@ def test_manifest_names_the_8_bit_cache_and_its_encodings(built):
     assert m["cache"]["dtype"] == "qu8"
     # SoC 60: the rows held rotated by default (kv_cache_rotation=None; quantization.kv8).
     assert "Hadamard" in m["quantization"]["kv_cache_rotation"] and "orthogonal" in m["cache"]["layout"]
-    assert m["quantization"]["kv_cache_observer"] == "histogram"  # the default fit (quantization.kv8)
+    assert m["quantization"]["kv_cache_observer"] == "minmax"  # the default fit (quantization.kv8)
     encs = m["cache"]["encoding"]
     assert len(encs) == 2 * LAYERS and all(e["scale"] > 0 for e in encs)
     # The masked value stays within the scores' 16-bit range (quantization.prefill.MASK_FLOOR).
@@ -128,16 +128,16 @@ def test_a_cache_held_as_computed_follows_fp32(built, tmp_path):
     """``kv_cache_rotation=False`` (``--no-kv-cache-rotation``): the 8-bit cache's rows held as
     the model computes them (the default held them rotated: ``built``), the manifest says nothing
     of a rotation, and the greedy tokens follow fp32's as the rotated cache's do; with the
-    encodings covering every calibration row (``kv_cache_observer="minmax"``, the fit before
-    2026-12-07), which the manifest names."""
+    encodings fitted by the histogram (``kv_cache_observer="histogram"``), which the manifest
+    names."""
     from qnnx_backend.llm import build
 
     model, tok, _, _ = built
     out = tmp_path / "plain"
     m = build.build_from(model, tok, out, soc_model=60, cache_len=CACHE_LEN, prefill=[PREFILL], quantize="16a8w",
-                         calibration=CALIBRATION, kv_cache_rotation=False, kv_cache_observer="minmax")
+                         calibration=CALIBRATION, kv_cache_rotation=False, kv_cache_observer="histogram")
     assert "kv_cache_rotation" not in m["quantization"] and "orthogonal" not in m["cache"]["layout"]
-    assert m["quantization"]["kv_cache_observer"] == "minmax"
+    assert m["quantization"]["kv_cache_observer"] == "histogram"
     assert m["cache"]["dtype"] == "qu8"
     got, want, same = _greedy_against_fp32(model, out)
     assert same >= 4, (got["tokens"], want)

@@ -211,11 +211,11 @@ def test_16a8w_with_an_8_bit_cache_follows_eager(family):
     got, _ = llm_eval.teacher_forced(model, seq, prefill=PROMPT, cache_len=32, out=out)
     agree = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
     sqnr = 10 * torch.log10(ref.pow(2).sum() / (ref - got).pow(2).sum()).item()
-    # Logits SQNR measured at fc2d639 with the cache's encodings fitted by the histogram (the
-    # default) / by min and max: smollm 25.0 / 24.6 dB, qwen2 29.2 / 28.8, qwen3 28.4 / 28.2, phi3
-    # 19.6 / 20.5, phi3_longrope 22.1 / 21.7, gemma2 35.5 / 35.6, gemma3 34.9 / 34.8: random
-    # weights and tokens, where the histogram's clipping gains or loses a dB.
-    assert sqnr >= 19 and agree >= 0.75, (agree, sqnr)
+    # Logits SQNR measured at fc2d639 with the cache's encodings fitted by min and max (the
+    # default) / by the histogram (kv_cache_observer): smollm 24.6 / 25.0 dB, qwen2 28.8 / 29.2,
+    # qwen3 28.2 / 28.4, phi3 20.5 / 19.6, phi3_longrope 21.7 / 22.1, gemma2 35.6 / 35.5, gemma3
+    # 34.8 / 34.9.
+    assert sqnr >= 20 and agree >= 0.75, (agree, sqnr)
     # A random model's next tokens include near-ties: a choice may flip only where eager's own
     # margin between its best two logits is within twice the largest error at that step.
     for k in torch.nonzero(got.argmax(-1) != ref.argmax(-1)).flatten().tolist():

@@ -42,7 +42,7 @@ class QNNRouterCompileOptions(QNNCompileOptions, total=False):
     tokenizer: Any
     kv_cache_bits: Literal[8, 16]
     kv_cache_rotation: Optional[bool]
-    kv_cache_observer: Literal["histogram", "minmax"]
+    kv_cache_observer: Literal["minmax", "histogram"]
 
 
 __all__ = ["QNNCompileOptions", "QNNRouterCompileOptions"]

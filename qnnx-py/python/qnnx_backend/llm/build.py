@@ -111,7 +111,7 @@ def _graph_maker(
     progress: Callable[[str], None],
     quantize_modules: Optional[dict] = None,
     kv_cache_rotation: Optional[bool] = None,
-    kv_cache_observer: str = "histogram",
+    kv_cache_observer: str = "minmax",
 ) -> tuple[Callable[[export.DecoderStep], tuple[bytes, dict]], dict]:
     """The function making each graph's ONNX model (float, or quantized on the calibration run
     here once), and what the manifest says of the quantization."""
@@ -173,7 +173,7 @@ def build_from(
     quantize_modules: Optional[dict] = None,
     rotate: bool = False,
     kv_cache_rotation: Optional[bool] = None,
-    kv_cache_observer: str = "histogram",
+    kv_cache_observer: str = "minmax",
     progress: Callable[[str], None] = lambda _: None,
     shards: int = 1,
     jobs: int = 1,
@@ -199,7 +199,7 @@ def build_from(
     (``quantization.kv8``; inside the graphs, so the host still copies codes): True, False, or
     None (the default) as ``torch.compile``'s option has it (``QnnSettings.kv_cache_rotation``:
     on v73 and newer). ``kv_cache_observer``: how the 8-bit cache's encodings are fitted to the
-    calibration rows, "histogram" (the default) or "minmax" (``QnnSettings.kv_cache_observer``).
+    calibration rows, "minmax" (the default) or "histogram" (``QnnSettings.kv_cache_observer``).
 
     ``opt_level``: QNN's graph optimization level (1 to 3; None is QNN's default, 2), for every
     graph. ``shards``, ``jobs``, ``max_memory``, ``cache_dir``: each graph split into ``shards``
@@ -362,7 +362,7 @@ def build(
     quantize_modules: Optional[dict] = None,
     rotate: bool = False,
     kv_cache_rotation: Optional[bool] = None,
-    kv_cache_observer: str = "histogram",
+    kv_cache_observer: str = "minmax",
     progress: Optional[Callable[[str], None]] = None,
     **children: Any,
 ) -> dict:

@@ -108,7 +108,7 @@ class Calibration:
         self.counts[t] = len(out)
         return out
 
-    def cache_encodings(self, rotate: Optional[bool] = False, observer: str = "histogram") -> list[kv8.Encoding]:
+    def cache_encodings(self, rotate: Optional[bool] = False, observer: str = "minmax") -> list[kv8.Encoding]:
         """Per cache tensor in graph-input order (``past_key_0``, ``past_value_0``, ...), the uint8
         encoding fitted to every calibration prefill's rows (held rotated; ``kv8.encodings``)."""
         flat = [[t for kv in r for t in kv] for r in self.rows]

@@ -11,8 +11,9 @@ every step. Here:
   same encoding: raw quantized I/O, which the lowering passes to QNN as fixed-point tensors (the
   caller passes and receives the integers).
 * **The encodings** (``encodings``): per cache tensor, asymmetric uint8 fitted to the rows the
-  calibration prefills hold (``quantization.prefill``): by default the range with the least
-  quantization error over their histogram (``kv_cache_observer``), which clips a few rare values.
+  calibration prefills hold (``quantization.prefill``): by default the range covering every
+  row; with ``kv_cache_observer="histogram"`` the range with the least quantization error over
+  their histogram, which clips a few rare values.
 * **The host** (``Shadow``): the caller's ``StaticCache`` holds float tensors. Beside each one
   the graph keeps its uint8 twin: made once from the float tensor (at the first decode step of a
   generation, when the float tensor is also set to the twin's values), then updated with the
@@ -129,21 +130,21 @@ def plan(
 
 
 #: How the cache's encodings are fitted to the calibration rows (``kv_cache_observer``).
-OBSERVERS = ("histogram", "minmax")
+OBSERVERS = ("minmax", "histogram")
 
 
 def encodings(samples: Sequence[Any], tensors: Sequence[int], rotate: Optional[bool] = False,
-              observer: str = "histogram") -> dict[int, Encoding]:
+              observer: str = "minmax") -> dict[int, Encoding]:
     """Per cache tensor position, the uint8 encoding fitted to the rows the samples hold there
     (times ``rotation_matrix`` of their size with ``rotate``; with None, where their size has a
     Hadamard matrix). ``samples``: per calibration sequence, its float prefill's rows (indexable
     by tensor position, ``[..., rows, head size]``), each row once and no padding: a fit reads
     how often each value occurs, which the decode graph's zero-padded samples would skew.
 
-    ``observer``: "histogram" (the default), torchao's HistogramObserver, PyTorch's own range
-    search for the encoding with the least L2 quantization error over a histogram of the rows
-    (a few rare values clipped where that pays); "minmax", the range covering every row (the
-    fit until 2026-12-07). What each costs on a trained decoder: docs/llm-accuracy.md."""
+    ``observer``: "minmax" (the default), the range covering every row; "histogram", torchao's
+    HistogramObserver, PyTorch's own range search for the encoding with the least L2
+    quantization error over a histogram of the rows (a few rare values clipped). What each costs
+    on a trained decoder, on the host and on the HTP: docs/llm-accuracy.md."""
     if observer not in OBSERVERS:
         raise ValueError(f"kv_cache_observer={observer!r}: use one of {', '.join(OBSERVERS)}")
     if not tensors:

@@ -115,7 +115,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--text", choices=tuple(TEXTS), default="zen")
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: all)")
-    ap.add_argument("--observers", default="minmax,histogram", help="comma-separated kv8.OBSERVERS")
+    ap.add_argument("--observers", default="minmax,histogram", help="comma-separated quantization.config.OBSERVERS")
     ap.add_argument("--out", default=None, help="results path without .json/.md (default: by --text)")
     args = ap.parse_args()
     out = args.out or (OUT if args.text == "zen" else f"{OUT}-{args.text}")

@@ -396,10 +396,7 @@ def _check_quantize(s: QnnSettings, given: Mapping[str, Any]) -> None:
         raise ValueError(f"kv_cache_rotation={s.kv_cache_rotation!r}: use True, False or None (the default)")
     if s.kv_cache_rotation and (s.kv_cache_bits != 8 or not s.kv_cache):
         raise ValueError("kv_cache_rotation rotates the 8-bit KV cache: use it with kv_cache=True and kv_cache_bits=8")
-    from .quantization import kv8
-
-    if s.kv_cache_observer not in kv8.OBSERVERS:
-        raise ValueError(f"kv_cache_observer={s.kv_cache_observer!r}: use one of {', '.join(kv8.OBSERVERS)}")
+    quant_config.check_observer("kv_cache_observer", s.kv_cache_observer)
     if s.kv_cache_observer != "minmax" and (s.kv_cache_bits != 8 or not s.kv_cache):
         raise ValueError("kv_cache_observer fits the 8-bit KV cache's encodings: use it with kv_cache=True and kv_cache_bits=8")
     if s.tokenizer is not None and not s.kv_cache:

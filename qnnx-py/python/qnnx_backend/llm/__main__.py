@@ -10,6 +10,8 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..quantization import config as quant_config
+
     p = argparse.ArgumentParser(prog="python -m qnnx_backend.llm", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build an LLM artifact from a Hugging Face folder or a GGUF file")
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     b.add_argument(
         "--kv-cache-observer",
-        choices=("minmax", "histogram"),
+        choices=quant_config.OBSERVERS,
         default="minmax",
         help="with --quantize and an 8-bit cache: how its encodings are fitted to the calibration rows "
         "(minmax: covering every row; histogram: the least quantization error, docs/llm-accuracy.md)",

@@ -26,7 +26,8 @@ import torch
 
 from .. import _native
 from ..buildcache import sha256_file
-from ..quantization import kv8, rotation
+from ..quantization import config as quant_config
+from ..quantization import rotation
 from . import export, quantized
 from . import shards as shards_
 
@@ -124,8 +125,7 @@ def _graph_maker(
         raise ValueError(f"kv_cache_bits={kv_cache_bits}: use 8 (uint8 codes) or 16")
     if kv_cache_rotation and kv_cache_bits != 8:
         raise ValueError("kv_cache_rotation rotates the 8-bit KV cache's rows: use it with kv_cache_bits=8")
-    if kv_cache_observer not in kv8.OBSERVERS:
-        raise ValueError(f"kv_cache_observer={kv_cache_observer!r}: use one of {', '.join(kv8.OBSERVERS)}")
+    quant_config.check_observer("kv_cache_observer", kv_cache_observer)
     if calibration is None:
         raise ValueError("quantize needs calibration: strings of the text the model sees (a few dozen), or token ids")
     cfg = quantized.config(quantize, soc_model)

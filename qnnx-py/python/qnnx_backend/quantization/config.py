@@ -36,10 +36,17 @@ FIXED_U16 = {
 #: The override value that keeps an op float.
 FLOAT = "float"
 
-#: Activation observers: "minmax" (running minimum and maximum) or "histogram" (a running
-#: histogram whose clipping range minimises the quantization error (L2), so that rare outliers
-#: do not stretch the encoding). Weights always use their minimum and maximum.
+#: Activation observers (``observer``) and the 8-bit KV cache's (``kv_cache_observer``):
+#: "minmax" (running minimum and maximum) or "histogram" (a running histogram whose clipping
+#: range minimises the quantization error (L2), so that rare outliers do not stretch the
+#: encoding). Weights always use their minimum and maximum.
 OBSERVERS = ("minmax", "histogram")
+
+
+def check_observer(option: str, value: Any) -> None:
+    """ValueError naming ``option`` unless ``value`` is one of ``OBSERVERS``."""
+    if value not in OBSERVERS:
+        raise ValueError(f"{option}={value!r}: use one of {', '.join(OBSERVERS)}")
 
 #: How much wider than the calibrated range the 16-bit activation encodings of KV-cache graphs
 #: (``kv_cache=True``, the LLM artifact) are by default: 2 spends one of the 16 bits on values the
@@ -223,8 +230,7 @@ def config(
     """A validated QuantizeConfig from option values (ValueError naming the option to change)."""
     if scheme not in SCHEMES:
         raise ValueError(f"quantize={scheme!r}: use one of {', '.join(SCHEMES)}, or None for a float model")
-    if observer not in OBSERVERS:
-        raise ValueError(f"observer={observer!r}: use one of {', '.join(OBSERVERS)}")
+    check_observer("observer", observer)
     if weight_rounding not in ROUNDINGS:
         raise ValueError(f"weight_rounding={weight_rounding!r}: use one of {', '.join(ROUNDINGS)}")
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 1.0 <= headroom <= 16.0:

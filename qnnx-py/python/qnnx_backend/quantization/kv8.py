@@ -41,6 +41,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from .config import check_observer
 from .prefill import MASK_FLOOR
 from .rotation import hadamard
 
@@ -129,10 +130,6 @@ def plan(
     return out
 
 
-#: How the cache's encodings are fitted to the calibration rows (``kv_cache_observer``).
-OBSERVERS = ("minmax", "histogram")
-
-
 def encodings(samples: Sequence[Any], tensors: Sequence[int], rotate: Optional[bool] = False,
               observer: str = "minmax") -> dict[int, Encoding]:
     """Per cache tensor position, the uint8 encoding fitted to the rows the samples hold there
@@ -145,8 +142,7 @@ def encodings(samples: Sequence[Any], tensors: Sequence[int], rotate: Optional[b
     HistogramObserver, PyTorch's own range search for the encoding with the least L2
     quantization error over a histogram of the rows (a few rare values clipped). What each costs
     on a trained decoder, on the host and on the HTP: docs/llm-accuracy.md."""
-    if observer not in OBSERVERS:
-        raise ValueError(f"kv_cache_observer={observer!r}: use one of {', '.join(OBSERVERS)}")
+    check_observer("kv_cache_observer", observer)
     if not tensors:
         return {}
     from torchao.quantization.pt2e import HistogramObserver, MinMaxObserver
@@ -171,11 +167,11 @@ def encodings(samples: Sequence[Any], tensors: Sequence[int], rotate: Optional[b
         lo, hi = float(o.min_val), float(o.max_val)
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError("kv8: no calibration rows for a cache tensor (every calibration sequence is too short?)")
-        enc = Encoding.covering(lo, hi, rotations.get(k))
         if observer == "histogram" and hi > lo:
             scale, zero_point = o.calculate_qparams()
-            enc = Encoding(float(scale), int(zero_point), rotations.get(k))
-        out[k] = enc
+            out[k] = Encoding(float(scale), int(zero_point), rotations.get(k))
+        else:
+            out[k] = Encoding.covering(lo, hi, rotations.get(k))
     return out
 
 

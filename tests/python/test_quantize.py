@@ -592,6 +592,21 @@ def test_gptq_moves_weights_to_other_grid_points_of_the_same_encodings_and_lower
     assert gptq_db > near_db + gain_db
 
 
+def test_gptq_spreads_errors_by_the_upper_cholesky_factor_of_the_inverse_hessian():
+    # gptq._upper_cholesky_of_inverse takes one factorisation and one triangular solve where
+    # GPTQ's reference code takes two factorisations and cholesky_inverse: the same factor.
+    from qnnx_backend.quantization import gptq
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 40, 90, generator=g, dtype=torch.float64)
+    h = x @ x.transpose(1, 2)
+    u = gptq._upper_cholesky_of_inverse(h)
+    assert torch.equal(u, u.triu()) and bool((torch.diagonal(u, dim1=1, dim2=2) > 0).all())
+    torch.testing.assert_close(u.transpose(1, 2) @ u, torch.linalg.inv(h))
+    reference = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    torch.testing.assert_close(u, reference)
+
+
 class SharedStem(nn.Module):
     """A pre-activation stem: one conv output read by a BatchNorm (the block's first op) and
     by the shortcut's Add."""

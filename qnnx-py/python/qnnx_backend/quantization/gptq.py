@@ -128,6 +128,22 @@ def _columns(node: Node, x: torch.Tensor, weight: torch.Tensor) -> Optional[torc
     return cols.permute(1, 0, 2).reshape(groups, fan_in // groups, n * length)
 
 
+def _upper_cholesky_of_inverse(h: torch.Tensor) -> torch.Tensor:
+    """The upper Cholesky factor ``U`` of ``h^-1`` (``h^-1 = U^T U``; ``h`` [groups, n, n],
+    positive definite): row i holds how the error of column i spreads onto the columns after it.
+
+    GPTQ's reference code takes it as ``cholesky(cholesky_inverse(cholesky(h)), upper=True)``.
+    This takes one factorisation and one triangular solve instead: with ``J`` the order-reversing
+    permutation, ``J h J = L L^T`` gives ``h = M M^T`` with ``M = J L J`` upper triangular, so
+    ``h^-1 = M^-T M^-1`` and ``U = M^-1 = J L^-1 J`` (the Cholesky factor is unique). Measured on
+    this machine's 2 cores for a 4,608-column Hessian (resnet18's layer4 3x3 convolutions),
+    float32: 2.1 s against 11 s, ``cholesky_inverse`` being most of that; the two agree to
+    3e-7 relative."""
+    lower = torch.linalg.cholesky(h.flip(-1, -2))
+    eye = torch.eye(h.shape[-1], dtype=h.dtype).expand_as(h)
+    return torch.linalg.solve_triangular(lower, eye, upper=False).flip(-1, -2)
+
+
 def _gptq(w: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
     """GPTQ over groups at once: ``w`` [groups, rows, cols], ``hessian`` [groups, cols, cols],
     ``scale`` [groups, rows, 1] (a scale per row) or [groups, rows, cols] (a scale per weight: a
@@ -140,9 +156,7 @@ def _gptq(w: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, qmin: int
     w[dead.unsqueeze(1).expand_as(w)] = 0.0
     damp = _DAMP * torch.diagonal(h, dim1=1, dim2=2).mean(-1, keepdim=True)
     h[:, idx, idx] += damp
-    # The upper Cholesky factor of H^-1: row i holds how the error of column i spreads onto
-    # the columns after it.
-    hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    hinv = _upper_cholesky_of_inverse(h)
     scale = scale.to(torch.float32).expand_as(w)
     q = torch.empty_like(w)
     cols = w.shape[-1]

@@ -64,10 +64,36 @@ fn build_fc() -> Option<(Vec<u8>, Vec<f32>)> {
     Some((ctx.to_binary().unwrap(), out))
 }
 
-fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("qnn-rs-tests-{}", std::process::id()));
+/// A file path in a temporary folder of its own (one per name and process, so that tests
+/// running at once never share one); the folder is removed when it is dropped, also when the
+/// test fails.
+struct TempPath(PathBuf);
+
+impl std::ops::Deref for TempPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempPath {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn temp_path(name: &str) -> TempPath {
+    let dir = std::env::temp_dir().join(format!("qnn-rs-tests-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    TempPath(dir.join(name))
 }
 
 #[test]
@@ -142,7 +168,6 @@ fn round_trip_in_a_fresh_process_from_mmap() {
         .expect("child printed no output");
     let got: Vec<f32> = line.split(',').map(|v| v.parse().unwrap()).collect();
     assert_eq!(got, out, "reloaded graph differs from the built one");
-    std::fs::remove_file(&path).ok();
 }
 
 #[test]
@@ -193,7 +218,6 @@ fn truncated_and_garbage_binaries_are_clear_errors() {
         .err()
         .expect("accepted");
     assert!(err.to_string().contains("truncated.bin"), "{err}");
-    std::fs::remove_file(&path).ok();
 }
 
 #[test]
@@ -365,7 +389,6 @@ fn weight_shared_binary_is_refused_in_a_fresh_process() {
     let stdout = run_child("child_loads_shared_binary", &path);
     assert!(stdout.contains("REFUSED"), "{stdout}");
     assert!(stdout.contains("weight sharing"), "{stdout}");
-    std::fs::remove_file(&path).ok();
 }
 
 #[test]
@@ -456,7 +479,6 @@ fn a_binary_for_another_soc_is_refused_when_the_target_is_known() {
             && err.contains(&format!("made by QNN {build}, expected QNN v2.0.0.0")),
         "{err}"
     );
-    std::fs::remove_file(&path).ok();
 }
 
 /// The folder of an older QNN release's libraries, for the cross-release test:
@@ -533,8 +555,6 @@ fn binaries_cross_releases_only_forward() {
         got, out,
         "the older release's binary computes what ours does"
     );
-    std::fs::remove_file(&path).ok();
-    std::fs::remove_file(&old).ok();
 }
 
 #[test]

@@ -6,6 +6,9 @@ use std::process::{Command, Output};
 
 use qnn::{Backend, BackendOptions, Context, DType, Device, HtpConfig, Input, Node};
 
+mod common;
+use common::temp_dir;
+
 fn qnnx(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_qnnx"))
         .args(args)
@@ -16,12 +19,6 @@ fn qnnx(args: &[&str]) -> Output {
 fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("qnnx-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn htp() -> Option<Backend> {
@@ -162,7 +159,6 @@ fn doctor_reports_the_htp_backend() {
             "{text}"
         );
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -230,7 +226,6 @@ fn inspect_then_run_gives_the_in_process_numbers() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("output \"y\": f32 [2, 3], min "), "{text}");
     assert_eq!(std::fs::read_dir(&cwd).unwrap().count(), 0, "files written");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -264,5 +259,4 @@ fn bad_inputs_fail_with_clear_messages() {
     assert_eq!(out.status.code(), Some(1));
     let out = qnnx(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
-    std::fs::remove_dir_all(&dir).ok();
 }

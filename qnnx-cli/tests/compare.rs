@@ -10,14 +10,12 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 mod common;
-use common::{htp_available, qnnx, required, s, stderr};
+use common::{htp_available, qnnx, required, s, stderr, temp_dir, TempDir};
 
 /// make_models.py's models and a calibration set in a fresh folder; `None` (skip) without
 /// Python's onnx.
-fn models(name: &str) -> Option<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("qnnx-compare-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn models(name: &str) -> Option<TempDir> {
+    let dir = temp_dir(&format!("compare-{name}"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_models.py");
     let calib = dir.join("calib.npz");
     let code = format!(
@@ -25,7 +23,7 @@ fn models(name: &str) -> Option<PathBuf> {
          np.savez({:?}, img=r.standard_normal((16, 1, 3, 8, 8)).astype(np.float32))",
         s(&calib)
     );
-    let made = python(Command::new("python3").arg(&script).arg(&dir))
+    let made = python(Command::new("python3").arg(&script).arg(&*dir))
         && python(Command::new("python3").arg("-c").arg(&code));
     made.then_some(dir)
 }
@@ -50,7 +48,7 @@ fn python(cmd: &mut Command) -> bool {
 
 /// [`models`] and the CNN quantized by `qnnx quantize` on the calibration set: (folder, float
 /// model, QDQ model).
-fn quantized(name: &str) -> Option<(PathBuf, PathBuf, PathBuf)> {
+fn quantized(name: &str) -> Option<(TempDir, PathBuf, PathBuf)> {
     let dir = models(name)?;
     let (onnx, qdq) = (dir.join("cnn.onnx"), dir.join("cnn.qdq.onnx"));
     let calib = dir.join("calib.npz");

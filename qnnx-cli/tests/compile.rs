@@ -225,7 +225,6 @@ fn compile_inspect_run_match_the_reference_and_the_python_path() {
     let v = ok_json(&["compile", s(&int), "-o", s(&dir.join("int.bin")), "--json"]);
     assert_eq!(v["inputs"][0]["dtype"], "i32");
     assert_eq!(v["inputs"][0]["model_dtype"], "i64");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 fn relu_model() -> ModelBuilder {
@@ -296,7 +295,6 @@ fn binaries_for_other_socs_inspect_as_those_socs() {
         v["inputs"][0]["dtype"], "f32",
         "graph I/O keeps the model's dtype"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The emulator runs a binary whatever SoC it was compiled for (docs/qnn-notes.md gotcha 12):
@@ -341,7 +339,6 @@ fn run_refuses_a_binary_for_another_soc_than_given() {
         let v = ok_json(&args);
         assert_eq!(v["prepare"]["soc_model"], 57, "{flags:?}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -400,7 +397,6 @@ fn float_models_are_refused_for_socs_without_fp16() {
     assert_eq!(v["soc_model"], 60, "{v}");
     let out = qnnx(&["check", s(&onnx), "--backend", "gpu", "--soc", "QCS6490"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -454,7 +450,6 @@ fn check_reports_each_node_and_exits_3_when_one_is_unsupported() {
     std::fs::write(&ok, relu_model().bytes()).unwrap();
     let out = qnnx(&["check", s(&ok)]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -517,7 +512,6 @@ fn bad_inputs_fail_with_what_to_do() {
         assert_eq!(out.status.code(), Some(1));
         assert!(stderr(&out).contains("qnnx compile"), "{}", stderr(&out));
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -637,7 +631,6 @@ fn cache_is_shared_listed_pruned_and_cleared() {
         ok_json(&["cache", "list", "--cache-dir", c, "--json"])["bytes"],
         0
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -691,7 +684,6 @@ fn external_data_models_compile_without_the_cache() {
     );
     let v = ok_json(&["cache", "list", "--cache-dir", s(&cache), "--json"]);
     assert_eq!(v["entries"], serde_json::json!([]));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[cfg(unix)]
@@ -754,7 +746,6 @@ fn check_refuses_a_fifo_as_external_data_promptly() {
             && err.contains(s(&fifo)),
         "{err}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A two-layer MatMul + Relu stack (256 x 256 weights, the same values whatever `rows`) taking
@@ -926,7 +917,6 @@ fn several_models_compile_to_one_binary_with_shared_weights() {
         assert_eq!(r.status.code(), Some(2), "{args:?}: {}", stderr(&r));
         assert!(stderr(&r).contains(want), "{args:?}: {}", stderr(&r));
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A cache folder other users can write is not used: the compile goes on without it, with one
@@ -978,7 +968,6 @@ fn a_cache_folder_others_can_write_is_not_used() {
             .contains("writable by"),
         "{v}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A rank-0 output (`(x * x).mean()` as ONNX) comes back as a rank-0 array, not `(1,)`: the
@@ -1001,7 +990,6 @@ fn rank0_outputs_keep_their_shape() {
     assert_eq!(v["outputs"][0]["shape"], serde_json::json!([]), "{v}");
     let (descr, shape, data) = read_npy(&out.join("y.npy"));
     assert_eq!((descr.as_str(), shape, data.len()), ("<f4", vec![], 4));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -1051,7 +1039,6 @@ fn saved_models_inspect_and_run_like_their_onnx_model() {
     let out = qnnx(&["run", s(&saved)]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("truncated"), "{}", stderr(&out));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -1139,5 +1126,4 @@ fn each_model_gets_its_own_binary_built_in_parallel_processes() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("would both write"), "{}", stderr(&o));
-    std::fs::remove_dir_all(&dir).ok();
 }

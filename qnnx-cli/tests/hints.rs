@@ -34,7 +34,6 @@ fn compile_without_a_library_says_how_to_get_one() {
             "{cmd}: {err}"
         );
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// QNN's x86_64 GPU library refuses to start without Qualcomm's tuning server: the message says
@@ -63,7 +62,6 @@ fn gpu_on_x86_says_it_cannot_execute_here() {
         assert!(!err.contains("refused the graph"), "{cmd}: {err}");
         assert!(err.contains("--backend gpu"), "{cmd}: {err}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -102,5 +100,4 @@ fn a_truncated_binary_or_saved_model_is_not_sent_to_inspect() {
             assert!(err.contains(again), "{cmd} {file:?}: {err}");
         }
     }
-    std::fs::remove_dir_all(&dir).ok();
 }

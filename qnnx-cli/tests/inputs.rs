@@ -132,7 +132,6 @@ fn check_lists_symbolic_inputs_instead_of_guessing() {
         assert_eq!(v["inputs"][0]["shape"], serde_json::json!([2, 3, 10, 12]));
         assert_eq!(v["outputs"][0]["shape"], serde_json::json!([2, 4, 8, 10]));
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// x [2, 6] reshaped to a `shape` input and scaled by a `scale` input.
@@ -235,7 +234,6 @@ fn fixed_inputs_leave_the_graph_and_are_checked_at_run_time() {
         "{}",
         stderr(&out)
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The ONNX node tests' pattern: a Reshape whose `shape` is a graph input, with the output's
@@ -293,5 +291,4 @@ fn shape_inputs_are_resolved_from_declared_shapes() {
             );
         }
     }
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -153,7 +153,6 @@ fn run_profiles_per_op_and_writes_a_trace() {
     let out = qnnx(&["run", s(&m), "--profile", "full"], &cache);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("basic or detailed"));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A context binary's profile names each op's QNN type and ONNX node, as the ONNX model's does,
@@ -206,7 +205,6 @@ fn a_compiled_binary_profiles_with_op_types_and_onnx_nodes() {
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(onnx_nodes(&v).is_empty(), "{v}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -328,5 +326,4 @@ fn compile_timings_list_every_stage() {
         log.contains("finalize: ") && log.contains("passes: "),
         "{log}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }

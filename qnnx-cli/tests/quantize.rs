@@ -181,7 +181,6 @@ print(ops["QuantizeLinear"], ops["DequantizeLinear"], len(ints))
     let (cos, max_err) = run_on_v68(&dir, &qdq);
     assert!(cos >= 0.99, "cosine {cos}");
     assert!(max_err <= 0.05, "max error {max_err} of the output range");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -240,7 +239,6 @@ print(len(w), min(int(a.min()) for a in w), max(int(a.max()) for a in w))
     let (cos, _) = run_on_v68(&dir, &qdq);
     // Measured 0.99972 on the QNN 2.51 emulator (4-bit weights of a small random-weight CNN).
     assert!(cos >= 0.995, "cosine {cos}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -296,7 +294,6 @@ os.makedirs(d + "/empty", exist_ok=True)
     assert!(e.contains("the folder has no .npz files"), "{e}");
     let e = q("wrong_name.npz", &["--scheme", "4a4w"]);
     assert!(e.contains("unknown scheme"), "{e}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Twelve 16x16 MatMuls with a Relu after each but the last, a second input `z` added before
@@ -430,5 +427,4 @@ fn the_mixed_precision_search_promotes_the_stretched_value_and_its_keep_pins_it(
     ]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("drop --soc"), "{}", stderr(&out));
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -60,12 +60,35 @@ pub fn ok_json(args: &[&str]) -> Value {
     json(&out)
 }
 
-/// A fresh folder for this test binary's test `name`.
-pub fn temp_dir(name: &str) -> PathBuf {
+/// A fresh folder for this test binary's test `name`, removed when the returned guard is
+/// dropped (at the end of the test, passed or failed), so test runs leave nothing behind.
+pub fn temp_dir(name: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!("qnnx-cli-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
+}
+
+/// A folder of [`temp_dir`]: derefs to its path.
+pub struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Whether a missing library or tool must fail the test (CI) rather than skip it.

@@ -22,6 +22,14 @@ metrics), with the keys only, the values only, or both held at 8 bits:
     python3 bench/llm_kv_cache.py --text license --variants "none,rows rotated"
     python3 bench/llm_kv_cache.py --observers minmax   # only the default fit
 
+``--weight-bits 8``: every Linear's weight (the LM head too, untied) rounded to 8 bits per
+channel as 16a8w rounds it (bench/llm_weights.py's ``per_channel``), so the rows say what the
+cache costs beside the 8-bit weights rather than alone; its "weights only" row has no cache
+rounded. The encodings are fitted to the float model's rows, as the backend fits them (its
+calibration prefills run the float model); ``--fit rounded`` fits them to the rounded model's.
+
+    python3 bench/llm_kv_cache.py --variants "rows rotated" --weight-bits 8
+
 ``--text license``: a second evaluation text, the first 1,500 characters of the Python
 installation's LICENSE.txt (English prose, not calibration text), into
 bench/results/llm_kv_cache-license.{json,md}; ``--variants`` runs only the variants named;
@@ -117,11 +125,18 @@ def main():
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: all)")
     ap.add_argument("--observers", default="minmax,histogram", help="comma-separated quantization.config.OBSERVERS")
     ap.add_argument("--out", default=None, help="results path without .json/.md (default: by --text)")
+    ap.add_argument("--weight-bits", type=int, choices=(8,), default=None,
+                    help="round every Linear's weight to 8 bits per channel too (16a8w's weights)")
+    ap.add_argument("--fit", choices=("float", "rounded"), default="float",
+                    help="with --weight-bits: fit the cache's encodings to the float model's rows (the backend's way) "
+                         "or to the rounded model's")
     args = ap.parse_args()
+    if args.fit == "rounded" and args.weight_bits is None:
+        raise SystemExit("--fit rounded needs --weight-bits")
     out = args.out or (OUT if args.text == "zen" else f"{OUT}-{args.text}")
     warnings.simplefilter("ignore")
     import smollm2
-    from llm_weights import cells, row_metrics
+    from llm_weights import cells, per_channel, row_metrics
 
     from qnnx_backend.quantization import prefill, rotation
 
@@ -153,8 +168,23 @@ def main():
             transform(m)
         with torch.no_grad():
             float_db[name] = row_metrics(ref, m(ids).logits[0], ids)["logits_sqnr_db"]
+        fitted = m  # the model whose prefills the encodings are fitted to
+        if args.weight_bits:
+            rounded, _ = smollm2.load()
+            if transform is not None:
+                transform(rounded)
+            rounded.lm_head.weight = torch.nn.Parameter(rounded.lm_head.weight.detach().clone())  # untied
+            with torch.no_grad():
+                for lin in rounded.modules():
+                    if isinstance(lin, torch.nn.Linear):
+                        lin.weight.data = per_channel(lin.weight.data, args.weight_bits)
+                rows.append({"variant": name, "encodings": "-", "held at 8 bits": "weights only",
+                             **row_metrics(ref, rounded(ids).logits[0], ids)})
+            print(json.dumps(rows[-1]), flush=True)
+            fitted = rounded if args.fit == "rounded" else m
+            m = rounded
         for observer in args.observers.split(","):
-            enc_k, enc_v = encodings(m, seqs, rotate, observer)
+            enc_k, enc_v = encodings(fitted, seqs, rotate, observer)
             with torch.no_grad():
                 for held, (k, v) in {"keys": (enc_k, None), "values": (None, enc_v), "both": (enc_k, enc_v)}.items():
                     got = m(ids, past_key_values=Held8(k, v), use_cache=True).logits[0]
@@ -162,10 +192,14 @@ def main():
                     print(json.dumps(rows[-1]), flush=True)
     with open(out + ".json", "w") as f:
         json.dump({"commit": commit, "text": args.text, "eval_tokens": int(ids.shape[1]),
+                   "weight_bits": args.weight_bits, "fit": args.fit,
                    "float_logits_sqnr_db": float_db, "rows": rows}, f, indent=1)
     text = text_name if args.text == "zen" else f"{text_name} ({ids.shape[1]} tokens)"
     with open(out + ".md", "w") as f:
-        f.write(f"SmolLM2-135M-Instruct, only the KV cache rounded (host: uint8 per layer's keys and values as "
+        rounded_too = ("only the KV cache rounded" if not args.weight_bits else
+                       f"the KV cache and every Linear's weight ({args.weight_bits} bits per channel) rounded, the "
+                       f"cache's encodings fitted to the {args.fit} model's rows")
+        f.write(f"SmolLM2-135M-Instruct, {rounded_too} (host: uint8 per layer's keys and values as "
                 f"the HTP's graphs hold them, quantization/kv8.py), {text} teacher-forced; commit {commit}; "
                 f"`python3 bench/llm_kv_cache.py {' '.join(sys.argv[1:])}`.\n\n"
                 f"Float model after each transform against the original, logits SQNR dB: {json.dumps(float_db)}.\n\n"

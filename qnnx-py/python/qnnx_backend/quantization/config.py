@@ -151,7 +151,8 @@ class QuantizeConfig:
         cache tensor) on v73 and newer, False below. Measured on SmolLM2-135M at 16a8w on SoC 60 (v73): the rows rotated bring the
         perplexity ratio over the whole Zen of Python from 1.125 to 1.024, and a second text
         agrees (docs/llm-accuracy.md). Below v73 the attention reads K and V at 8 bits
-        (``matmul_16x8``) and the rotation is not measured there. None: the HTP the emulator or
+        (``matmul_16x8``), and on the QCS6490 the rotation cost the 4-layer SmolLM2 0.9 dB (34.97
+        against 35.91 dB, the same top-1; docs/llm.md "On v68"). None: the HTP the emulator or
         device picks, as ``matmul_16x8`` reads it."""
         if given is not None:
             return given

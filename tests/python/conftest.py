@@ -16,6 +16,11 @@ from qnnx_backend import _native
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "htp: needs the QNN HTP library")
+    config.addinivalue_line(
+        "markers",
+        "alone: times itself under a load it makes; scripts/test runs these after the parallel "
+        "suite, in one process, so no other test's load is added to theirs",
+    )
 
 
 @pytest.fixture(autouse=True)

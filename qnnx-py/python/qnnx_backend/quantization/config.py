@@ -152,7 +152,8 @@ class QuantizeConfig:
         perplexity ratio over the whole Zen of Python from 1.125 to 1.024, and a second text
         agrees (docs/llm-accuracy.md). Below v73 the attention reads K and V at 8 bits
         (``matmul_16x8``), and on the QCS6490 the rotation cost the 4-layer SmolLM2 0.9 dB (34.97
-        against 35.91 dB, the same top-1; docs/llm.md "On v68"). None: the HTP the emulator or
+        against 35.91 dB, the same top-1) and the whole model over the whole text 1.0 dB (78.1%
+        against 78.6% top-1; docs/llm.md "On v68"). None: the HTP the emulator or
         device picks, as ``matmul_16x8`` reads it."""
         if given is not None:
             return given

@@ -124,8 +124,18 @@ def metrics(ref: torch.Tensor, got: torch.Tensor, target: torch.Tensor) -> dict:
     """SQNR, top-1 agreement and perplexity ratio of logits ``got`` against ``ref`` ([n, vocab],
     row k predicting ``target[k]``)."""
     ref, got = ref.double(), got.double()
-    sqnr = 10 * math.log10(ref.pow(2).sum().item() / max((ref - got).pow(2).sum().item(), 1e-30))
+
+    def sqnr_db(r, g):
+        return 10 * math.log10(r.pow(2).sum().item() / max((r - g).pow(2).sum().item(), 1e-30))
+
+    sqnr = sqnr_db(ref, got)
     same = (ref.argmax(-1) == got.argmax(-1)).double()
+    # Per position, to tell where agreement is lost without running again: agreement, the
+    # logits' SQNR, and fp32's margin between its best two logits (a near-tie flips on any error).
+    top2 = ref.topk(2, dim=-1).values
+    per_position = {"top1_agree": [int(v) for v in same.tolist()],
+                    "logits_sqnr_db": [round(sqnr_db(ref[k], got[k]), 2) for k in range(len(same))],
+                    "fp32_top2_margin": [round(v, 3) for v in (top2[:, 0] - top2[:, 1]).tolist()]}
 
     def ppl(lg, tgt=target):
         return math.exp(torch.nn.functional.cross_entropy(lg, tgt).item())
@@ -133,11 +143,12 @@ def metrics(ref: torch.Tensor, got: torch.Tensor, target: torch.Tensor) -> dict:
     # Windows of WINDOW positions: whether agreement falls as the cache fills (a whole-text run's
     # first window is the 64 positions of `--prefill 16 --eval-tokens 80`).
     windows = [{"positions": [k, min(k + WINDOW, len(same))], "top1_agreement": round(same[k : k + WINDOW].mean().item(), 4),
-                "ppl_ratio": round(ppl(got[k : k + WINDOW], target[k : k + WINDOW]) / ppl(ref[k : k + WINDOW], target[k : k + WINDOW]), 4)}
+                "ppl_ratio": round(ppl(got[k : k + WINDOW], target[k : k + WINDOW]) / ppl(ref[k : k + WINDOW], target[k : k + WINDOW]), 4),
+                "logits_sqnr_db": round(sqnr_db(ref[k : k + WINDOW], got[k : k + WINDOW]), 2)}
                for k in range(0, len(same), WINDOW)]
     return {"logits_sqnr_db": round(sqnr, 2), "top1_agreement": round(same.mean().item(), 4),
             "ppl_fp32": round(ppl(ref), 3), "ppl": round(ppl(got), 3), "ppl_ratio": round(ppl(got) / ppl(ref), 4),
-            "windows": windows}
+            "windows": windows, "per_position": per_position}
 
 
 def greedy(model, tok, prompts, new_tokens: int, cache_len: int) -> tuple[list[list[int]], list[list[float]]]:
@@ -313,11 +324,13 @@ def write_md(results: dict, path: str, soc, argv: list[str]) -> None:
                     f"{greedy_cells} | {r['decode_step_ms_median']} | {' + '.join(map(str, r['context_binaries_mb']))} |\n")
         multi = [r for r in results["runs"] if len(r.get("windows", [])) > 1]
         if multi:
-            f.write(f"\nBy windows of {WINDOW} evaluated positions (0: the prefill's last, predicting the first forced token), top-1 agreement / perplexity ratio:\n\n")
+            f.write(f"\nBy windows of {WINDOW} evaluated positions (0: the prefill's last, predicting the first forced token), top-1 agreement / perplexity ratio / logits SQNR (runs before 2026-12-07 did not record it):\n\n")
             f.write("| scheme | " + " | ".join(f"positions {a}-{b - 1}" for a, b in (w["positions"] for w in multi[0]["windows"]))
                     + " |\n|---|" + "---|" * len(multi[0]["windows"]) + "\n")
             for r in multi:
-                f.write(f"| {r['scheme']} | " + " | ".join(f"{w['top1_agreement']:.1%} / {w['ppl_ratio']}" for w in r["windows"]) + " |\n")
+                f.write(f"| {r['scheme']} | " + " | ".join(f"{w['top1_agreement']:.1%} / {w['ppl_ratio']}"
+                                                           + (f" / {w['logits_sqnr_db']} dB" if "logits_sqnr_db" in w else "")
+                                                           for w in r["windows"]) + " |\n")
 
 
 if __name__ == "__main__":
